@@ -1,0 +1,21 @@
+# idem: PostgreSQL extension (PGXS)
+
+MODULE_big = idem
+OBJS = idem.o src/protocol.o src/jcs.o src/cleanup.o
+
+EXTENSION = idem
+DATA = idem--1.0.sql
+
+PG_CPPFLAGS = -I$(srcdir)/src
+# -Wextra without the two warnings PostgreSQL's own headers and fmgr macros raise
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+
+REGRESS = 
+REGRESS_OPTS = --load-extension=pgcrypto
+
+ISOLATION =
+ISOLATION_OPTS = --inputdir=test/isolation
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)

@@ -1,0 +1,39 @@
+/*-------------------------------------------------------------------------
+ *
+ * idem.h
+ *	  Declarations shared by the idem extension's source files.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_H
+#define IDEM_H
+
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "utils/jsonb.h"
+
+/* Length of a lowercase hex SHA-256 digest, without the terminating NUL. */
+#define IDEM_HASH_HEX_LEN 64
+
+/* SQLSTATEs of the protocol's own outcomes (class "IK": idempotency key). */
+#define ERRCODE_IDEM_KEY_REUSED			MAKE_SQLSTATE('I','K','0','0','1')
+#define ERRCODE_IDEM_IN_FLIGHT			MAKE_SQLSTATE('I','K','0','0','2')
+
+/* GUCs (idem.c) */
+extern int	idem_wait_timeout;		/* ms a duplicate waits for an in-flight original */
+extern int	idem_ttl;				/* seconds a record lives */
+
+/* jcs.c: RFC 8785 canonical JSON and SHA-256 */
+extern void idem_jcs_append_jsonb(StringInfo out, Jsonb *jb);
+extern void idem_jcs_append_number(StringInfo out, double d);
+extern void idem_sha256_hex(const char *data, size_t len, char *hex);
+
+/* protocol.c: input checks and SPI helpers */
+extern void idem_check_key(const char *key, int len);
+extern SPIPlanPtr idem_prepare_kept(const char *sql, int nargs, Oid *argtypes);
+extern void idem_free_kept(SPIPlanPtr *plan);
+extern Oid	idem_extension_schema(FunctionCallInfo fcinfo);
+extern char *idem_quoted_schema(Oid nspid);
+
+#endif							/* IDEM_H */

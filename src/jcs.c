@@ -1,0 +1,438 @@
+/*-------------------------------------------------------------------------
+ *
+ * jcs.c
+ *	  RFC 8785 JSON Canonicalization Scheme (JCS) over jsonb, and the
+ *	  SHA-256 request fingerprint computed from it.
+ *
+ * A fingerprint must not change with field order, whitespace or number
+ * spelling, so the raw JSON text is never hashed.  JCS fixes one text per
+ * value: object members sorted by the UTF-16 code units of their names,
+ * numbers as IEEE doubles printed the way ECMAScript prints them, strings
+ * with the minimal JSON escaping, no whitespace.
+ *
+ * jsonb has already dropped whitespace and duplicate object keys (the last
+ * one wins), but it sorts keys by length first and keeps numbers as numeric,
+ * so both are redone here.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "common/cryptohash.h"
+#include "common/sha2.h"
+#include "common/shortest_dec.h"
+#include "fmgr.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/numeric.h"
+
+#include "idem.h"
+
+PG_FUNCTION_INFO_V1(idem_request_hash);
+PG_FUNCTION_INFO_V1(idem_canonical_json);
+
+/* One object member; its name is kept in UTF-8 too, for sorting. */
+typedef struct JcsMember
+{
+	JsonbValue	key;
+	const char *name;			/* key in UTF-8 */
+	int			namelen;
+	JsonbValue	value;
+} JcsMember;
+
+static void jcs_append_container(StringInfo out, JsonbContainer *container);
+
+/*
+ * Return a string of the server encoding in UTF-8: JCS and the digest are
+ * defined over UTF-8 whatever the database encoding is.
+ */
+static const char *
+jcs_utf8(const char *s, int len, int *outlen)
+{
+	char	   *conv;
+
+	if (GetDatabaseEncoding() == PG_UTF8 || len == 0)
+	{
+		*outlen = len;
+		return s;
+	}
+	conv = pg_server_to_any(s, len, PG_UTF8);
+	*outlen = (conv == s) ? len : (int) strlen(conv);
+	return conv;
+}
+
+/*
+ * The sort weight of a code point under UTF-16 code unit order: code points
+ * order as their code units do, except that U+E000..U+FFFF (one unit each)
+ * sort after the supplementary planes (surrogate pairs start at 0xD800).
+ */
+static inline pg_wchar
+jcs_utf16_weight(pg_wchar cp)
+{
+	return (cp >= 0xE000 && cp <= 0xFFFF) ? cp + 0x200000 : cp;
+}
+
+/* qsort comparator: member names in UTF-16 code unit order (RFC 8785 3.2.3). */
+static int
+jcs_member_cmp(const void *a, const void *b)
+{
+	const JcsMember *ma = (const JcsMember *) a;
+	const JcsMember *mb = (const JcsMember *) b;
+	const unsigned char *pa = (const unsigned char *) ma->name;
+	const unsigned char *pb = (const unsigned char *) mb->name;
+	const unsigned char *ea = pa + ma->namelen;
+	const unsigned char *eb = pb + mb->namelen;
+
+	while (pa < ea && pb < eb)
+	{
+		pg_wchar	wa = jcs_utf16_weight(utf8_to_unicode(pa));
+		pg_wchar	wb = jcs_utf16_weight(utf8_to_unicode(pb));
+
+		if (wa != wb)
+			return (wa < wb) ? -1 : 1;
+		pa += pg_utf_mblen(pa);
+		pb += pg_utf_mblen(pb);
+	}
+	if (pa < ea)
+		return 1;
+	if (pb < eb)
+		return -1;
+	return 0;
+}
+
+/* Append a JSON string with the escaping of RFC 8785 3.2.2.2 (ECMAScript's). */
+static void
+jcs_append_string(StringInfo out, const char *s, int len)
+{
+	const char *p;
+	const char *end;
+	int			ulen;
+
+	s = jcs_utf8(s, len, &ulen);
+	end = s + ulen;
+
+	appendStringInfoCharMacro(out, '"');
+	for (p = s; p < end; p++)
+	{
+		unsigned char c = (unsigned char) *p;
+
+		switch (c)
+		{
+			case '"':
+				appendStringInfoString(out, "\\\"");
+				break;
+			case '\\':
+				appendStringInfoString(out, "\\\\");
+				break;
+			case '\b':
+				appendStringInfoString(out, "\\b");
+				break;
+			case '\f':
+				appendStringInfoString(out, "\\f");
+				break;
+			case '\n':
+				appendStringInfoString(out, "\\n");
+				break;
+			case '\r':
+				appendStringInfoString(out, "\\r");
+				break;
+			case '\t':
+				appendStringInfoString(out, "\\t");
+				break;
+			default:
+				if (c < 0x20)
+					appendStringInfo(out, "\\u%04x", c);
+				else
+					appendStringInfoCharMacro(out, (char) c);
+				break;
+		}
+	}
+	appendStringInfoCharMacro(out, '"');
+}
+
+/*
+ * Append a finite double the way ECMAScript's Number::toString does
+ * (RFC 8785 3.2.2.3): the shortest digits that round-trip, in plain
+ * notation for 1e-7 < |d| < 1e21 and in exponent notation otherwise.
+ */
+void
+idem_jcs_append_number(StringInfo out, double d)
+{
+	char		buf[DOUBLE_SHORTEST_DECIMAL_LEN];
+	char		digits[DOUBLE_SHORTEST_DECIMAL_LEN];
+	const char *p;
+	int			k = 0;			/* number of significant digits */
+	int			point = 0;		/* digits before the decimal point in buf */
+	bool		seen_point = false;
+	int			n;				/* value = 0.digits * 10^n */
+
+	Assert(isfinite(d));
+	if (d == 0)
+	{
+		/* both 0 and -0 */
+		appendStringInfoChar(out, '0');
+		return;
+	}
+
+	/*
+	 * Ryu gives the shortest round-trip digits, in either plain or exponent
+	 * form; take its digits and decimal exponent and lay them out anew.
+	 */
+	double_to_shortest_decimal_buf(d, buf);
+	p = buf;
+	if (*p == '-')
+	{
+		appendStringInfoChar(out, '-');
+		p++;
+	}
+	for (; *p && *p != 'e'; p++)
+	{
+		if (*p == '.')
+		{
+			seen_point = true;
+			continue;
+		}
+		if (!seen_point)
+			point++;
+		if (k == 0 && *p == '0')
+		{
+			/* leading zero: shifts the point, adds no digit */
+			point--;
+			continue;
+		}
+		digits[k++] = *p;
+	}
+	while (k > 1 && digits[k - 1] == '0')
+		k--;
+	n = point + (*p == 'e' ? atoi(p + 1) : 0);
+
+	if (k <= n && n <= 21)
+	{
+		/* integer: digits then zeros */
+		appendBinaryStringInfo(out, digits, k);
+		for (int i = 0; i < n - k; i++)
+			appendStringInfoChar(out, '0');
+	}
+	else if (0 < n && n <= 21)
+	{
+		/* point inside the digits */
+		appendBinaryStringInfo(out, digits, n);
+		appendStringInfoChar(out, '.');
+		appendBinaryStringInfo(out, digits + n, k - n);
+	}
+	else if (-6 < n && n <= 0)
+	{
+		/* small fraction: 0.000ddd */
+		appendStringInfoString(out, "0.");
+		for (int i = 0; i < -n; i++)
+			appendStringInfoChar(out, '0');
+		appendBinaryStringInfo(out, digits, k);
+	}
+	else
+	{
+		/* exponent notation: d[.ddd]e+x or e-x */
+		appendStringInfoChar(out, digits[0]);
+		if (k > 1)
+		{
+			appendStringInfoChar(out, '.');
+			appendBinaryStringInfo(out, digits + 1, k - 1);
+		}
+		appendStringInfo(out, "e%c%d", n - 1 >= 0 ? '+' : '-', abs(n - 1));
+	}
+}
+
+/*
+ * Append a jsonb number: first read as an IEEE double, as a JSON parser
+ * conforming to RFC 8785 does (so 1, 1.0 and 1e0 are one number, and digits
+ * past double precision are rounded away), then printed canonically.
+ */
+static void
+jcs_append_numeric(StringInfo out, Numeric num)
+{
+	char	   *text = DatumGetCString(DirectFunctionCall1(numeric_out,
+														   NumericGetDatum(num)));
+	double		d;
+
+	errno = 0;
+	d = strtod(text, NULL);
+	if (isinf(d) || isnan(d))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("JSON number is out of range for canonical JSON"),
+				 errdetail("RFC 8785 numbers must fit an IEEE 754 double; the number has %zu characters.",
+						   strlen(text)),
+				 errhint("Send numbers outside the double range as JSON strings.")));
+	pfree(text);
+	idem_jcs_append_number(out, d);
+}
+
+/* Append any jsonb value (a scalar, or a nested container). */
+static void
+jcs_append_value(StringInfo out, JsonbValue *v)
+{
+	switch (v->type)
+	{
+		case jbvNull:
+			appendStringInfoString(out, "null");
+			break;
+		case jbvBool:
+			appendStringInfoString(out, v->val.boolean ? "true" : "false");
+			break;
+		case jbvString:
+			jcs_append_string(out, v->val.string.val, v->val.string.len);
+			break;
+		case jbvNumeric:
+			jcs_append_numeric(out, v->val.numeric);
+			break;
+		case jbvBinary:
+			jcs_append_container(out, v->val.binary.data);
+			break;
+		default:
+			elog(ERROR, "unexpected jsonb value type: %d", (int) v->type);
+	}
+}
+
+/*
+ * Append an object, an array or a raw scalar.  Nested containers come back
+ * from the iterator as jbvBinary (skipNested), so each level sorts only its
+ * own members.
+ */
+static void
+jcs_append_container(StringInfo out, JsonbContainer *container)
+{
+	JsonbIterator *it = JsonbIteratorInit(container);
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+
+	check_stack_depth();
+
+	tok = JsonbIteratorNext(&it, &v, true);
+	if (tok == WJB_BEGIN_ARRAY)
+	{
+		bool		raw_scalar = v.val.array.rawScalar;
+		bool		first = true;
+
+		if (!raw_scalar)
+			appendStringInfoChar(out, '[');
+		while ((tok = JsonbIteratorNext(&it, &v, true)) == WJB_ELEM)
+		{
+			if (!first)
+				appendStringInfoChar(out, ',');
+			first = false;
+			jcs_append_value(out, &v);
+		}
+		if (!raw_scalar)
+			appendStringInfoChar(out, ']');
+	}
+	else if (tok == WJB_BEGIN_OBJECT)
+	{
+		int			nmembers = v.val.object.nPairs;
+		JcsMember  *members = palloc(sizeof(JcsMember) * Max(nmembers, 1));
+		int			i = 0;
+
+		while ((tok = JsonbIteratorNext(&it, &v, true)) == WJB_KEY)
+		{
+			Assert(i < nmembers);
+			members[i].key = v;
+			members[i].name = jcs_utf8(v.val.string.val, v.val.string.len,
+									   &members[i].namelen);
+			tok = JsonbIteratorNext(&it, &members[i].value, true);
+			Assert(tok == WJB_VALUE);
+			i++;
+		}
+		nmembers = i;
+		qsort(members, nmembers, sizeof(JcsMember), jcs_member_cmp);
+
+		appendStringInfoChar(out, '{');
+		for (i = 0; i < nmembers; i++)
+		{
+			if (i > 0)
+				appendStringInfoChar(out, ',');
+			jcs_append_value(out, &members[i].key);
+			appendStringInfoChar(out, ':');
+			jcs_append_value(out, &members[i].value);
+		}
+		appendStringInfoChar(out, '}');
+		pfree(members);
+	}
+	else
+		elog(ERROR, "unexpected jsonb iterator token: %d", (int) tok);
+}
+
+/* Append the RFC 8785 canonical text of a jsonb value. */
+void
+idem_jcs_append_jsonb(StringInfo out, Jsonb *jb)
+{
+	jcs_append_container(out, &jb->root);
+}
+
+/* Lowercase hex SHA-256 of data; hex must hold IDEM_HASH_HEX_LEN + 1 bytes. */
+void
+idem_sha256_hex(const char *data, size_t len, char *hex)
+{
+	static const char xdigits[] = "0123456789abcdef";
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+
+	if (pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) data, len) < 0 ||
+		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+		elog(ERROR, "could not compute SHA-256 digest: %s",
+			 pg_cryptohash_error(ctx));
+	pg_cryptohash_free(ctx);
+
+	for (int i = 0; i < PG_SHA256_DIGEST_LENGTH; i++)
+	{
+		hex[2 * i] = xdigits[digest[i] >> 4];
+		hex[2 * i + 1] = xdigits[digest[i] & 0x0F];
+	}
+	hex[IDEM_HASH_HEX_LEN] = '\0';
+}
+
+/* Raise 22004 for a NULL request: every idem function refuses NULL input. */
+static Jsonb *
+jcs_get_request(FunctionCallInfo fcinfo)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("request must not be null"),
+				 errhint("Pass the request as a JSON value, for example '{}'::jsonb.")));
+	return PG_GETARG_JSONB_P(0);
+}
+
+/* SQL: idem_canonical_json(jsonb) returns text */
+Datum
+idem_canonical_json(PG_FUNCTION_ARGS)
+{
+	Jsonb	   *jb = jcs_get_request(fcinfo);
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	idem_jcs_append_jsonb(&buf, jb);
+
+	/* the canonical text is UTF-8; hand it back in the server encoding */
+	PG_RETURN_TEXT_P(cstring_to_text(pg_any_to_server(buf.data, buf.len, PG_UTF8)));
+}
+
+/* SQL: idem_request_hash(jsonb) returns text */
+Datum
+idem_request_hash(PG_FUNCTION_ARGS)
+{
+	Jsonb	   *jb = jcs_get_request(fcinfo);
+	StringInfoData buf;
+	char		hex[IDEM_HASH_HEX_LEN + 1];
+
+	initStringInfo(&buf);
+	idem_jcs_append_jsonb(&buf, jb);
+	idem_sha256_hex(buf.data, buf.len, hex);
+	pfree(buf.data);
+
+	PG_RETURN_TEXT_P(cstring_to_text(hex));
+}

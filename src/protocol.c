@@ -1,0 +1,608 @@
+/*-------------------------------------------------------------------------
+ *
+ * protocol.c
+ *	  The idempotency protocol, run inside the caller's transaction, and its
+ *	  first user: idem_create_order, the article's "create an order" flow.
+ *
+ * One call: validate the key, fingerprint the request, take the key lock,
+ * claim the key (INSERT ... ON CONFLICT DO NOTHING on the unique
+ * (owner_id, operation, idempotency_key) index), then either execute (insert
+ * the order and store the response on the record) or read the record and
+ * replay it, refuse it (IK001, different request) or report it in flight
+ * (IK002).  Claim, business write and snapshot are written by the caller's
+ * transaction, so they commit or roll back together.
+ *
+ * Concurrency.  Callers of one (owner, operation, key) meet on a
+ * transaction-scoped heavyweight lock derived from the three: the "key
+ * lock" (an advisory lock tag with field4 = IDEM_LOCK_CLASS, visible in
+ * pg_locks).  A caller that executes keeps it until its transaction ends;
+ * so a duplicate waits for the original to commit or abort, at most
+ * idem.wait_timeout, and then replays, executes, or reports IK002.  A caller
+ * that replays gives the lock back at once.  The lock only bounds waiting:
+ * the unique index stays the arbiter, and under REPEATABLE READ or
+ * SERIALIZABLE a conflicting claim the snapshot cannot see ends in SQLSTATE
+ * 40001 raised by the executor (ExecCheckTupleVisible), never in a replay of
+ * something the caller cannot see.
+ *
+ * Every statement is schema-qualified (the extension's schema and
+ * pg_catalog, operators included) and prepared once per backend.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/timestamp.h"
+
+#include "idem.h"
+
+PG_FUNCTION_INFO_V1(idem_create_order);
+
+/* locktag_field4 of idem's key locks: tells them from user advisory locks */
+#define IDEM_LOCK_CLASS			478
+
+#define IDEM_OP_CREATE_ORDER	"CREATE_ORDER"
+#define IDEM_KEY_MIN_LEN		16
+#define IDEM_KEY_MAX_LEN		128
+#define IDEM_OPERATION_MAX_LEN	64
+#define IDEM_QTY_MIN			1
+#define IDEM_QTY_MAX			100
+/* JSON numbers are doubles: larger integers would fingerprint ambiguously */
+#define IDEM_MAX_SAFE_INTEGER	INT64CONST(9007199254740991)
+
+/* A claim that loses to a row deleted under it is tried again this often. */
+#define IDEM_CLAIM_ATTEMPTS		3
+
+/* Saved plans of idem_create_order, for one extension schema. */
+typedef struct OrderPlans
+{
+	Oid			nspid;			/* InvalidOid until all are prepared */
+	SPIPlanPtr	claim;
+	SPIPlanPtr	read;
+	SPIPlanPtr	renew;
+	SPIPlanPtr	complete;
+} OrderPlans;
+
+static OrderPlans order_plans;
+
+/* What idem_create_order returns. */
+typedef struct OrderResult
+{
+	Datum		order_id;
+	Datum		order_no;
+	Datum		status;
+	Datum		http_status;
+	bool		isnull[4];
+	bool		replayed;
+} OrderResult;
+
+
+/* ---------- SPI helpers shared with cleanup.c ---------- */
+
+/*
+ * Prepare a statement and keep its plan for the life of the backend.
+ * The SQL must be fully schema-qualified: it is parsed again, under the
+ * search_path then in force, whenever the plan is invalidated.
+ */
+SPIPlanPtr
+idem_prepare_kept(const char *sql, int nargs, Oid *argtypes)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, argtypes);
+
+	if (plan == NULL)
+		elog(ERROR, "idem: could not prepare \"%s\": %s",
+			 sql, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "idem: could not keep plan for \"%s\"", sql);
+	return plan;
+}
+
+/* Free a kept plan, if there is one. */
+void
+idem_free_kept(SPIPlanPtr *plan)
+{
+	if (*plan != NULL)
+		SPI_freeplan(*plan);
+	*plan = NULL;
+}
+
+/*
+ * The schema idem is installed in: the namespace of the SQL function being
+ * called (the extension is not relocatable, so its objects stay together).
+ */
+Oid
+idem_extension_schema(FunctionCallInfo fcinfo)
+{
+	Oid			nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
+
+	if (!OidIsValid(nspid))
+		elog(ERROR, "idem: no schema for function %u", fcinfo->flinfo->fn_oid);
+	return nspid;
+}
+
+/* The quoted name of a schema, ready to prefix a table name. */
+char *
+idem_quoted_schema(Oid nspid)
+{
+	char	   *name = get_namespace_name(nspid);
+
+	if (name == NULL)
+		elog(ERROR, "idem: schema %u does not exist", nspid);
+	return pstrdup(quote_identifier(name));
+}
+
+
+/* ---------- input checks ---------- */
+
+/*
+ * Check an idempotency key: 16 to 128 characters from [A-Za-z0-9_-].  The
+ * message never echoes the key itself: it may carry anything, newlines
+ * included, and would end up in logs.
+ */
+void
+idem_check_key(const char *key, int len)
+{
+	int			nchars = pg_mbstrlen_with_len(key, len);
+
+	if (nchars < IDEM_KEY_MIN_LEN || nchars > IDEM_KEY_MAX_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idempotency key must be %d to %d characters long",
+						IDEM_KEY_MIN_LEN, IDEM_KEY_MAX_LEN),
+				 errdetail("The key has %d characters.", nchars),
+				 errhint("Send one high-entropy key per business intent, such as a UUID or a ULID.")));
+
+	for (int i = 0; i < len; i++)
+	{
+		char		c = key[i];
+
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+			  (c >= '0' && c <= '9') || c == '_' || c == '-'))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("idempotency key may contain only letters A-Z and a-z, digits, \"_\" and \"-\""),
+					 errdetail("Character %d of the key is not allowed.",
+							   pg_mbstrlen_with_len(key, i) + 1),
+					 errhint("Send one high-entropy key per business intent, such as a UUID or a ULID.")));
+	}
+}
+
+/* Raise 22004 when a required argument is NULL. */
+static void
+check_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" must not be null", argname)));
+}
+
+/* Compare two hex fingerprints in time independent of where they differ. */
+static bool
+fingerprints_equal(const char *a, const char *b)
+{
+	unsigned char diff = 0;
+
+	if (strlen(a) != IDEM_HASH_HEX_LEN || strlen(b) != IDEM_HASH_HEX_LEN)
+		return false;
+	for (int i = 0; i < IDEM_HASH_HEX_LEN; i++)
+		diff |= (unsigned char) (a[i] ^ b[i]);
+	return diff == 0;
+}
+
+
+/* ---------- the key lock ---------- */
+
+/* The lock tag of one (owner, operation, key) in this database. */
+static void
+key_locktag(LOCKTAG *tag, int64 owner, const char *operation, const char *key)
+{
+	unsigned char buf[sizeof(int64) + IDEM_OPERATION_MAX_LEN + 1 + IDEM_KEY_MAX_LEN];
+	size_t		oplen = strlen(operation);
+	size_t		keylen = strlen(key);
+	size_t		len = 0;
+	uint64		h;
+
+	Assert(oplen <= IDEM_OPERATION_MAX_LEN && keylen <= IDEM_KEY_MAX_LEN);
+	memcpy(buf, &owner, sizeof(int64));
+	len += sizeof(int64);
+	memcpy(buf + len, operation, oplen + 1);	/* with its NUL, as separator */
+	len += oplen + 1;
+	memcpy(buf + len, key, keylen);
+	len += keylen;
+
+	h = hash_bytes_extended(buf, (int) len, 0);
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 IDEM_LOCK_CLASS);
+}
+
+/*
+ * Wait for a key lock another transaction holds, at most idem.wait_timeout
+ * (and at most lock_timeout, if that is shorter).  Returns false when the
+ * time ran out.  On success the lock belongs to the caller's resource owner,
+ * as if taken with a plain LockAcquire.
+ *
+ * The wait is an ordinary lock wait, so it shows in pg_locks and
+ * pg_blocking_pids and takes part in deadlock detection.  The timeout is
+ * lock_timeout's own machinery; its error is caught in a subtransaction,
+ * which is only ever started on this slow path.
+ */
+static bool
+wait_for_key_lock(const LOCKTAG *tag)
+{
+	MemoryContext callercxt = CurrentMemoryContext;
+	ResourceOwner callerowner = CurrentResourceOwner;
+	int			saved_lock_timeout = LockTimeout;
+	volatile bool acquired = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(callercxt);
+
+	PG_TRY();
+	{
+		ResourceOwner subowner = CurrentResourceOwner;
+
+		if (LockTimeout <= 0 || LockTimeout > idem_wait_timeout)
+			LockTimeout = idem_wait_timeout;
+		(void) LockAcquire(tag, ExclusiveLock, false, false);
+		LockTimeout = saved_lock_timeout;
+
+		/* hand the lock from the subtransaction to the caller */
+		CurrentResourceOwner = callerowner;
+		(void) LockAcquire(tag, ExclusiveLock, false, true);
+		CurrentResourceOwner = subowner;
+		LockRelease(tag, ExclusiveLock, false);
+
+		ReleaseCurrentSubTransaction();
+		acquired = true;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		LockTimeout = saved_lock_timeout;
+		MemoryContextSwitchTo(callercxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(callercxt);
+		CurrentResourceOwner = callerowner;
+
+		/* only our own timeout means "still in flight" */
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+
+	MemoryContextSwitchTo(callercxt);
+	CurrentResourceOwner = callerowner;
+	return acquired;
+}
+
+/* Take the key lock; false if another transaction kept it past the wait. */
+static bool
+lock_key(const LOCKTAG *tag)
+{
+	if (LockAcquire(tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	if (idem_wait_timeout <= 0)
+		return false;
+	return wait_for_key_lock(tag);
+}
+
+/* Raise IK002: the original request has not finished. */
+static void
+report_in_flight(int64 owner, const char *operation, const char *key)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEM_IN_FLIGHT),
+			 errmsg("a request with this idempotency key is still being processed"),
+			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": the first request has not finished within idem.wait_timeout (%d ms).",
+					   owner, operation, key, idem_wait_timeout),
+			 errhint("Retry the same request in about a second; an HTTP API answers 409 Conflict with Retry-After: 1.")));
+}
+
+/* Raise IK001: the key was first used with another request. */
+static void
+report_key_reused(int64 owner, const char *operation, const char *key)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEM_KEY_REUSED),
+			 errmsg("idempotency key was already used with a different request"),
+			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": the stored request fingerprint differs from this request's.",
+					   owner, operation, key),
+			 errhint("Send a new idempotency key for a new request; an HTTP API answers 409 Conflict (or 422 Unprocessable Content).")));
+}
+
+
+/* ---------- idem_create_order ---------- */
+
+/* Prepare the statements of idem_create_order for the schema nspid. */
+static void
+prepare_order_plans(Oid nspid)
+{
+	char	   *s;
+	char	   *seq;
+	Oid			claim_types[6] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Oid			read_types[4] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	Oid			renew_types[4] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Oid			complete_types[5] = {INT8OID, INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID};
+
+	if (order_plans.nspid == nspid)
+		return;
+
+	order_plans.nspid = InvalidOid;
+	idem_free_kept(&order_plans.claim);
+	idem_free_kept(&order_plans.read);
+	idem_free_kept(&order_plans.renew);
+	idem_free_kept(&order_plans.complete);
+
+	s = idem_quoted_schema(nspid);
+	seq = quote_literal_cstr(psprintf("%s.purchase_order_id_seq", s));
+
+	/* $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry */
+	order_plans.claim = idem_prepare_kept(psprintf(
+		"INSERT INTO %s.idempotency_record AS r"
+		" (owner_id, operation, idempotency_key, request_hash, status,"
+		"  created_at, updated_at, expires_at)"
+		" VALUES ($1, $2, $3, $4, 'PROCESSING', $5, $5, $6)"
+		" ON CONFLICT (owner_id, operation, idempotency_key) DO NOTHING"
+		" RETURNING r.id", s), 6, claim_types);
+
+	/* $1 owner, $2 operation, $3 key, $4 now */
+	order_plans.read = idem_prepare_kept(psprintf(
+		"SELECT r.id, r.request_hash::pg_catalog.text, r.status::pg_catalog.text,"
+		" (r.response_json OPERATOR(pg_catalog.->>) 'orderId')::pg_catalog.int8,"
+		" r.response_json OPERATOR(pg_catalog.->>) 'orderNo',"
+		" r.response_json OPERATOR(pg_catalog.->>) 'status',"
+		" r.http_status,"
+		" r.expires_at OPERATOR(pg_catalog.<) $4"
+		" FROM %s.idempotency_record r"
+		" WHERE r.owner_id OPERATOR(pg_catalog.=) $1"
+		" AND r.operation OPERATOR(pg_catalog.=) $2"
+		" AND r.idempotency_key OPERATOR(pg_catalog.=) $3", s), 4, read_types);
+
+	/* $1 record id, $2 fingerprint, $3 now, $4 expiry: restart an expired record */
+	order_plans.renew = idem_prepare_kept(psprintf(
+		"UPDATE %s.idempotency_record AS r"
+		" SET request_hash = $2, status = 'PROCESSING', http_status = NULL,"
+		" response_json = NULL, resource_id = NULL,"
+		" created_at = $3, updated_at = $3, expires_at = $4"
+		" WHERE r.id OPERATOR(pg_catalog.=) $1"
+		" AND r.expires_at OPERATOR(pg_catalog.<) $3"
+		" RETURNING r.id", s), 4, renew_types);
+
+	/* $1 record id, $2 owner, $3 sku, $4 qty, $5 now: the business write and its snapshot */
+	order_plans.complete = idem_prepare_kept(psprintf(
+		"WITH o AS ("
+		" INSERT INTO %s.purchase_order"
+		"  (id, order_no, owner_id, sku_id, quantity, status, created_at)"
+		" SELECT n.id,"
+		"  'ORD-' OPERATOR(pg_catalog.||) pg_catalog.lpad(n.id::pg_catalog.text, 12, '0'),"
+		"  $2, $3, $4, 'CREATED', $5"
+		" FROM (SELECT pg_catalog.nextval(%s::pg_catalog.regclass) AS id) n"
+		" RETURNING id, order_no, status)"
+		" UPDATE %s.idempotency_record AS r"
+		" SET status = 'SUCCEEDED', http_status = 201, resource_id = o.id,"
+		" response_json = pg_catalog.jsonb_build_object("
+		"  'orderId', o.id, 'orderNo', o.order_no, 'status', o.status),"
+		" updated_at = $5"
+		" FROM o WHERE r.id OPERATOR(pg_catalog.=) $1"
+		" RETURNING o.id, o.order_no::pg_catalog.text, o.status::pg_catalog.text",
+		s, seq, s), 5, complete_types);
+
+	order_plans.nspid = nspid;
+}
+
+/* Run a kept plan and check that it returned what it must. */
+static void
+exec_plan(SPIPlanPtr plan, Datum *values, int expected)
+{
+	int			rc = SPI_execute_plan(plan, values, NULL, false, 0);
+
+	if (rc != expected)
+		elog(ERROR, "idem: statement failed: %s (expected %s)",
+			 SPI_result_code_string(rc), SPI_result_code_string(expected));
+}
+
+/* Column i (1-based) of the single result row, as a Datum. */
+static Datum
+result_col(int i, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i, isnull);
+}
+
+/*
+ * SQL: idem_create_order(owner, key, sku, qty) returns
+ * (order_id, order_no, status, http_status, replayed).
+ */
+Datum
+idem_create_order(PG_FUNCTION_ARGS)
+{
+	int64		owner;
+	char	   *key;
+	int64		sku;
+	int32		qty;
+	StringInfoData request;
+	char		fingerprint[IDEM_HASH_HEX_LEN + 1];
+	LOCKTAG		tag;
+	TupleDesc	tupdesc;
+	MemoryContext callercxt = CurrentMemoryContext;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	TimestampTz expires;
+	Datum		args[6];
+	Datum		record_id = (Datum) 0;
+	bool		won = false;
+	OrderResult res = {0};
+	Datum		values[5];
+	bool		nulls[5];
+	HeapTuple	tuple;
+
+	check_not_null(fcinfo, 0, "owner");
+	check_not_null(fcinfo, 1, "key");
+	check_not_null(fcinfo, 2, "sku");
+	check_not_null(fcinfo, 3, "qty");
+	owner = PG_GETARG_INT64(0);
+	key = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	sku = PG_GETARG_INT64(2);
+	qty = PG_GETARG_INT32(3);
+
+	idem_check_key(key, strlen(key));
+	if (qty < IDEM_QTY_MIN || qty > IDEM_QTY_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("qty must be between %d and %d", IDEM_QTY_MIN, IDEM_QTY_MAX),
+				 errdetail("The request has qty %d.", qty)));
+	if (sku < -IDEM_MAX_SAFE_INTEGER || sku > IDEM_MAX_SAFE_INTEGER)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("sku must be between -9007199254740991 and 9007199254740991"),
+				 errdetail("The request fingerprint holds sku as a JSON number, exact only up to 2^53 - 1.")));
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "idem_create_order must return a composite type");
+	tupdesc = BlessTupleDesc(tupdesc);
+
+	/* the fingerprint: SHA-256 of the canonical {"qty":..,"sku":..} */
+	initStringInfo(&request);
+	appendStringInfoString(&request, "{\"qty\":");
+	idem_jcs_append_number(&request, (double) qty);
+	appendStringInfoString(&request, ",\"sku\":");
+	idem_jcs_append_number(&request, (double) sku);
+	appendStringInfoChar(&request, '}');
+	idem_sha256_hex(request.data, request.len, fingerprint);
+
+	key_locktag(&tag, owner, IDEM_OP_CREATE_ORDER, key);
+	if (!lock_key(&tag))
+		report_in_flight(owner, IDEM_OP_CREATE_ORDER, key);
+
+	expires = now + (TimestampTz) idem_ttl * USECS_PER_SEC;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "idem: SPI_connect failed");
+	prepare_order_plans(idem_extension_schema(fcinfo));
+
+	args[0] = Int64GetDatum(owner);
+	args[1] = CStringGetTextDatum(IDEM_OP_CREATE_ORDER);
+	args[2] = CStringGetTextDatum(key);
+
+	for (int attempt = 1; !won; attempt++)
+	{
+		bool		isnull;
+		bool		expired;
+		char	   *stored;
+
+		if (attempt > IDEM_CLAIM_ATTEMPTS)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not claim idempotency key: its record kept changing"),
+					 errhint("Retry the transaction.")));
+
+		/* claim */
+		args[3] = CStringGetTextDatum(fingerprint);
+		args[4] = TimestampTzGetDatum(now);
+		args[5] = TimestampTzGetDatum(expires);
+		exec_plan(order_plans.claim, args, SPI_OK_INSERT_RETURNING);
+		if (SPI_processed == 1)
+		{
+			record_id = result_col(1, &isnull);
+			won = true;
+			break;
+		}
+
+		/* lost: read what holds the key */
+		args[3] = TimestampTzGetDatum(now);
+		exec_plan(order_plans.read, args, SPI_OK_SELECT);
+		if (SPI_processed == 0)
+			continue;			/* deleted since the claim looked: claim again */
+
+		record_id = result_col(1, &isnull);
+		expired = DatumGetBool(result_col(8, &isnull));
+		if (expired)
+		{
+			Datum		renew_args[4];
+
+			renew_args[0] = record_id;
+			renew_args[1] = CStringGetTextDatum(fingerprint);
+			renew_args[2] = TimestampTzGetDatum(now);
+			renew_args[3] = TimestampTzGetDatum(expires);
+			exec_plan(order_plans.renew, renew_args, SPI_OK_UPDATE_RETURNING);
+			won = (SPI_processed == 1);
+			continue;			/* renewed, or gone: claim again */
+		}
+
+		stored = TextDatumGetCString(result_col(2, &isnull));
+		if (!fingerprints_equal(stored, fingerprint))
+			report_key_reused(owner, IDEM_OP_CREATE_ORDER, key);
+		if (strcmp(TextDatumGetCString(result_col(3, &isnull)), "SUCCEEDED") != 0)
+			report_in_flight(owner, IDEM_OP_CREATE_ORDER, key);
+
+		/* replay the stored response */
+		res.order_id = result_col(4, &res.isnull[0]);
+		res.order_no = result_col(5, &res.isnull[1]);
+		res.status = result_col(6, &res.isnull[2]);
+		res.http_status = result_col(7, &res.isnull[3]);
+		res.replayed = true;
+		break;
+	}
+
+	if (won)
+	{
+		Datum		complete_args[5];
+
+		complete_args[0] = record_id;
+		complete_args[1] = Int64GetDatum(owner);
+		complete_args[2] = Int64GetDatum(sku);
+		complete_args[3] = Int32GetDatum(qty);
+		complete_args[4] = TimestampTzGetDatum(now);
+		exec_plan(order_plans.complete, complete_args, SPI_OK_UPDATE_RETURNING);
+		if (SPI_processed != 1)
+			elog(ERROR, "idem: claimed record " INT64_FORMAT " vanished",
+				 DatumGetInt64(record_id));
+		res.order_id = result_col(1, &res.isnull[0]);
+		res.order_no = result_col(2, &res.isnull[1]);
+		res.status = result_col(3, &res.isnull[2]);
+		res.http_status = Int32GetDatum(201);
+		res.isnull[3] = false;
+		res.replayed = false;
+	}
+	else
+	{
+		/* a replay leaves the key to others at once */
+		LockRelease(&tag, ExclusiveLock, false);
+	}
+
+	ereport(DEBUG1,
+			(errmsg_internal("idem: owner " INT64_FORMAT " operation %s key \"%.8s...\" order " INT64_FORMAT " replayed=%s",
+							 owner, IDEM_OP_CREATE_ORDER, key,
+							 res.isnull[0] ? INT64CONST(-1) : DatumGetInt64(res.order_id),
+							 res.replayed ? "true" : "false")));
+
+	/* form the result outside SPI's memory, which SPI_finish frees */
+	MemoryContextSwitchTo(callercxt);
+	values[0] = res.order_id;
+	values[1] = res.order_no;
+	values[2] = res.status;
+	values[3] = res.http_status;
+	values[4] = BoolGetDatum(res.replayed);
+	memcpy(nulls, res.isnull, sizeof(res.isnull));
+	nulls[4] = false;
+	tuple = heap_form_tuple(tupdesc, values, nulls);
+
+	SPI_finish();
+	PG_RETURN_DATUM(HeapTupleGetDatum(tuple));
+}

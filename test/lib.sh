@@ -1,0 +1,90 @@
+# test/lib.sh: set-up shared by test/run_all.sh and test/demo.sh.
+#
+# Installs what a fresh Debian 12 machine lacks, builds and installs idem,
+# and runs a throwaway PostgreSQL 15 server with idem preloaded, on a
+# private Unix socket in a temporary directory (no TCP).  The server runs as
+# the "postgres" user when we are root (initdb refuses root) and is stopped by
+# its own data directory when the calling script exits.
+
+set -euo pipefail
+
+IDEM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PG_BINDIR=/usr/lib/postgresql/15/bin
+PG_CONFIG=$PG_BINDIR/pg_config
+export PG_CONFIG
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# Run a command as the server's OS user.
+as_pg_user() {
+	if [ "$(id -u)" -eq 0 ]; then
+		runuser -u postgres -- "$@"
+	else
+		"$@"
+	fi
+}
+
+# Install the build and test dependencies that a fresh machine lacks.
+ensure_packages() {
+	local missing=()
+	[ -x "$PG_BINDIR/postgres" ] || missing+=(postgresql-15)
+	[ -f /usr/lib/postgresql/15/lib/pgxs/src/makefiles/pgxs.mk ] || missing+=(postgresql-server-dev-15)
+	[ -f /usr/share/postgresql/15/extension/pgcrypto.control ] || missing+=(postgresql-contrib)
+	perl -MIPC::Run -e 1 2>/dev/null || missing+=(libipc-run-perl)
+	command -v make >/dev/null || missing+=(make)
+	command -v gcc >/dev/null || missing+=(gcc)
+	if [ ${#missing[@]} -eq 0 ]; then
+		return 0
+	fi
+	if [ "$(id -u)" -ne 0 ]; then
+		log "missing packages: ${missing[*]} (run as root, or install them)"
+		exit 1
+	fi
+	log "installing ${missing[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# Build idem with -Werror and install it into PostgreSQL 15.
+build_install() {
+	log "building and installing idem"
+	make -C "$IDEM_ROOT" -s clean >/dev/null
+	make -C "$IDEM_ROOT" -s >/dev/null
+	make -C "$IDEM_ROOT" -s install >/dev/null
+}
+
+# Start a throwaway server; sets PGHOST, PGPORT, PGUSER, IDEM_TMP.
+# Extra postgresql.conf lines may be given as arguments.
+start_server() {
+	IDEM_TMP=$(mktemp -d /tmp/idem-test.XXXXXX)
+	chmod 755 "$IDEM_TMP"
+	[ "$(id -u)" -eq 0 ] && chown postgres: "$IDEM_TMP"
+	as_pg_user "$PG_BINDIR/initdb" -D "$IDEM_TMP/data" -U postgres \
+		--auth=trust --encoding=UTF8 --locale=C.UTF-8 --no-sync >"$IDEM_TMP/initdb.log" 2>&1
+	{
+		echo "listen_addresses = ''"
+		echo "unix_socket_directories = '$IDEM_TMP'"
+		echo "port = 5432"
+		echo "shared_preload_libraries = 'idem'"
+		echo "max_connections = 100"
+		echo "fsync = off"
+		echo "log_min_messages = warning"
+		for line in "$@"; do echo "$line"; done
+	} >>"$IDEM_TMP/data/postgresql.conf"
+	as_pg_user "$PG_BINDIR/pg_ctl" -D "$IDEM_TMP/data" -l "$IDEM_TMP/server.log" -w -s start
+	export PGHOST=$IDEM_TMP PGPORT=5432 PGUSER=postgres
+	trap stop_server EXIT
+	log "server running (socket directory $IDEM_TMP)"
+}
+
+# Stop the server this script started, and only that one.
+stop_server() {
+	if [ -n "${IDEM_TMP:-}" ] && [ -f "$IDEM_TMP/data/postmaster.pid" ]; then
+		as_pg_user "$PG_BINDIR/pg_ctl" -D "$IDEM_TMP/data" -m fast -w -s stop || true
+	fi
+	if [ -n "${IDEM_TMP:-}" ] && [ -z "${IDEM_KEEP_TMP:-}" ]; then
+		rm -rf "$IDEM_TMP"
+	fi
+}
+
+psql_q() { "$PG_BINDIR/psql" -X -v ON_ERROR_STOP=1 -q "$@"; }
