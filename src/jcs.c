@@ -157,41 +157,80 @@ jcs_append_string(StringInfo out, const char *s, int len)
 }
 
 /*
- * Append a finite double the way ECMAScript's Number::toString does
- * (RFC 8785 3.2.2.3): the shortest digits that round-trip, in plain
- * notation for 1e-7 < |d| < 1e21 and in exponent notation otherwise.
+ * Shortest decimal digits of a positive finite double, as ECMAScript's
+ * Number::toString picks them: the fewest digits k whose value
+ * 0.digits * 10^n reads back as d, the closest to d among those.
  */
-void
-idem_jcs_append_number(StringInfo out, double d)
+
+/* Read back 0.digits * 10^n as a double, with strtod's correct rounding. */
+static double
+digits_value(const char *digits, int k, int n)
+{
+	char		buf[64];
+
+	snprintf(buf, sizeof(buf), "0.%.*se%d", k, digits, n);
+	return strtod(buf, NULL);
+}
+
+/* Drop trailing zeros (digits keeps at least one). */
+static int
+strip_zeros(const char *digits, int k)
+{
+	while (k > 1 && digits[k - 1] == '0')
+		k--;
+	return k;
+}
+
+/* Step a p-digit decimal one unit in its last place up (+1) or down (-1). */
+static void
+step_digits(char *digits, int p, int *n, int dir)
+{
+	int			i = p - 1;
+
+	if (dir > 0)
+	{
+		while (i >= 0 && digits[i] == '9')
+			digits[i--] = '0';
+		if (i >= 0)
+			digits[i]++;
+		else
+		{
+			/* 999 + 1 = 1000: one more integer digit */
+			digits[0] = '1';
+			(*n)++;
+		}
+	}
+	else
+	{
+		while (i >= 0 && digits[i] == '0')
+			digits[i--] = '9';
+		digits[i]--;
+		if (digits[0] == '0')
+		{
+			/* 1000 - 1 at this precision: 9999 in the decade below */
+			memset(digits, '9', p);
+			(*n)--;
+		}
+	}
+}
+
+static void
+shortest_digits(double d, char *digits, int *k_out, int *n_out)
 {
 	char		buf[DOUBLE_SHORTEST_DECIMAL_LEN];
-	char		digits[DOUBLE_SHORTEST_DECIMAL_LEN];
 	const char *p;
-	int			k = 0;			/* number of significant digits */
+	int			k = 0;
 	int			point = 0;		/* digits before the decimal point in buf */
 	bool		seen_point = false;
-	int			n;				/* value = 0.digits * 10^n */
-
-	Assert(isfinite(d));
-	if (d == 0)
-	{
-		/* both 0 and -0 */
-		appendStringInfoChar(out, '0');
-		return;
-	}
+	int			n;
 
 	/*
-	 * Ryu gives the shortest round-trip digits, in either plain or exponent
-	 * form; take its digits and decimal exponent and lay them out anew.
+	 * Ryu gives the shortest round-trip digits, but PostgreSQL's copy never
+	 * accepts a candidate lying exactly on the rounding boundary, which
+	 * ECMAScript does (1e23 is "1e+23", not "9.999999999999999e+22").
 	 */
 	double_to_shortest_decimal_buf(d, buf);
-	p = buf;
-	if (*p == '-')
-	{
-		appendStringInfoChar(out, '-');
-		p++;
-	}
-	for (; *p && *p != 'e'; p++)
+	for (p = buf; *p && *p != 'e'; p++)
 	{
 		if (*p == '.')
 		{
@@ -202,16 +241,80 @@ idem_jcs_append_number(StringInfo out, double d)
 			point++;
 		if (k == 0 && *p == '0')
 		{
-			/* leading zero: shifts the point, adds no digit */
-			point--;
+			point--;			/* leading zero: shifts the point only */
 			continue;
 		}
 		digits[k++] = *p;
 	}
-	while (k > 1 && digits[k - 1] == '0')
-		k--;
+	k = strip_zeros(digits, k);
 	n = point + (*p == 'e' ? atoi(p + 1) : 0);
 
+	/*
+	 * So try one digit fewer, until nothing shorter reads back as d: the
+	 * correctly rounded candidate first, then its neighbour on the other
+	 * side of d (the interval below d is narrower at a power of two).
+	 */
+	while (k > 1)
+	{
+		char		cand[DOUBLE_SHORTEST_DECIMAL_LEN + 8];
+		char		cdigits[DOUBLE_SHORTEST_DECIMAL_LEN];
+		int			cp = k - 1;
+		int			cn;
+		double		back;
+
+		snprintf(cand, sizeof(cand), "%.*e", cp - 1, d);
+		cdigits[0] = cand[0];
+		if (cp > 1)
+			memcpy(cdigits + 1, cand + 2, cp - 1);
+		cn = atoi(strchr(cand, 'e') + 1) + 1;
+
+		back = digits_value(cdigits, cp, cn);
+		if (back != d)
+		{
+			step_digits(cdigits, cp, &cn, back < d ? 1 : -1);
+			if (digits_value(cdigits, cp, cn) != d)
+				break;
+		}
+		memcpy(digits, cdigits, cp);
+		k = strip_zeros(digits, cp);
+		n = cn;
+	}
+	*k_out = k;
+	*n_out = n;
+}
+
+/*
+ * Append a finite double the way ECMAScript's Number::toString does
+ * (RFC 8785 3.2.2.3): the shortest digits that round-trip, in plain
+ * notation for 1e-7 < |d| < 1e21 and in exponent notation otherwise.
+ */
+void
+idem_jcs_append_number(StringInfo out, double d)
+{
+	char		digits[DOUBLE_SHORTEST_DECIMAL_LEN];
+	int			k;				/* number of significant digits */
+	int			n;				/* value = 0.digits * 10^n */
+
+	Assert(isfinite(d));
+	if (d == 0)
+	{
+		/* both 0 and -0 */
+		appendStringInfoChar(out, '0');
+		return;
+	}
+	if (d < 0)
+	{
+		appendStringInfoChar(out, '-');
+		d = -d;
+	}
+	if (d < 9007199254740992.0 && d == floor(d))
+	{
+		/* an exact integer: its decimal digits are the answer */
+		appendStringInfo(out, INT64_FORMAT, (int64) d);
+		return;
+	}
+
+	shortest_digits(d, digits, &k, &n);
 	if (k <= n && n <= 21)
 	{
 		/* integer: digits then zeros */

@@ -304,15 +304,21 @@ lock_key(const LOCKTAG *tag)
 	return wait_for_key_lock(tag);
 }
 
-/* Raise IK002: the original request has not finished. */
+/*
+ * Raise IK002: the original request has not finished, either still running
+ * after our wait or recorded as PROCESSING by a committed transaction.
+ */
 static void
-report_in_flight(int64 owner, const char *operation, const char *key)
+report_in_flight(int64 owner, const char *operation, const char *key, bool waited)
 {
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEM_IN_FLIGHT),
 			 errmsg("a request with this idempotency key is still being processed"),
+			 waited ?
 			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": the first request has not finished within idem.wait_timeout (%d ms).",
-					   owner, operation, key, idem_wait_timeout),
+					   owner, operation, key, idem_wait_timeout) :
+			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": the first request is recorded as still processing.",
+					   owner, operation, key),
 			 errhint("Retry the same request in about a second; an HTTP API answers 409 Conflict with Retry-After: 1.")));
 }
 
@@ -488,7 +494,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 
 	key_locktag(&tag, owner, IDEM_OP_CREATE_ORDER, key);
 	if (!lock_key(&tag))
-		report_in_flight(owner, IDEM_OP_CREATE_ORDER, key);
+		report_in_flight(owner, IDEM_OP_CREATE_ORDER, key, true);
 
 	expires = now + (TimestampTz) idem_ttl * USECS_PER_SEC;
 
@@ -549,7 +555,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 		if (!fingerprints_equal(stored, fingerprint))
 			report_key_reused(owner, IDEM_OP_CREATE_ORDER, key);
 		if (strcmp(TextDatumGetCString(result_col(3, &isnull)), "SUCCEEDED") != 0)
-			report_in_flight(owner, IDEM_OP_CREATE_ORDER, key);
+			report_in_flight(owner, IDEM_OP_CREATE_ORDER, key, false);
 
 		/* replay the stored response */
 		res.order_id = result_col(4, &res.isnull[0]);
