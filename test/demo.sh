@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The idem demo: sets up everything (packages, build, install, a throwaway
+# server with idem preloaded), then replays the article's scenarios against
+# it and prints what happened.
+#
+#   bash test/demo.sh
+source "$(dirname "$0")/lib.sh"
+
+ensure_packages
+build_install
+start_server
+
+DB=idem_demo
+"$PG_BINDIR/createdb" "$DB"
+sql() { "$PG_BINDIR/psql" -X -q -d "$DB" -v ON_ERROR_STOP=0 -P footer=off "$@"; }
+say() { printf '\n## %s\n' "$*"; }
+# Run SQL from stdin in one session, going on past errors.
+sql_script() { "$PG_BINDIR/psql" -X -q -d "$DB" -P footer=off -v ON_ERROR_STOP=0 || true; }
+
+sql -c "CREATE EXTENSION idem"
+
+say "1. Double click: the same request twice in a row"
+sql -c "SELECT * FROM idem_create_order(42, '01JZ6Q4X7M9K8P2A6T3B5C1D0E', 1001, 2)" \
+    -c "SELECT * FROM idem_create_order(42, '01JZ6Q4X7M9K8P2A6T3B5C1D0E', 1001, 2)" \
+    -c "SELECT count(*) AS orders_for_this_key FROM purchase_order WHERE owner_id = 42"
+echo "-> one order; the second call replayed the first response (replayed = t)."
+
+say "2. Gateway retry: the first attempt failed, so nothing of it remains"
+sql -c "BEGIN" \
+    -c "SELECT * FROM idem_create_order(42, '01JZ6Q4X7M9K8P2A6T3B5C1D0F', 1002, 1)" \
+    -c "ROLLBACK" \
+    -c "SELECT count(*) AS records_after_rollback FROM idempotency_record WHERE idempotency_key = '01JZ6Q4X7M9K8P2A6T3B5C1D0F'" \
+    -c "SELECT * FROM idem_create_order(42, '01JZ6Q4X7M9K8P2A6T3B5C1D0F', 1002, 1)" \
+    -c "SELECT * FROM idem_create_order(42, '01JZ6Q4X7M9K8P2A6T3B5C1D0F', 1002, 1)"
+echo "-> the rolled-back attempt left no claim; the retry executed, the next retry replayed."
+
+say "3. Twenty concurrent callers with one key"
+cat >"$IDEM_TMP/demo.pgbench" <<'PGB'
+SELECT order_id, replayed FROM idem_create_order(43, '01JZ6Q4X7M9K8P2A6T3B5C1D10', 1003, 5) \gset
+INSERT INTO demo_log VALUES (:order_id, :replayed);
+PGB
+sql -c "CREATE TABLE demo_log (order_id bigint, replayed boolean)"
+"$PG_BINDIR/pgbench" -n -M prepared -c 20 -j 2 -t 1 -f "$IDEM_TMP/demo.pgbench" "$DB" 2>&1 |
+	grep -E 'number of (clients|transactions actually processed|failed)'
+sql -c "SELECT count(*) AS callers, count(DISTINCT order_id) AS distinct_order_ids,
+               count(*) FILTER (WHERE NOT replayed) AS executed,
+               count(*) FILTER (WHERE replayed) AS replayed FROM demo_log" \
+    -c "SELECT count(*) AS orders FROM purchase_order WHERE owner_id = 43"
+echo "-> 20 callers, 1 order: one executed, 19 waited on the key and replayed it."
+
+say "4. The same key reused for a different request"
+sql_script <<'SQL'
+SELECT * FROM idem_create_order(42, '01JZ6Q4X7M9K8P2A6T3B5C1D0E', 1001, 3);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SQL
+echo "-> SQLSTATE IK001: refused, never silently replayed (HTTP 409, or 422)."
+
+say "5. A duplicate while the original is still in flight"
+"$PG_BINDIR/psql" -X -q -d "$DB" -c "BEGIN" \
+	-c "SELECT order_no FROM idem_create_order(44, '01JZ6Q4X7M9K8P2A6T3B5C1D11', 1004, 1)" \
+	-c "SELECT pg_sleep(3)" -c "COMMIT" >/dev/null &
+original=$!
+sleep 0.5
+start=$(date +%s%N)
+sql_script <<'SQL'
+SET idem.wait_timeout = '1s';
+SELECT * FROM idem_create_order(44, '01JZ6Q4X7M9K8P2A6T3B5C1D11', 1004, 1);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SQL
+echo "-> SQLSTATE IK002 after waiting $(( ($(date +%s%N) - start) / 1000000 )) ms (idem.wait_timeout = 1s): answer 409 with Retry-After."
+wait "$original"
+sql -c "SELECT * FROM idem_create_order(44, '01JZ6Q4X7M9K8P2A6T3B5C1D11', 1004, 1)"
+echo "-> once the original committed, the retry replayed it."
+
+say "6. An expired key starts afresh"
+sql -c "UPDATE idempotency_record SET expires_at = now() - interval '1 second' WHERE owner_id = 42 AND idempotency_key = '01JZ6Q4X7M9K8P2A6T3B5C1D0E'" \
+    -c "SELECT * FROM idem_create_order(42, '01JZ6Q4X7M9K8P2A6T3B5C1D0E', 1001, 3)"
+echo "-> the record had expired: the request executed as new (replayed = f)."
+
+say "7. Batch cleanup of expired records"
+sql -c "UPDATE idempotency_record SET expires_at = now() - interval '1 second' WHERE owner_id = 43" \
+    -c "SELECT idem_cleanup_expired(batch_size => 1000) AS deleted" \
+    -c "SELECT owner_id, idempotency_key, status, http_status, response_json FROM idempotency_record ORDER BY id"
+
+say "Fingerprints: RFC 8785 canonical JSON, then SHA-256"
+sql -c "SELECT idem_canonical_json('{\"sku\": 1001, \"qty\": 2.0}') AS canonical,
+               idem_request_hash('{\"qty\":2,\"sku\":1001}') = idem_request_hash('{\"sku\": 1001, \"qty\": 2.0}') AS same_hash"
+echo
+echo "Demo done; the server is stopped and removed."

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs every test suite of idem against a real, throwaway PostgreSQL 15:
+# pg_regress, the isolation specs, and the pgbench load check.  Sets up
+# everything itself on a fresh Debian 12 machine (as root: packages; then
+# build, install, a private server).  Ends with "N passed, M failed".
+#
+#   bash test/run_all.sh
+source "$(dirname "$0")/lib.sh"
+
+ensure_packages
+build_install
+start_server
+
+passed=0
+failed=0
+log_dir=$IDEM_TMP/logs
+mkdir -p "$log_dir"
+
+# Count "test NAME ... ok|FAILED" lines of a pg_regress-style run.
+count_regress() {
+	local out=$1
+	local ok bad
+	ok=$(grep -cE '^(test |     )?[A-Za-z0-9_-]+ +\.\.\. ok' "$out" || true)
+	bad=$(grep -cE '\.\.\. FAILED|\.\.\. failed' "$out" || true)
+	passed=$((passed + ok))
+	failed=$((failed + bad))
+	if [ "$ok" -eq 0 ] && [ "$bad" -eq 0 ]; then
+		log "no test ran in $(basename "$out")"
+		failed=$((failed + 1))
+	fi
+}
+
+# Run a make target; show the failures' diffs.
+run_make_suite() {
+	local name=$1
+	shift
+	log "running $name"
+	make -C "$IDEM_ROOT" -s "$@" installcheck >"$log_dir/$name.log" 2>&1 || true
+	grep -E '\.\.\. ' "$log_dir/$name.log" || true
+	count_regress "$log_dir/$name.log"
+	for diffs in "$IDEM_ROOT/regression.diffs" "$IDEM_ROOT/test/isolation/regression.diffs"; do
+		if [ -s "$diffs" ] && grep -q FAILED "$log_dir/$name.log"; then
+			cat "$diffs"
+		fi
+	done
+}
+
+rm -f "$IDEM_ROOT/regression.diffs" "$IDEM_ROOT/test/isolation/regression.diffs"
+run_make_suite regress ISOLATION= TAP_TESTS=
+run_make_suite isolation REGRESS= TAP_TESTS=
+
+log "running the pgbench load check (20 clients on one key, 30 rounds)"
+bash "$IDEM_ROOT/test/load/same_key.sh" | tee "$log_dir/load.log" || true
+passed=$((passed + $(grep -c '^ok - ' "$log_dir/load.log" || true)))
+failed=$((failed + $(grep -c '^not ok - ' "$log_dir/load.log" || true)))
+if ! grep -q '^ok - ' "$log_dir/load.log"; then
+	failed=$((failed + 1))
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
