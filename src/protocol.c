@@ -450,7 +450,8 @@ idem_create_order(PG_FUNCTION_ARGS)
 	MemoryContext callercxt = CurrentMemoryContext;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz expires;
-	Datum		args[6];
+	Datum		claim_args[6];
+	Datum		read_args[4];
 	Datum		record_id = (Datum) 0;
 	bool		won = false;
 	OrderResult res = {0};
@@ -502,14 +503,20 @@ idem_create_order(PG_FUNCTION_ARGS)
 		elog(ERROR, "idem: SPI_connect failed");
 	prepare_order_plans(idem_extension_schema(fcinfo));
 
-	args[0] = Int64GetDatum(owner);
-	args[1] = CStringGetTextDatum(IDEM_OP_CREATE_ORDER);
-	args[2] = CStringGetTextDatum(key);
+	/* $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry */
+	claim_args[0] = Int64GetDatum(owner);
+	claim_args[1] = CStringGetTextDatum(IDEM_OP_CREATE_ORDER);
+	claim_args[2] = CStringGetTextDatum(key);
+	claim_args[3] = CStringGetTextDatum(fingerprint);
+	claim_args[4] = TimestampTzGetDatum(now);
+	claim_args[5] = TimestampTzGetDatum(expires);
+	/* $1 owner, $2 operation, $3 key, $4 now */
+	memcpy(read_args, claim_args, 3 * sizeof(Datum));
+	read_args[3] = TimestampTzGetDatum(now);
 
 	for (int attempt = 1; !won; attempt++)
 	{
 		bool		isnull;
-		bool		expired;
 		char	   *stored;
 
 		if (attempt > IDEM_CLAIM_ATTEMPTS)
@@ -519,10 +526,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 					 errhint("Retry the transaction.")));
 
 		/* claim */
-		args[3] = CStringGetTextDatum(fingerprint);
-		args[4] = TimestampTzGetDatum(now);
-		args[5] = TimestampTzGetDatum(expires);
-		exec_plan(order_plans.claim, args, SPI_OK_INSERT_RETURNING);
+		exec_plan(order_plans.claim, claim_args, SPI_OK_INSERT_RETURNING);
 		if (SPI_processed == 1)
 		{
 			record_id = result_col(1, &isnull);
@@ -531,21 +535,20 @@ idem_create_order(PG_FUNCTION_ARGS)
 		}
 
 		/* lost: read what holds the key */
-		args[3] = TimestampTzGetDatum(now);
-		exec_plan(order_plans.read, args, SPI_OK_SELECT);
+		exec_plan(order_plans.read, read_args, SPI_OK_SELECT);
 		if (SPI_processed == 0)
 			continue;			/* deleted since the claim looked: claim again */
 
 		record_id = result_col(1, &isnull);
-		expired = DatumGetBool(result_col(8, &isnull));
-		if (expired)
+		if (DatumGetBool(result_col(8, &isnull)))
 		{
+			/* expired: the key starts afresh, in place */
 			Datum		renew_args[4];
 
 			renew_args[0] = record_id;
-			renew_args[1] = CStringGetTextDatum(fingerprint);
-			renew_args[2] = TimestampTzGetDatum(now);
-			renew_args[3] = TimestampTzGetDatum(expires);
+			renew_args[1] = claim_args[3];
+			renew_args[2] = claim_args[4];
+			renew_args[3] = claim_args[5];
 			exec_plan(order_plans.renew, renew_args, SPI_OK_UPDATE_RETURNING);
 			won = (SPI_processed == 1);
 			continue;			/* renewed, or gone: claim again */
