@@ -28,7 +28,12 @@ as_pg_user() {
 ensure_packages() {
 	local missing=()
 	[ -x "$PG_BINDIR/postgres" ] || missing+=(postgresql-15)
-	[ -f /usr/lib/postgresql/15/lib/pgxs/src/makefiles/pgxs.mk ] || missing+=(postgresql-server-dev-15)
+	# pgxs.mk comes with the client package; headers and the test drivers do not
+	if [ ! -f /usr/include/postgresql/15/server/postgres.h ] ||
+		[ ! -x /usr/lib/postgresql/15/lib/pgxs/src/test/isolation/pg_isolation_regress ] ||
+		[ ! -x /usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress ]; then
+		missing+=(postgresql-server-dev-15)
+	fi
 	[ -f /usr/share/postgresql/15/extension/pgcrypto.control ] || missing+=(postgresql-contrib)
 	perl -MIPC::Run -e 1 2>/dev/null || missing+=(libipc-run-perl)
 	command -v make >/dev/null || missing+=(make)
