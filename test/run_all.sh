@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test suite of idem against a real, throwaway PostgreSQL 15:
-# pg_regress, the isolation specs, and the pgbench load check.  Sets up
+# pg_regress, the isolation specs, the pgbench load check, and pg_dump.  Sets up
 # everything itself on a fresh Debian 12 machine (as root: packages; then
 # build, install, a private server).  Ends with "N passed, M failed".
 #
@@ -49,13 +49,21 @@ rm -f "$IDEM_ROOT/regression.diffs" "$IDEM_ROOT/test/isolation/regression.diffs"
 run_make_suite regress ISOLATION= TAP_TESTS=
 run_make_suite isolation REGRESS= TAP_TESTS=
 
-log "running the pgbench load check (20 clients on one key, 30 rounds)"
-bash "$IDEM_ROOT/test/load/same_key.sh" | tee "$log_dir/load.log" || true
-passed=$((passed + $(grep -c '^ok - ' "$log_dir/load.log" || true)))
-failed=$((failed + $(grep -c '^not ok - ' "$log_dir/load.log" || true)))
-if ! grep -q '^ok - ' "$log_dir/load.log"; then
-	failed=$((failed + 1))
-fi
+# Run a shell check that prints "ok - ..." / "not ok - ..." lines.
+run_shell_check() {
+	local name=$1 script=$2
+	log "running $name: $3"
+	bash "$script" 2>&1 | tee "$log_dir/$name.log" || true
+	passed=$((passed + $(grep -c '^ok - ' "$log_dir/$name.log" || true)))
+	failed=$((failed + $(grep -c '^not ok - ' "$log_dir/$name.log" || true)))
+	if ! grep -q '^ok - ' "$log_dir/$name.log"; then
+		log "no check passed in $name"
+		failed=$((failed + 1))
+	fi
+}
+
+run_shell_check load "$IDEM_ROOT/test/load/same_key.sh" "20 clients on one key, 30 rounds"
+run_shell_check dump "$IDEM_ROOT/test/dump/dump_restore.sh" "pg_dump keeps idem's rows"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

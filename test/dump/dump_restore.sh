@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# pg_dump keeps idem's rows: records and orders survive a dump and restore
+# into a new database (pg_extension_config_dump), the sequences keep their
+# positions, and after the restore a retry still replays and a new key still
+# executes with a fresh order id.  Needs a server (PGHOST/PGPORT/PGUSER).
+#
+# Prints one "ok - ..." or "not ok - ..." line per check.
+set -euo pipefail
+
+bindir=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
+src=idem_dump_src
+dst=idem_dump_dst
+dump=$(mktemp /tmp/idem-dump.XXXXXX)
+q() { "$bindir/psql" -X -q -v ON_ERROR_STOP=1 -At -d "$1" -c "$2"; }
+check() {	# check NAME EXPECTED ACTUAL
+	if [ "$2" = "$3" ]; then echo "ok - $1"; else echo "not ok - $1 (expected $2, got $3)"; fi
+}
+
+for db in $src $dst; do "$bindir/dropdb" --if-exists "$db" 2>/dev/null; done
+"$bindir/createdb" $src
+q $src "CREATE EXTENSION idem"
+q $src "SELECT count(*) FROM (SELECT idem_create_order(9, 'dump-key-' || lpad(i::text, 10, '0'), i, 1)
+        FROM generate_series(1, 25) i) s" >/dev/null
+before=$(q $src "SELECT md5(string_agg(r::text, ',' ORDER BY r.id)) FROM idempotency_record r")
+orders_before=$(q $src "SELECT md5(string_agg(o::text, ',' ORDER BY o.id)) FROM purchase_order o")
+
+"$bindir/pg_dump" -Fc -f "$dump" $src
+"$bindir/createdb" $dst
+"$bindir/pg_restore" -d $dst "$dump"
+
+check "records survive pg_dump and restore" "$before" \
+	"$(q $dst "SELECT md5(string_agg(r::text, ',' ORDER BY r.id)) FROM idempotency_record r")"
+check "orders survive pg_dump and restore" "$orders_before" \
+	"$(q $dst "SELECT md5(string_agg(o::text, ',' ORDER BY o.id)) FROM purchase_order o")"
+check "a retry after the restore replays" "t" \
+	"$(q $dst "SELECT replayed FROM idem_create_order(9, 'dump-key-0000000007', 7, 1)")"
+check "a new key after the restore gets the next order id" "26" \
+	"$(q $dst "SELECT order_id FROM idem_create_order(9, 'dump-key-after-restore', 1, 1)")"
+
+rm -f "$dump"
+for db in $src $dst; do "$bindir/dropdb" "$db"; done
