@@ -92,10 +92,7 @@ idem_cleanup_expired(PG_FUNCTION_ARGS)
 	int32		max_batches = -1;
 	int64		deleted;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("argument \"batch_size\" must not be null")));
+	idem_check_not_null(fcinfo, 0, "batch_size");
 	batch_size = PG_GETARG_INT32(0);
 	if (batch_size < 1)
 		ereport(ERROR,

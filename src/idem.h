@@ -30,6 +30,7 @@ extern void idem_jcs_append_number(StringInfo out, double d);
 extern void idem_sha256_hex(const char *data, size_t len, char *hex);
 
 /* protocol.c: input checks and SPI helpers */
+extern void idem_check_not_null(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern void idem_check_key(const char *key, int len);
 extern SPIPlanPtr idem_prepare_kept(const char *sql, int nargs, Oid *argtypes);
 extern void idem_free_kept(SPIPlanPtr *plan);

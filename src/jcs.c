@@ -498,15 +498,11 @@ idem_sha256_hex(const char *data, size_t len, char *hex)
 	hex[IDEM_HASH_HEX_LEN] = '\0';
 }
 
-/* Raise 22004 for a NULL request: every idem function refuses NULL input. */
+/* The request argument: every idem function refuses NULL input (22004). */
 static Jsonb *
 jcs_get_request(FunctionCallInfo fcinfo)
 {
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("request must not be null"),
-				 errhint("Pass the request as a JSON value, for example '{}'::jsonb.")));
+	idem_check_not_null(fcinfo, 0, "request");
 	return PG_GETARG_JSONB_P(0);
 }
 

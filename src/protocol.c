@@ -181,8 +181,8 @@ idem_check_key(const char *key, int len)
 }
 
 /* Raise 22004 when a required argument is NULL. */
-static void
-check_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
+void
+idem_check_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
 {
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR,
@@ -459,10 +459,10 @@ idem_create_order(PG_FUNCTION_ARGS)
 	bool		nulls[5];
 	HeapTuple	tuple;
 
-	check_not_null(fcinfo, 0, "owner");
-	check_not_null(fcinfo, 1, "key");
-	check_not_null(fcinfo, 2, "sku");
-	check_not_null(fcinfo, 3, "qty");
+	idem_check_not_null(fcinfo, 0, "owner");
+	idem_check_not_null(fcinfo, 1, "key");
+	idem_check_not_null(fcinfo, 2, "sku");
+	idem_check_not_null(fcinfo, 3, "qty");
 	owner = PG_GETARG_INT64(0);
 	key = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	sku = PG_GETARG_INT64(2);
