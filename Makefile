@@ -13,7 +13,7 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 REGRESS = jcs jcs_numbers encoding order cleanup security
 REGRESS_OPTS = --load-extension=idem --load-extension=pgcrypto
 
-ISOLATION = claim-race-2 claim-race-3 in-flight-timeout repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked
+ISOLATION = claim-race-2 claim-race-3 in-flight-timeout repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation --load-extension=idem
 
 PG_CONFIG ?= pg_config

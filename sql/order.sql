@@ -85,6 +85,28 @@ SELECT * FROM idem_create_order(6, 'left-processing-0001', 1, 1);
 SELECT * FROM idem_create_order(6, 'left-processing-0001', 2, 1);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 
+-- An application maps the outcomes to HTTP; here in PL/pgSQL, whose
+-- exception blocks are subtransactions around the call.
+CREATE FUNCTION http_create_order(owner bigint, key text, sku bigint, qty integer)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    SELECT * INTO r FROM idem_create_order(owner, key, sku, qty);
+    RETURN r.http_status || CASE WHEN r.replayed THEN ' (replayed) ' ELSE ' ' END || r.order_no;
+EXCEPTION
+    WHEN SQLSTATE 'IK001' THEN RETURN '409 key reused with another request';
+    WHEN SQLSTATE 'IK002' THEN RETURN '409 still processing, Retry-After: 1';
+    WHEN SQLSTATE '22004' OR SQLSTATE '22023' THEN RETURN '400 ' || SQLERRM;
+END $$;
+SELECT http_create_order(9, 'http-mapping-000001', 1, 1) AS first,
+       http_create_order(9, 'http-mapping-000001', 1, 1) AS retry,
+       http_create_order(9, 'http-mapping-000001', 1, 2) AS reused,
+       http_create_order(6, 'left-processing-0001', 1, 1) AS processing,
+       http_create_order(9, 'too-short', 1, 1) AS bad_key;
+SELECT count(*) AS orders FROM purchase_order WHERE owner_id = 9;
+DROP FUNCTION http_create_order;
+
 --
 -- Bad input: SQLSTATE, a message to act on, and nothing written.
 --
