@@ -229,6 +229,15 @@ key_locktag(LOCKTAG *tag, int64 owner, const char *operation, const char *key)
 						 IDEM_LOCK_CLASS);
 }
 
+/* How long a duplicate waits: idem.wait_timeout, or lock_timeout if shorter. */
+static int
+key_wait_ms(void)
+{
+	if (LockTimeout > 0 && LockTimeout < idem_wait_timeout)
+		return LockTimeout;
+	return idem_wait_timeout;
+}
+
 /*
  * Wait for a key lock another transaction holds, at most idem.wait_timeout
  * (and at most lock_timeout, if that is shorter).  Returns false when the
@@ -255,8 +264,7 @@ wait_for_key_lock(const LOCKTAG *tag)
 	{
 		ResourceOwner subowner = CurrentResourceOwner;
 
-		if (LockTimeout <= 0 || LockTimeout > idem_wait_timeout)
-			LockTimeout = idem_wait_timeout;
+		LockTimeout = key_wait_ms();
 		(void) LockAcquire(tag, ExclusiveLock, false, false);
 		LockTimeout = saved_lock_timeout;
 
@@ -299,7 +307,7 @@ lock_key(const LOCKTAG *tag)
 {
 	if (LockAcquire(tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
 		return true;
-	if (idem_wait_timeout <= 0)
+	if (key_wait_ms() <= 0)
 		return false;
 	return wait_for_key_lock(tag);
 }
@@ -315,8 +323,8 @@ report_in_flight(int64 owner, const char *operation, const char *key, bool waite
 			(errcode(ERRCODE_IDEM_IN_FLIGHT),
 			 errmsg("a request with this idempotency key is still being processed"),
 			 waited ?
-			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": the first request has not finished within idem.wait_timeout (%d ms).",
-					   owner, operation, key, idem_wait_timeout) :
+			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": the first request has not finished within %d ms (idem.wait_timeout, or lock_timeout if shorter).",
+					   owner, operation, key, key_wait_ms()) :
 			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": the first request is recorded as still processing.",
 					   owner, operation, key),
 			 errhint("Retry the same request in about a second; an HTTP API answers 409 Conflict with Retry-After: 1.")));
