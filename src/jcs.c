@@ -157,10 +157,37 @@ jcs_append_string(StringInfo out, const char *s, int len)
 }
 
 /*
- * Shortest decimal digits of a positive finite double, as ECMAScript's
- * Number::toString picks them: the fewest digits k whose value
- * 0.digits * 10^n reads back as d, the closest to d among those.
+ * Read a positive decimal such as "123.45", "0.001" or "1.20e+05" into its
+ * significant digits (trailing zeros kept) and n, with value
+ * 0.digits * 10^n.  Returns the number of digits.
  */
+static int
+parse_decimal(const char *s, char *digits, int *n)
+{
+	const char *p;
+	int			k = 0;
+	int			point = 0;		/* digits before the decimal point */
+	bool		seen_point = false;
+
+	for (p = s; *p && *p != 'e'; p++)
+	{
+		if (*p == '.')
+		{
+			seen_point = true;
+			continue;
+		}
+		if (!seen_point)
+			point++;
+		if (k == 0 && *p == '0')
+		{
+			point--;			/* leading zero: shifts the point only */
+			continue;
+		}
+		digits[k++] = *p;
+	}
+	*n = point + (*p == 'e' ? atoi(p + 1) : 0);
+	return k;
+}
 
 /* Read back 0.digits * 10^n as a double, with strtod's correct rounding. */
 static double
@@ -214,14 +241,16 @@ step_digits(char *digits, int p, int *n, int dir)
 	}
 }
 
+/*
+ * Shortest decimal digits of a positive finite double, as ECMAScript's
+ * Number::toString picks them: the fewest digits k whose value
+ * 0.digits * 10^n reads back as d, the closest to d among those.
+ */
 static void
 shortest_digits(double d, char *digits, int *k_out, int *n_out)
 {
-	char		buf[DOUBLE_SHORTEST_DECIMAL_LEN];
-	const char *p;
-	int			k = 0;
-	int			point = 0;		/* digits before the decimal point in buf */
-	bool		seen_point = false;
+	char		buf[DOUBLE_SHORTEST_DECIMAL_LEN + 8];
+	int			k;
 	int			n;
 
 	/*
@@ -230,24 +259,7 @@ shortest_digits(double d, char *digits, int *k_out, int *n_out)
 	 * ECMAScript does (1e23 is "1e+23", not "9.999999999999999e+22").
 	 */
 	double_to_shortest_decimal_buf(d, buf);
-	for (p = buf; *p && *p != 'e'; p++)
-	{
-		if (*p == '.')
-		{
-			seen_point = true;
-			continue;
-		}
-		if (!seen_point)
-			point++;
-		if (k == 0 && *p == '0')
-		{
-			point--;			/* leading zero: shifts the point only */
-			continue;
-		}
-		digits[k++] = *p;
-	}
-	k = strip_zeros(digits, k);
-	n = point + (*p == 'e' ? atoi(p + 1) : 0);
+	k = strip_zeros(digits, parse_decimal(buf, digits, &n));
 
 	/*
 	 * So try one digit fewer, until nothing shorter reads back as d: the
@@ -256,17 +268,13 @@ shortest_digits(double d, char *digits, int *k_out, int *n_out)
 	 */
 	while (k > 1)
 	{
-		char		cand[DOUBLE_SHORTEST_DECIMAL_LEN + 8];
 		char		cdigits[DOUBLE_SHORTEST_DECIMAL_LEN];
 		int			cp = k - 1;
 		int			cn;
 		double		back;
 
-		snprintf(cand, sizeof(cand), "%.*e", cp - 1, d);
-		cdigits[0] = cand[0];
-		if (cp > 1)
-			memcpy(cdigits + 1, cand + 2, cp - 1);
-		cn = atoi(strchr(cand, 'e') + 1) + 1;
+		snprintf(buf, sizeof(buf), "%.*e", cp - 1, d);
+		(void) parse_decimal(buf, cdigits, &cn);
 
 		back = digits_value(cdigits, cp, cn);
 		if (back != d)
