@@ -28,12 +28,9 @@ as_pg_user() {
 ensure_packages() {
 	local missing=()
 	[ -x "$PG_BINDIR/postgres" ] || missing+=(postgresql-15)
-	# pgxs.mk comes with the client package; headers and the test drivers do not
-	if [ ! -f /usr/include/postgresql/15/server/postgres.h ] ||
-		[ ! -x /usr/lib/postgresql/15/lib/pgxs/src/test/isolation/pg_isolation_regress ] ||
-		[ ! -x /usr/lib/postgresql/15/lib/pgxs/src/test/regress/pg_regress ]; then
-		missing+=(postgresql-server-dev-15)
-	fi
+	# pgxs.mk, pg_regress and pg_isolation_regress come with the client
+	# package; the server headers are what postgresql-server-dev-15 adds
+	[ -f /usr/include/postgresql/15/server/postgres.h ] || missing+=(postgresql-server-dev-15)
 	[ -f /usr/share/postgresql/15/extension/pgcrypto.control ] || missing+=(postgresql-contrib)
 	perl -MIPC::Run -e 1 2>/dev/null || missing+=(libipc-run-perl)
 	command -v make >/dev/null || missing+=(make)
@@ -58,9 +55,10 @@ build_install() {
 	make -C "$IDEM_ROOT" -s install >/dev/null
 }
 
-# Start a throwaway server; sets PGHOST, PGPORT, PGUSER, IDEM_TMP.
-# Extra postgresql.conf lines may be given as arguments.
-start_server() {
+# Create a throwaway cluster with idem preloaded, on a private socket in a
+# temporary directory; sets IDEM_TMP, PGHOST, PGPORT, PGUSER, and stops the
+# server on exit.  Extra postgresql.conf lines may be given as arguments.
+init_server() {
 	IDEM_TMP=$(mktemp -d /tmp/idem-test.XXXXXX)
 	chmod 755 "$IDEM_TMP"
 	[ "$(id -u)" -eq 0 ] && chown postgres: "$IDEM_TMP"
@@ -76,9 +74,14 @@ start_server() {
 		echo "log_min_messages = warning"
 		for line in "$@"; do echo "$line"; done
 	} >>"$IDEM_TMP/data/postgresql.conf"
-	as_pg_user "$PG_BINDIR/pg_ctl" -D "$IDEM_TMP/data" -l "$IDEM_TMP/server.log" -w -s start
 	export PGHOST=$IDEM_TMP PGPORT=5432 PGUSER=postgres
 	trap stop_server EXIT
+}
+
+# Start a throwaway server (see init_server).
+start_server() {
+	init_server "$@"
+	as_pg_user "$PG_BINDIR/pg_ctl" -D "$IDEM_TMP/data" -l "$IDEM_TMP/server.log" -w -s start
 	log "server running (socket directory $IDEM_TMP)"
 }
 
@@ -92,4 +95,11 @@ stop_server() {
 	fi
 }
 
-psql_q() { "$PG_BINDIR/psql" -X -v ON_ERROR_STOP=1 -q "$@"; }
+# One line of a shell check: "ok - NAME" or "not ok - NAME (...)".
+check() {	# check NAME EXPECTED ACTUAL
+	if [ "$2" = "$3" ]; then
+		echo "ok - $1"
+	else
+		echo "not ok - $1 (expected $2, got $3)"
+	fi
+}

@@ -10,24 +10,11 @@ ensure_packages
 command -v valgrind >/dev/null || { apt-get update -qq; apt-get install -y -qq valgrind >/dev/null; }
 build_install
 
-IDEM_TMP=$(mktemp -d /tmp/idem-valgrind.XXXXXX)
-chmod 755 "$IDEM_TMP"
-[ "$(id -u)" -eq 0 ] && chown postgres: "$IDEM_TMP"
-as_pg_user "$PG_BINDIR/initdb" -D "$IDEM_TMP/data" -U postgres --auth=trust \
-	--encoding=UTF8 --locale=C.UTF-8 --no-sync >/dev/null
-cat >>"$IDEM_TMP/data/postgresql.conf" <<CONF
-listen_addresses = ''
-unix_socket_directories = '$IDEM_TMP'
-shared_preload_libraries = 'idem'
-fsync = off
-max_connections = 30
-CONF
+init_server "max_connections = 30"
 as_pg_user mkdir "$IDEM_TMP/vg"
 as_pg_user bash -c "valgrind --quiet --trace-children=yes --leak-check=no \
 	--num-callers=30 --log-file=$IDEM_TMP/vg/%p.log \
 	$PG_BINDIR/postgres -D $IDEM_TMP/data >$IDEM_TMP/server.log 2>&1 &"
-export PGHOST=$IDEM_TMP PGPORT=5432 PGUSER=postgres
-trap stop_server EXIT
 for _ in $(seq 1 120); do
 	"$PG_BINDIR/pg_isready" -q && break
 	sleep 1

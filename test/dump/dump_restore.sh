@@ -5,28 +5,24 @@
 # executes with a fresh order id.  Needs a server (PGHOST/PGPORT/PGUSER).
 #
 # Prints one "ok - ..." or "not ok - ..." line per check.
-set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
 
-bindir=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
 src=idem_dump_src
 dst=idem_dump_dst
 dump=$(mktemp /tmp/idem-dump.XXXXXX)
-q() { "$bindir/psql" -X -q -v ON_ERROR_STOP=1 -At -d "$1" -c "$2"; }
-check() {	# check NAME EXPECTED ACTUAL
-	if [ "$2" = "$3" ]; then echo "ok - $1"; else echo "not ok - $1 (expected $2, got $3)"; fi
-}
+q() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -At -d "$1" -c "$2"; }
 
-for db in $src $dst; do "$bindir/dropdb" --if-exists "$db" 2>/dev/null; done
-"$bindir/createdb" $src
+for db in $src $dst; do "$PG_BINDIR/dropdb" --if-exists "$db" 2>/dev/null; done
+"$PG_BINDIR/createdb" $src
 q $src "CREATE EXTENSION idem"
 q $src "SELECT count(*) FROM (SELECT idem_create_order(9, 'dump-key-' || lpad(i::text, 10, '0'), i, 1)
         FROM generate_series(1, 25) i) s" >/dev/null
 before=$(q $src "SELECT md5(string_agg(r::text, ',' ORDER BY r.id)) FROM idempotency_record r")
 orders_before=$(q $src "SELECT md5(string_agg(o::text, ',' ORDER BY o.id)) FROM purchase_order o")
 
-"$bindir/pg_dump" -Fc -f "$dump" $src
-"$bindir/createdb" $dst
-"$bindir/pg_restore" -d $dst "$dump"
+"$PG_BINDIR/pg_dump" -Fc -f "$dump" $src
+"$PG_BINDIR/createdb" $dst
+"$PG_BINDIR/pg_restore" -d $dst "$dump"
 
 check "records survive pg_dump and restore" "$before" \
 	"$(q $dst "SELECT md5(string_agg(r::text, ',' ORDER BY r.id)) FROM idempotency_record r")"
@@ -38,4 +34,4 @@ check "a new key after the restore gets the next order id" "26" \
 	"$(q $dst "SELECT order_id FROM idem_create_order(9, 'dump-key-after-restore', 1, 1)")"
 
 rm -f "$dump"
-for db in $src $dst; do "$bindir/dropdb" "$db"; done
+for db in $src $dst; do "$PG_BINDIR/dropdb" "$db"; done

@@ -6,17 +6,16 @@
 # failed transaction.  Needs a server (PGHOST/PGPORT/PGUSER) with idem.
 #
 # Prints one "ok - ..." or "not ok - ..." line per check.
-set -euo pipefail
+source "$(dirname "$0")/../lib.sh"
 
 ROUNDS=${ROUNDS:-30}
 CLIENTS=${CLIENTS:-20}
 DB=idem_load
 here=$(cd "$(dirname "$0")" && pwd)
-bindir=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
-psql() { "$bindir/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" -At "$@"; }
+psql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" -At "$@"; }
 
-"$bindir/dropdb" --if-exists "$DB" 2>/dev/null
-"$bindir/createdb" "$DB"
+"$PG_BINDIR/dropdb" --if-exists "$DB" 2>/dev/null
+"$PG_BINDIR/createdb" "$DB"
 psql -c "CREATE EXTENSION idem" \
      -c "CREATE TABLE idem_load_log (round_key text, order_id bigint, replayed boolean)"
 
@@ -24,7 +23,7 @@ failed_runs=0
 failed_txns=0
 for round in $(seq 1 "$ROUNDS"); do
 	key=$(printf 'load-round-%06d-%s' "$round" "$$")
-	if ! out=$("$bindir/pgbench" -n -M prepared -c "$CLIENTS" -j 2 -t 1 \
+	if ! out=$("$PG_BINDIR/pgbench" -n -M prepared -c "$CLIENTS" -j 2 -t 1 \
 			-D key="$key" -f "$here/same_key.pgbench" "$DB" 2>&1); then
 		failed_runs=$((failed_runs + 1))
 		echo "$out" | tail -5 >&2
@@ -32,14 +31,6 @@ for round in $(seq 1 "$ROUNDS"); do
 	n=$(echo "$out" | sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p')
 	failed_txns=$((failed_txns + ${n:-0}))
 done
-
-check() {	# check NAME EXPECTED ACTUAL
-	if [ "$2" = "$3" ]; then
-		echo "ok - $1"
-	else
-		echo "not ok - $1 (expected $2, got $3)"
-	fi
-}
 
 check "pgbench: $ROUNDS rounds of $CLIENTS clients ran" 0 "$failed_runs"
 check "pgbench: no failed transaction" 0 "$failed_txns"
@@ -59,4 +50,4 @@ check "each round's order is the one its record points to" "$ROUNDS" \
 	            JOIN idempotency_record r ON r.idempotency_key = l.round_key AND r.owner_id = 77
 	            JOIN purchase_order o ON o.id = r.resource_id AND o.id = l.order_id")"
 
-"$bindir/dropdb" "$DB"
+"$PG_BINDIR/dropdb" "$DB"
