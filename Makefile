@@ -1,10 +1,10 @@
 # idem: PostgreSQL extension (PGXS)
 
 MODULE_big = idem
-OBJS = idem.o src/protocol.o src/jcs.o src/cleanup.o
+OBJS = idem.o src/protocol.o src/jcs.o src/cleanup.o src/worker.o
 
 EXTENSION = idem
-DATA = idem--1.0.sql
+DATA = idem--1.0.sql idem--1.0--1.1.sql
 
 PG_CPPFLAGS = -I$(srcdir)/src
 # -Wextra less unused-parameter, which PostgreSQL 15's own headers raise (bufpage.h, ilist.h)
@@ -15,6 +15,9 @@ REGRESS_OPTS = --load-extension=idem --load-extension=pgcrypto
 
 ISOLATION = claim-race-2 claim-race-3 in-flight-timeout repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation --load-extension=idem
+
+# the cleanup worker, restarts, crashes, a standby: PostgreSQL::Test::Cluster (t/*.pl)
+TAP_TESTS = 1
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

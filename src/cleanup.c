@@ -55,11 +55,12 @@ prepare_cleanup_plan(Oid nspid)
 
 /*
  * Delete expired records in batches of at most batch_size rows, at most
- * max_batches batches (all of them if max_batches < 0).  Returns how many
- * rows were deleted.  The caller is connected to SPI.
+ * max_batches batches (all of them if max_batches < 0), all in the current
+ * transaction.  Returns how many rows were deleted.  The caller is connected
+ * to SPI.  idem_cleanup_expired() and the cleanup worker both come here.
  */
-static int64
-cleanup_expired(Oid nspid, int batch_size, int max_batches)
+int64
+idem_cleanup_batches(Oid nspid, int batch_size, int max_batches)
 {
 	int64		total = 0;
 	Datum		args[2];
@@ -111,7 +112,7 @@ idem_cleanup_expired(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "idem: SPI_connect failed");
-	deleted = cleanup_expired(idem_extension_schema(fcinfo), batch_size, max_batches);
+	deleted = idem_cleanup_batches(idem_extension_schema(fcinfo), batch_size, max_batches);
 	SPI_finish();
 
 	PG_RETURN_INT64(deleted);

@@ -11,6 +11,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 
 /* Length of a lowercase hex SHA-256 digest, without the terminating NUL. */
@@ -23,6 +24,11 @@
 /* GUCs (idem.c) */
 extern int	idem_wait_timeout;		/* ms a duplicate waits for an in-flight original */
 extern int	idem_ttl;				/* seconds a record lives */
+extern int	idem_cleanup_interval;	/* seconds between cleanup rounds, 0 = off */
+extern int	idem_cleanup_batch_size;	/* rows per cleanup transaction */
+extern int	idem_cleanup_max_batches;	/* per database and round, 0 = no limit */
+extern int	idem_cleanup_batch_delay;	/* ms the worker pauses between batches */
+extern char *idem_cleanup_databases;	/* databases to clean, empty = all */
 
 /* jcs.c: RFC 8785 canonical JSON and SHA-256 */
 extern void idem_jcs_append_jsonb(StringInfo out, Jsonb *jb);
@@ -36,5 +42,12 @@ extern SPIPlanPtr idem_prepare_kept(const char *sql, int nargs, Oid *argtypes);
 extern void idem_free_kept(SPIPlanPtr *plan);
 extern Oid	idem_extension_schema(FunctionCallInfo fcinfo);
 extern char *idem_quoted_schema(Oid nspid);
+
+/* cleanup.c */
+extern int64 idem_cleanup_batches(Oid nspid, int batch_size, int max_batches);
+
+/* worker.c: the cleanup background worker */
+extern void idem_worker_init(void);
+extern bool idem_check_cleanup_databases(char **newval, void **extra, GucSource source);
 
 #endif							/* IDEM_H */

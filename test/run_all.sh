@@ -49,6 +49,40 @@ rm -f "$IDEM_ROOT/regression.diffs" "$IDEM_ROOT/test/isolation/regression.diffs"
 run_make_suite regress ISOLATION= TAP_TESTS=
 run_make_suite isolation REGRESS= TAP_TESTS=
 
+# Run the TAP tests (t/*.pl).  initdb refuses root, so as root they run as
+# the server's OS user, in a copy of the tree that user may write to.
+run_tap_suite() {
+	local tree=$IDEM_ROOT out=$log_dir/tap.log
+	log "running tap"
+	if [ "$(id -u)" -eq 0 ]; then
+		tree=$IDEM_TMP/tap-tree
+		mkdir -p "$tree"
+		tar -C "$IDEM_ROOT" --exclude=.git -cf - . | tar -C "$tree" -xf -
+		chown -R postgres: "$tree"
+	fi
+	as_pg_user env -u PGHOST -u PGPORT -u PGUSER \
+		make -C "$tree" -s installcheck REGRESS= ISOLATION= PROVE_FLAGS=--timer >"$out" 2>&1 || true
+	grep -vE '^(\+\+\+|# Looks like|\s*$)' "$out" | grep -E '^\[|^#|^t/|Result|Failed' || true
+	local ok bad
+	ok=$(grep -cE '^\[[0-9:]+\] t/\S+\.pl \.+ ok' "$out" || true)
+	bad=$(grep -cE '^\[[0-9:]+\] t/\S+\.pl \.+ ' "$out" | awk -v ok="$ok" '{print $1 - ok}')
+	passed=$((passed + ok))
+	failed=$((failed + bad))
+	if [ "$ok" -eq 0 ] && [ "$bad" -eq 0 ]; then
+		log "no TAP test ran"
+		cat "$out"
+		failed=$((failed + 1))
+	fi
+	if [ "$bad" -ne 0 ]; then
+		for f in "$tree"/tmp_check/log/regress_log_*; do
+			log "last lines of $f"
+			tail -n 40 "$f"
+		done
+	fi
+}
+
+run_tap_suite
+
 # Run a shell check that prints "ok - ..." / "not ok - ..." lines.
 run_shell_check() {
 	local name=$1 script=$2
