@@ -7,7 +7,7 @@
  * expired records go in batches of at most batch_size rows, oldest expiry
  * first.  Rows another transaction holds (a caller renewing an expired key,
  * say) are skipped, never waited for, and a row is deleted only while its
- * expires_at is in the past.
+ * expires_at is in the past: the row lock is taken on its newest version.
  *
  *-------------------------------------------------------------------------
  */
@@ -41,15 +41,21 @@ prepare_cleanup_plan(Oid nspid)
 	idem_free_kept(&cleanup_plan);
 	s = idem_quoted_schema(nspid);
 
-	/* $1 now, $2 batch size */
+	/*
+	 * $1 now, $2 batch size.  The rows are locked by the subquery, which
+	 * rechecks expires_at on the newest version of a row updated meanwhile,
+	 * and nobody can change them before we commit; so the DELETE finds them
+	 * by primary key alone.  (Repeating the expires_at test there let the
+	 * planner pick the expires_at index and filter every expired row, for
+	 * every batch.)
+	 */
 	cleanup_plan = idem_prepare_kept(psprintf(
 		"DELETE FROM %s.idempotency_record AS r"
 		" WHERE r.id OPERATOR(pg_catalog.=) ANY (ARRAY("
 		"  SELECT e.id FROM %s.idempotency_record e"
 		"  WHERE e.expires_at OPERATOR(pg_catalog.<) $1"
 		"  ORDER BY e.expires_at LIMIT $2"
-		"  FOR UPDATE SKIP LOCKED))"
-		" AND r.expires_at OPERATOR(pg_catalog.<) $1", s, s), 2, types);
+		"  FOR UPDATE SKIP LOCKED))", s, s), 2, types);
 	cleanup_nspid = nspid;
 }
 

@@ -1,0 +1,131 @@
+# DROP DATABASE, CREATE DATABASE ... TEMPLATE, DROP EXTENSION, CREATE EXTENSION
+# and a table's ACCESS EXCLUSIVE lock never wait long on the cleanup worker.
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use List::Util qw(max);
+use IdemTest;
+
+# small batches: a round over a few thousand rows takes seconds
+my $node = idem_node('main', conf => [
+	'idem.cleanup_batch_size = 50',
+	'idem.cleanup_batch_delay = 5ms']);
+$node->start;
+
+# Wait until the worker is connected to db; false if it does not come.
+sub worker_in
+{
+	my ($db) = @_;
+	return defined wait_until($node, 'postgres', qq{
+		SELECT count(*) > 0 FROM pg_stat_activity
+		WHERE backend_type = 'idem cleanup worker' AND datname = '$db'}, 't', 10);
+}
+
+# Run SQL and return the seconds it took.
+sub timed
+{
+	my ($db, $sql) = @_;
+	my $start = time;
+	$node->safe_psql($db, $sql);
+	return time - $start;
+}
+
+# --- DROP DATABASE while the worker is in it, 20 times ---
+my @drop;
+my ($present, $failed_drops) = (0, 0);
+for my $i (1 .. 20)
+{
+	$node->safe_psql('postgres', "CREATE DATABASE drop_me_$i");
+	$node->safe_psql("drop_me_$i", 'CREATE EXTENSION idem');
+	add_records($node, "drop_me_$i", 'old', 20000, '-1 second');
+	# odd rounds: drop as soon as the worker is in; even ones: at a random moment
+	if ($i % 2) { $present++ if worker_in("drop_me_$i"); }
+	else { usleep(int(rand(1_500_000))); }
+	my $start = time;
+	my ($rc, $out, $err) = $node->psql('postgres', "DROP DATABASE drop_me_$i");
+	push @drop, time - $start;
+	$failed_drops++ if $rc != 0;
+	diag("DROP DATABASE failed: $err") if $rc != 0;
+}
+is($failed_drops, 0, 'every DROP DATABASE succeeded');
+is($present, 10, 'in 10 of them the worker was connected to the database at the DROP');
+ok(max(@drop) < 5, sprintf('DROP DATABASE took at most %.3f s (median %.3f s)',
+	max(@drop), (sort { $a <=> $b } @drop)[10]));
+note(sprintf('DROP DATABASE seconds: %s', join(' ', map { sprintf('%.3f', $_) } @drop)));
+
+# --- CREATE DATABASE ... TEMPLATE of a database the worker is in ---
+$node->safe_psql('postgres', 'CREATE DATABASE source_db');
+$node->safe_psql('source_db', 'CREATE EXTENSION idem');
+my @copy;
+for my $i (1 .. 5)
+{
+	add_records($node, 'source_db', "old$i", 20000, '-1 second');
+	ok(worker_in('source_db'), "copy $i: the worker is in the template database");
+	my $start = time;
+	my ($rc, $out, $err) = $node->psql('postgres', "CREATE DATABASE copy_$i TEMPLATE source_db");
+	push @copy, time - $start;
+	is($rc, 0, "copy $i: CREATE DATABASE ... TEMPLATE succeeded") or diag($err);
+	# the copy has a backlog of its own; it would hold up the rounds
+	$node->safe_psql('postgres', "DROP DATABASE copy_$i");
+}
+ok(max(@copy) < 5, sprintf('CREATE DATABASE ... TEMPLATE took at most %.3f s', max(@copy)));
+# its backlog would hold up the next rounds
+$node->safe_psql('postgres', 'DROP DATABASE source_db');
+
+# --- DROP EXTENSION and CREATE EXTENSION while the worker is in the database ---
+$node->safe_psql('postgres', 'CREATE DATABASE ext_db');
+my (@drop_ext, @create_ext);
+for my $i (1 .. 5)
+{
+	push @create_ext, timed('ext_db', 'CREATE EXTENSION idem');
+	add_records($node, 'ext_db', 'old', 20000, '-1 second');
+	ok(worker_in('ext_db'), "extension $i: the worker is in the database");
+	push @drop_ext, timed('ext_db', 'DROP EXTENSION idem');
+}
+ok(max(@drop_ext) < 5, sprintf('DROP EXTENSION took at most %.3f s', max(@drop_ext)));
+ok(max(@create_ext) < 5, sprintf('CREATE EXTENSION took at most %.3f s', max(@create_ext)));
+
+# --- a table held by ACCESS EXCLUSIVE delays the worker, never the reverse ---
+$node->safe_psql('postgres', 'CREATE DATABASE locked_db');
+$node->safe_psql('postgres', 'CREATE DATABASE free_db');
+$node->safe_psql($_, 'CREATE EXTENSION idem') for ('locked_db', 'free_db');
+add_records($node, 'locked_db', 'old', 20000, '-1 second');
+ok(worker_in('locked_db'), 'the worker is busy in locked_db');
+my $holder = $node->background_psql('locked_db');
+my $start = time;
+$holder->query_safe('BEGIN; LOCK TABLE idempotency_record IN ACCESS EXCLUSIVE MODE');
+my $lock_wait = time - $start;
+ok($lock_wait < 1, sprintf('LOCK TABLE ... ACCESS EXCLUSIVE waited %.3f s for the busy worker', $lock_wait));
+my $log_offset = -s $node->logfile;
+add_records($node, 'free_db', 'old', 500, '-1 second');
+ok(defined wait_until($node, 'free_db',
+	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 10),
+	'another database is still cleaned while locked_db is held');
+ok(defined wait_until($node, 'free_db', q{
+	SELECT last_error FROM idem_cleanup_status() WHERE datname = 'locked_db'},
+	'canceling statement due to lock timeout', 10),
+	'idem_cleanup_status() shows the lock timeout in locked_db');
+sleep(3);
+my $log = slurp_file($node->logfile, $log_offset);
+my $errors = () = $log =~ /ERROR:  canceling statement due to lock timeout/g;
+ok($errors >= 1 && $errors <= 5,
+	"the lock timeout is logged once per round ($errors times in about 3 s of 1 s rounds)");
+$holder->query_safe('COMMIT');
+$holder->quit;
+ok(defined wait_until($node, 'locked_db',
+	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 30),
+	'once the lock is gone, locked_db is cleaned');
+is($node->safe_psql('free_db', q{
+	SELECT last_error IS NOT NULL AND last_run_finished > last_error_at
+	FROM idem_cleanup_status() WHERE datname = 'locked_db'}), 't',
+	'the status keeps the last error and shows a later successful run');
+
+$node->stop;
+done_testing();
