@@ -50,15 +50,16 @@ sub count_records
 }
 
 # Poll a query until it returns the expected value or the timeout (seconds)
-# passes; returns the seconds waited, or undef on timeout.
+# passes; returns the seconds waited, or undef on timeout.  A failing query
+# (the server restarting, say) counts as not yet.
 sub wait_until
 {
 	my ($node, $db, $query, $expected, $timeout) = @_;
 	my $start = time;
 	while (time - $start < $timeout)
 	{
-		my $got = $node->safe_psql($db, $query);
-		return time - $start if $got eq $expected;
+		my ($rc, $got) = $node->psql($db, $query);
+		return time - $start if $rc == 0 && $got eq $expected;
 		usleep(50_000);
 	}
 	return undef;

@@ -1,0 +1,85 @@
+# The cleanup worker comes back by itself after a termination or a crash,
+# and a fast shutdown does not wait for it.
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use IdemTest;
+
+my $node = idem_node('main', conf => [
+	'idem.cleanup_batch_size = 100',
+	'idem.cleanup_batch_delay = 5ms',
+	'restart_after_crash = on']);
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION idem');
+
+my $expired = q{SELECT count(*) FROM idempotency_record WHERE expires_at < now()};
+
+# Wait for the per-database worker of postgres; returns its pid or ''.
+sub busy_worker
+{
+	wait_until($node, 'postgres', q{
+		SELECT count(*) > 0 FROM pg_stat_activity
+		WHERE backend_type = 'idem cleanup worker' AND datname = 'postgres'}, 't', 10);
+	return worker_pids($node, 'postgres');
+}
+
+# --- pg_terminate_backend of the per-database worker ---
+add_records($node, 'postgres', 'a', 30000, '-1 second');
+my $pid = busy_worker();
+ok($pid ne '', 'the worker is busy');
+is($node->safe_psql('postgres', "SELECT pg_terminate_backend($pid)"), 't', 'pg_terminate_backend of the worker');
+ok(defined wait_until($node, 'postgres', $expired, '0', 60), 'cleaning resumes by itself and ends');
+my $launcher = launcher_pid($node);
+ok($launcher ne '', 'the launcher is still there');
+
+# --- pg_terminate_backend of the launcher: back within a minute (bgw_restart_time) ---
+is($node->safe_psql('postgres', "SELECT pg_terminate_backend($launcher)"), 't', 'pg_terminate_backend of the launcher');
+wait_until($node, 'postgres', qq{
+	SELECT count(*) FROM pg_stat_activity WHERE pid = $launcher}, '0', 10);
+add_records($node, 'postgres', 'b', 500, '-1 second');
+my $waited = wait_until($node, 'postgres', $expired, '0', 60);
+ok(defined $waited, sprintf('a new launcher cleans again after %.1f s', $waited // -1));
+isnt(launcher_pid($node), $launcher, 'it is a new process');
+
+# --- kill -9 of the worker: the server restarts after a crash, and so does the cleanup ---
+add_records($node, 'postgres', 'c', 30000, '-1 second');
+$pid = busy_worker();
+ok($pid ne '', 'the worker is busy again');
+my $log_offset = -s $node->logfile;
+kill 'KILL', $pid;
+ok(defined wait_until($node, 'postgres', q{SELECT 1}, '1', 60), 'the server is back after the crash');
+like(slurp_file($node->logfile, $log_offset), qr/terminated by signal 9/, 'the log shows the crash');
+$waited = wait_until($node, 'postgres', $expired, '0', 90);
+ok(defined $waited, sprintf('cleaning resumes by itself after the crash restart (%.1f s)', $waited // -1));
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_cleanup_status() WHERE datname = 'postgres'}),
+	'1', 'the status table was rebuilt');
+
+# --- pg_ctl stop -m fast with the worker mid-batch over 100k expired rows ---
+$node->safe_psql('postgres', 'ALTER SYSTEM SET idem.cleanup_batch_size = 200000');
+$node->safe_psql('postgres', 'ALTER SYSTEM SET idem.cleanup_interval = 3600');
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+wait_until($node, 'postgres', q{
+	SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idem cleanup worker'}, '0', 30);
+add_records($node, 'postgres', 'd', 100000, '-1 second');
+$node->safe_psql('postgres', 'ALTER SYSTEM SET idem.cleanup_interval = 1');
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+ok(defined wait_until($node, 'postgres', q{
+	SELECT count(*) > 0 FROM pg_stat_activity
+	WHERE backend_type = 'idem cleanup worker' AND state = 'active'}, 't', 10),
+	'the worker is inside its batch of 100k rows');
+my $start = time;
+$node->stop('fast');
+my $took = time - $start;
+ok($took < 5, sprintf('pg_ctl stop -m fast took %.2f s', $took));
+$node->start;
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idempotency_record WHERE idempotency_key LIKE 'd-%'}),
+	'100000', 'the interrupted batch rolled back whole');
+$node->stop;
+done_testing();
