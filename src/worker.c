@@ -92,7 +92,7 @@ typedef struct IdemShared
 int			idem_cleanup_interval = 60;
 int			idem_cleanup_batch_size = 1000;
 int			idem_cleanup_max_batches = 0;
-int			idem_cleanup_batch_delay = 10;
+int			idem_cleanup_batch_delay = 25;
 char	   *idem_cleanup_databases = NULL;
 
 /* Set in _PG_init when loaded from shared_preload_libraries. */
@@ -393,6 +393,9 @@ run_batches(void)
 
 		CHECK_FOR_INTERRUPTS();
 		reload_config_if_asked();
+		/* turned off meanwhile: stop between two batches */
+		if (idem_cleanup_interval == 0)
+			break;
 
 		deleted = cleanup_one_batch(batches == 0);
 		if (deleted < 0)
