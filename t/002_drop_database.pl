@@ -127,5 +127,28 @@ is($node->safe_psql('free_db', q{
 	FROM idem_cleanup_status() WHERE datname = 'locked_db'}), 't',
 	'the status keeps the last error and shows a later successful run');
 
+# --- the worker deletes with the extension owner's rights: a permission error ---
+$node->safe_psql('postgres', 'CREATE DATABASE perm_db');
+$node->safe_psql('perm_db', 'CREATE EXTENSION idem');
+$node->safe_psql('perm_db', q{
+	CREATE ROLE plain_owner NOLOGIN;
+	UPDATE pg_extension SET extowner = 'plain_owner'::regrole WHERE extname = 'idem'});
+add_records($node, 'perm_db', 'old', 100, '-1 second');
+add_records($node, 'free_db', 'again', 100, '-1 second');
+ok(defined wait_until($node, 'free_db', q{
+	SELECT last_error FROM idem_cleanup_status() WHERE datname = 'perm_db'},
+	'permission denied for table idempotency_record', 10),
+	'an owner without DELETE rights: the worker gets a permission error, shown in the status');
+is(count_records($node, 'perm_db'), '100', 'and deleted nothing there');
+ok(defined wait_until($node, 'free_db',
+	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 10),
+	'another database is still cleaned');
+$node->safe_psql('perm_db', q{
+	UPDATE pg_extension SET extowner = (SELECT relowner FROM pg_class WHERE relname = 'idempotency_record')
+	WHERE extname = 'idem'});
+ok(defined wait_until($node, 'perm_db',
+	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 10),
+	'with the owner back, perm_db is cleaned');
+
 $node->stop;
 done_testing();

@@ -82,6 +82,16 @@ sql -c "UPDATE idempotency_record SET expires_at = now() - interval '1 second' W
     -c "SELECT idem_cleanup_expired(batch_size => 1000) AS deleted" \
     -c "SELECT owner_id, idempotency_key, status, http_status, response_json FROM idempotency_record ORDER BY id"
 
+say "8. The background cleanup worker"
+sql -c "UPDATE idempotency_record SET expires_at = now() - interval '1 second' WHERE owner_id = 44" \
+    -c "SELECT count(*) AS expired_now FROM idempotency_record WHERE expires_at < now()"
+echo "-> the server started with idem.cleanup_interval = 60s; pace it at one round a second:"
+sql -c "ALTER SYSTEM SET idem.cleanup_interval = '1s'" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 2
+sql -c "SELECT count(*) AS expired_2s_later FROM idempotency_record WHERE expires_at < now()" \
+    -c "SELECT datname, last_run_deleted, total_deleted, runs, last_error FROM idem_cleanup_status()"
+echo "-> the worker deleted it by itself; idem_cleanup_status() shows what it did."
+
 say "Fingerprints: RFC 8785 canonical JSON, then SHA-256"
 sql -c "SELECT idem_canonical_json('{\"sku\": 1001, \"qty\": 2.0}') AS canonical,
                idem_request_hash('{\"qty\":2,\"sku\":1001}') = idem_request_hash('{\"sku\": 1001, \"qty\": 2.0}') AS same_hash"

@@ -9,7 +9,8 @@ source "$(dirname "$0")/lib.sh"
 
 ensure_packages
 build_install
-start_server
+# the worker has its own TAP tests; here it would race cleanup.sql's counts
+start_server "idem.cleanup_interval = 0"
 
 passed=0
 failed=0

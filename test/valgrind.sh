@@ -10,7 +10,9 @@ ensure_packages
 command -v valgrind >/dev/null || { apt-get update -qq; apt-get install -y -qq valgrind >/dev/null; }
 build_install
 
-init_server "max_connections = 30"
+# a cleanup round every second, so the worker runs under valgrind too; in the
+# postgres database only, where it does not race cleanup.sql's counts
+init_server "max_connections = 30" "idem.cleanup_interval = 1" "idem.cleanup_databases = 'postgres'"
 as_pg_user mkdir "$IDEM_TMP/vg"
 as_pg_user bash -c "valgrind --quiet --trace-children=yes --leak-check=no \
 	--num-callers=30 --log-file=$IDEM_TMP/vg/%p.log \
@@ -20,7 +22,14 @@ for _ in $(seq 1 120); do
 	sleep 1
 done
 
+psql -X -q -d postgres -c "CREATE EXTENSION idem" -c "
+	INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+	SELECT 1, 'vg', 'vg-' || g, repeat('0', 64), 'SUCCEEDED', now() - interval '1 s'
+	FROM generate_series(1, 5000) g"
 make -C "$IDEM_ROOT" -s installcheck TAP_TESTS= || true
+left=$(psql -X -At -d postgres -c "SELECT count(*) FROM idempotency_record")
+deleted=$(psql -X -At -d postgres -c "SELECT total_deleted FROM idem_cleanup_status() WHERE datname = 'postgres'")
+echo "valgrind: the worker deleted ${deleted:-nothing} of 5000 records in postgres ($left left)"
 # idem's own code in the stack of an error report
 hits=$(grep -l 'idem\.so' "$IDEM_TMP"/vg/*.log 2>/dev/null || true)
 if [ -n "$hits" ]; then
