@@ -3,14 +3,17 @@
 -- and keeps the 1.0 data.
 --
 
--- What a fresh install (default_version) holds: member objects and grants.
-CREATE TEMP TABLE fresh_install AS
+-- The extension's member objects, with the grants of its functions.
+CREATE TEMP VIEW idem_members AS
 SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS member,
        coalesce(p.proacl::text, '') AS acl
 FROM pg_depend d
 LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
 WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idem');
+
+-- What a fresh install (default_version) holds.
+CREATE TEMP TABLE fresh_install AS SELECT * FROM idem_members;
 SELECT extversion FROM pg_extension WHERE extname = 'idem';
 
 DROP EXTENSION idem;
@@ -22,13 +25,7 @@ ALTER EXTENSION idem UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'idem';
 
 -- the same members with the same grants; the script's helper is gone
-CREATE TEMP TABLE updated AS
-SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS member,
-       coalesce(p.proacl::text, '') AS acl
-FROM pg_depend d
-LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
-WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
-  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idem');
+CREATE TEMP TABLE updated AS SELECT * FROM idem_members;
 (SELECT 'only fresh' AS side, * FROM fresh_install EXCEPT SELECT 'only fresh', * FROM updated)
 UNION ALL
 (SELECT 'only updated', * FROM updated EXCEPT SELECT 'only updated', * FROM fresh_install);
