@@ -63,15 +63,18 @@ PG_FUNCTION_INFO_V1(idem_create_order);
 /* JSON numbers are doubles: larger integers would fingerprint ambiguously */
 #define IDEM_MAX_SAFE_INTEGER	INT64CONST(9007199254740991)
 
-/* A claim that loses to a row deleted under it is tried again this often. */
-#define IDEM_CLAIM_ATTEMPTS		3
+/*
+ * How often a call looks at the key's record again: after waiting for the
+ * key lock, after losing a claim, after a record vanished under it.
+ */
+#define IDEM_CLAIM_ATTEMPTS		4
 
 /* Saved plans of idem_create_order, for one extension schema. */
 typedef struct OrderPlans
 {
 	Oid			nspid;			/* InvalidOid until all are prepared */
-	SPIPlanPtr	claim;
 	SPIPlanPtr	read;
+	SPIPlanPtr	create;
 	SPIPlanPtr	renew;
 	SPIPlanPtr	complete;
 } OrderPlans;
@@ -351,8 +354,9 @@ prepare_order_plans(Oid nspid)
 {
 	char	   *s;
 	char	   *seq;
-	Oid			claim_types[6] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Oid			read_types[4] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
+	Oid			create_types[8] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, INT8OID, INT4OID};
 	Oid			renew_types[4] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	Oid			complete_types[5] = {INT8OID, INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID};
 
@@ -360,22 +364,13 @@ prepare_order_plans(Oid nspid)
 		return;
 
 	order_plans.nspid = InvalidOid;
-	idem_free_kept(&order_plans.claim);
 	idem_free_kept(&order_plans.read);
+	idem_free_kept(&order_plans.create);
 	idem_free_kept(&order_plans.renew);
 	idem_free_kept(&order_plans.complete);
 
 	s = idem_quoted_schema(nspid);
 	seq = quote_literal_cstr(psprintf("%s.purchase_order_id_seq", s));
-
-	/* $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry */
-	order_plans.claim = idem_prepare_kept(psprintf(
-		"INSERT INTO %s.idempotency_record AS r"
-		" (owner_id, operation, idempotency_key, request_hash, status,"
-		"  created_at, updated_at, expires_at)"
-		" VALUES ($1, $2, $3, $4, 'PROCESSING', $5, $5, $6)"
-		" ON CONFLICT (owner_id, operation, idempotency_key) DO NOTHING"
-		" RETURNING r.id", s), 6, claim_types);
 
 	/* $1 owner, $2 operation, $3 key, $4 now */
 	order_plans.read = idem_prepare_kept(psprintf(
@@ -389,6 +384,33 @@ prepare_order_plans(Oid nspid)
 		" WHERE r.owner_id OPERATOR(pg_catalog.=) $1"
 		" AND r.operation OPERATOR(pg_catalog.=) $2"
 		" AND r.idempotency_key OPERATOR(pg_catalog.=) $3", s), 4, read_types);
+
+	/*
+	 * $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry,
+	 * $7 sku, $8 qty: claim the key with a finished record and write the
+	 * order, in one statement.  The order id is drawn first, so the record
+	 * is written once, already holding the response; if the claim loses on
+	 * the unique index, no order is written and nothing is returned.
+	 */
+	order_plans.create = idem_prepare_kept(psprintf(
+		"WITH n AS (SELECT v.id,"
+		"  'ORD-' OPERATOR(pg_catalog.||) pg_catalog.lpad(v.id::pg_catalog.text, 12, '0') AS no"
+		"  FROM (SELECT pg_catalog.nextval(%s::pg_catalog.regclass) AS id) v),"
+		" r AS ("
+		" INSERT INTO %s.idempotency_record AS r"
+		"  (owner_id, operation, idempotency_key, request_hash, status, http_status,"
+		"   response_json, resource_id, created_at, updated_at, expires_at)"
+		" SELECT $1, $2, $3, $4, 'SUCCEEDED', 201,"
+		"  pg_catalog.jsonb_build_object('orderId', n.id, 'orderNo', n.no, 'status', 'CREATED'),"
+		"  n.id, $5, $5, $6"
+		" FROM n"
+		" ON CONFLICT (owner_id, operation, idempotency_key) DO NOTHING"
+		" RETURNING r.resource_id, r.response_json OPERATOR(pg_catalog.->>) 'orderNo' AS no)"
+		" INSERT INTO %s.purchase_order AS o"
+		"  (id, order_no, owner_id, sku_id, quantity, status, created_at)"
+		" SELECT r.resource_id, r.no, $1, $7, $8, 'CREATED', $5 FROM r"
+		" RETURNING o.id, o.order_no::pg_catalog.text, o.status::pg_catalog.text",
+		seq, s, s), 8, create_types);
 
 	/* $1 record id, $2 fingerprint, $3 now, $4 expiry: restart an expired record */
 	order_plans.renew = idem_prepare_kept(psprintf(
@@ -458,10 +480,10 @@ idem_create_order(PG_FUNCTION_ARGS)
 	MemoryContext callercxt = CurrentMemoryContext;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz expires;
-	Datum		claim_args[6];
+	Datum		args[8];
 	Datum		read_args[4];
-	Datum		record_id = (Datum) 0;
-	bool		won = false;
+	bool		locked = false;
+	bool		executed = false;
 	OrderResult res = {0};
 	Datum		values[5];
 	bool		nulls[5];
@@ -502,29 +524,34 @@ idem_create_order(PG_FUNCTION_ARGS)
 	idem_sha256_hex(request.data, request.len, fingerprint);
 
 	key_locktag(&tag, owner, IDEM_OP_CREATE_ORDER, key);
-	if (!lock_key(&tag))
-		report_in_flight(owner, IDEM_OP_CREATE_ORDER, key, true);
-
 	expires = now + (TimestampTz) idem_ttl * USECS_PER_SEC;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "idem: SPI_connect failed");
 	prepare_order_plans(idem_extension_schema(fcinfo));
 
-	/* $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry */
-	claim_args[0] = Int64GetDatum(owner);
-	claim_args[1] = CStringGetTextDatum(IDEM_OP_CREATE_ORDER);
-	claim_args[2] = CStringGetTextDatum(key);
-	claim_args[3] = CStringGetTextDatum(fingerprint);
-	claim_args[4] = TimestampTzGetDatum(now);
-	claim_args[5] = TimestampTzGetDatum(expires);
+	/* $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry, $7 sku, $8 qty */
+	args[0] = Int64GetDatum(owner);
+	args[1] = CStringGetTextDatum(IDEM_OP_CREATE_ORDER);
+	args[2] = CStringGetTextDatum(key);
+	args[3] = CStringGetTextDatum(fingerprint);
+	args[4] = TimestampTzGetDatum(now);
+	args[5] = TimestampTzGetDatum(expires);
+	args[6] = Int64GetDatum(sku);
+	args[7] = Int32GetDatum(qty);
 	/* $1 owner, $2 operation, $3 key, $4 now */
-	memcpy(read_args, claim_args, 3 * sizeof(Datum));
+	memcpy(read_args, args, 3 * sizeof(Datum));
 	read_args[3] = TimestampTzGetDatum(now);
 
-	for (int attempt = 1; !won; attempt++)
+	/*
+	 * Read first: a finished record the snapshot sees is replayed (or
+	 * refused) without a lock or a write.  Otherwise take the key lock, which
+	 * waits for an in-flight original, and claim; a lost claim reads again.
+	 */
+	for (int attempt = 1;; attempt++)
 	{
 		bool		isnull;
+		bool		found;
 		char	   *stored;
 
 		if (attempt > IDEM_CLAIM_ATTEMPTS)
@@ -533,33 +560,61 @@ idem_create_order(PG_FUNCTION_ARGS)
 					 errmsg("could not claim idempotency key: its record kept changing"),
 					 errhint("Retry the transaction.")));
 
-		/* claim */
-		exec_plan(order_plans.claim, claim_args, SPI_OK_INSERT_RETURNING);
-		if (SPI_processed == 1)
-		{
-			record_id = result_col(1, &isnull);
-			won = true;
-			break;
-		}
-
-		/* lost: read what holds the key */
 		exec_plan(order_plans.read, read_args, SPI_OK_SELECT);
-		if (SPI_processed == 0)
-			continue;			/* deleted since the claim looked: claim again */
-
-		record_id = result_col(1, &isnull);
-		if (DatumGetBool(result_col(8, &isnull)))
+		found = (SPI_processed == 1);
+		if (!found || DatumGetBool(result_col(8, &isnull)))
 		{
-			/* expired: the key starts afresh, in place */
-			Datum		renew_args[4];
+			Datum		record_id;
 
-			renew_args[0] = record_id;
-			renew_args[1] = claim_args[3];
-			renew_args[2] = claim_args[4];
-			renew_args[3] = claim_args[5];
-			exec_plan(order_plans.renew, renew_args, SPI_OK_UPDATE_RETURNING);
-			won = (SPI_processed == 1);
-			continue;			/* renewed, or gone: claim again */
+			/* no record, or an expired one: this call may execute */
+			if (!locked)
+			{
+				if (!lock_key(&tag))
+					report_in_flight(owner, IDEM_OP_CREATE_ORDER, key, true);
+				locked = true;
+				/* an expired record may have been renewed while we waited */
+				if (found)
+					continue;
+			}
+
+			if (!found)
+			{
+				/* claim with a finished record, and write the order */
+				exec_plan(order_plans.create, args, SPI_OK_INSERT_RETURNING);
+				if (SPI_processed == 1)
+				{
+					executed = true;
+					break;
+				}
+				continue;		/* lost the claim: read the winner */
+			}
+
+			/* expired: the key starts afresh, in place */
+			record_id = result_col(1, &isnull);
+			{
+				Datum		renew_args[4];
+				Datum		complete_args[5];
+
+				renew_args[0] = record_id;
+				renew_args[1] = args[3];
+				renew_args[2] = args[4];
+				renew_args[3] = args[5];
+				exec_plan(order_plans.renew, renew_args, SPI_OK_UPDATE_RETURNING);
+				if (SPI_processed == 0)
+					continue;	/* renewed or deleted by another: read again */
+
+				complete_args[0] = record_id;
+				complete_args[1] = args[0];
+				complete_args[2] = args[6];
+				complete_args[3] = args[7];
+				complete_args[4] = args[4];
+				exec_plan(order_plans.complete, complete_args, SPI_OK_UPDATE_RETURNING);
+				if (SPI_processed != 1)
+					elog(ERROR, "idem: renewed record " INT64_FORMAT " vanished",
+						 DatumGetInt64(record_id));
+				executed = true;
+				break;
+			}
 		}
 
 		stored = TextDatumGetCString(result_col(2, &isnull));
@@ -577,19 +632,9 @@ idem_create_order(PG_FUNCTION_ARGS)
 		break;
 	}
 
-	if (won)
+	if (executed)
 	{
-		Datum		complete_args[5];
-
-		complete_args[0] = record_id;
-		complete_args[1] = Int64GetDatum(owner);
-		complete_args[2] = Int64GetDatum(sku);
-		complete_args[3] = Int32GetDatum(qty);
-		complete_args[4] = TimestampTzGetDatum(now);
-		exec_plan(order_plans.complete, complete_args, SPI_OK_UPDATE_RETURNING);
-		if (SPI_processed != 1)
-			elog(ERROR, "idem: claimed record " INT64_FORMAT " vanished",
-				 DatumGetInt64(record_id));
+		/* both statements return (order id, order_no, status) */
 		res.order_id = result_col(1, &res.isnull[0]);
 		res.order_no = result_col(2, &res.isnull[1]);
 		res.status = result_col(3, &res.isnull[2]);
@@ -597,7 +642,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 		res.isnull[3] = false;
 		res.replayed = false;
 	}
-	else
+	else if (locked)
 	{
 		/* a replay leaves the key to others at once */
 		LockRelease(&tag, ExclusiveLock, false);
