@@ -196,3 +196,13 @@ SET idem.wait_timeout = -1;
 SET idem.ttl = 0;
 SET idem.no_such_setting = 1;
 RESET idem.wait_timeout;
+
+-- A replay writes nothing, so it runs in a read-only transaction; a call
+-- that must execute fails there (25006) and writes nothing.
+SELECT order_id, replayed FROM idem_create_order(90, 'read-only-key-00001', 1, 1);
+BEGIN TRANSACTION READ ONLY;
+SELECT order_id, replayed FROM idem_create_order(90, 'read-only-key-00001', 1, 1);
+SELECT order_id, replayed FROM idem_create_order(90, 'read-only-key-00002', 1, 1);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT count(*) AS records_for_key_2 FROM idempotency_record WHERE owner_id = 90 AND idempotency_key = 'read-only-key-00002';

@@ -4,21 +4,25 @@
  *	  The idempotency protocol, run inside the caller's transaction, and its
  *	  first user: idem_create_order, the article's "create an order" flow.
  *
- * One call: validate the key, fingerprint the request, take the key lock,
- * claim the key (INSERT ... ON CONFLICT DO NOTHING on the unique
- * (owner_id, operation, idempotency_key) index), then either execute (insert
- * the order and store the response on the record) or read the record and
- * replay it, refuse it (IK001, different request) or report it in flight
- * (IK002).  Claim, business write and snapshot are written by the caller's
- * transaction, so they commit or roll back together.
+ * One call: validate the key, fingerprint the request, read the key's
+ * record.  A finished record is replayed (or refused: IK001, different
+ * request) without a lock or a write.  Otherwise take the key lock and
+ * claim and execute in one statement: INSERT the record, already finished,
+ * ... ON CONFLICT DO NOTHING on the unique (owner_id, operation,
+ * idempotency_key) index, and only if it inserted, the order.  A lost claim
+ * reads the winner's record and replays it.  An expired record is renewed
+ * in place and executed anew.  Record, business write and snapshot are
+ * written by the caller's transaction, so they commit or roll back
+ * together.
  *
  * Concurrency.  Callers of one (owner, operation, key) meet on a
  * transaction-scoped heavyweight lock derived from the three: the "key
  * lock" (an advisory lock tag with field4 = IDEM_LOCK_CLASS, visible in
  * pg_locks).  A caller that executes keeps it until its transaction ends;
- * so a duplicate waits for the original to commit or abort, at most
- * idem.wait_timeout, and then replays, executes, or reports IK002.  A caller
- * that replays gives the lock back at once.  The lock only bounds waiting:
+ * so a duplicate, which cannot see the uncommitted record, waits for the
+ * original to commit or abort, at most idem.wait_timeout, and then replays,
+ * executes, or reports IK002 (request in flight).  A caller that replays
+ * after waiting gives the lock back at once.  The lock only bounds waiting:
  * the unique index stays the arbiter, and under REPEATABLE READ or
  * SERIALIZABLE a conflicting claim the snapshot cannot see ends in SQLSTATE
  * 40001 raised by the executor (ExecCheckTupleVisible), never in a replay of
@@ -31,7 +35,12 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/nbtree.h"
+#include "access/relation.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
@@ -42,9 +51,12 @@
 #include "storage/lock.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/resowner.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "idem.h"
@@ -73,13 +85,34 @@ PG_FUNCTION_INFO_V1(idem_create_order);
 typedef struct OrderPlans
 {
 	Oid			nspid;			/* InvalidOid until all are prepared */
-	SPIPlanPtr	read;
 	SPIPlanPtr	create;
 	SPIPlanPtr	renew;
 	SPIPlanPtr	complete;
 } OrderPlans;
 
 static OrderPlans order_plans;
+
+/* The key's record as the read step found it. */
+typedef struct KeyRecord
+{
+	Datum		id;
+	char		request_hash[IDEM_HASH_HEX_LEN + 1];
+	bool		succeeded;		/* status SUCCEEDED, else PROCESSING */
+	bool		expired;		/* expires_at < now */
+	Datum		order_id;		/* the stored response, for a replay */
+	Datum		order_no;
+	Datum		status;
+	Datum		http_status;
+	bool		isnull[4];
+} KeyRecord;
+
+/* idempotency_record's columns, by attribute number */
+#define Anum_record_id				1
+#define Anum_record_request_hash	5
+#define Anum_record_status			6
+#define Anum_record_http_status		7
+#define Anum_record_response_json	8
+#define Anum_record_expires_at		12
 
 /* What idem_create_order returns. */
 typedef struct OrderResult
@@ -354,7 +387,6 @@ prepare_order_plans(Oid nspid)
 {
 	char	   *s;
 	char	   *seq;
-	Oid			read_types[4] = {INT8OID, TEXTOID, TEXTOID, TIMESTAMPTZOID};
 	Oid			create_types[8] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID,
 	TIMESTAMPTZOID, INT8OID, INT4OID};
 	Oid			renew_types[4] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
@@ -364,26 +396,12 @@ prepare_order_plans(Oid nspid)
 		return;
 
 	order_plans.nspid = InvalidOid;
-	idem_free_kept(&order_plans.read);
 	idem_free_kept(&order_plans.create);
 	idem_free_kept(&order_plans.renew);
 	idem_free_kept(&order_plans.complete);
 
 	s = idem_quoted_schema(nspid);
 	seq = quote_literal_cstr(psprintf("%s.purchase_order_id_seq", s));
-
-	/* $1 owner, $2 operation, $3 key, $4 now */
-	order_plans.read = idem_prepare_kept(psprintf(
-		"SELECT r.id, r.request_hash::pg_catalog.text, r.status::pg_catalog.text,"
-		" (r.response_json OPERATOR(pg_catalog.->>) 'orderId')::pg_catalog.int8,"
-		" r.response_json OPERATOR(pg_catalog.->>) 'orderNo',"
-		" r.response_json OPERATOR(pg_catalog.->>) 'status',"
-		" r.http_status,"
-		" r.expires_at OPERATOR(pg_catalog.<) $4"
-		" FROM %s.idempotency_record r"
-		" WHERE r.owner_id OPERATOR(pg_catalog.=) $1"
-		" AND r.operation OPERATOR(pg_catalog.=) $2"
-		" AND r.idempotency_key OPERATOR(pg_catalog.=) $3", s), 4, read_types);
 
 	/*
 	 * $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry,
@@ -444,6 +462,104 @@ prepare_order_plans(Oid nspid)
 	order_plans.nspid = nspid;
 }
 
+/* A text field of a jsonb object as a text Datum; false if absent or not a string. */
+static bool
+jsonb_text_field(Jsonb *jb, const char *name, Datum *result)
+{
+	JsonbValue	v;
+
+	if (!getKeyJsonValueFromContainer(&jb->root, name, strlen(name), &v) ||
+		v.type != jbvString)
+		return false;
+	*result = PointerGetDatum(cstring_to_text_with_len(v.val.string.val, v.val.string.len));
+	return true;
+}
+
+/*
+ * Read the key's record through the unique index, as a statement of the
+ * caller's transaction would: with a fresh snapshot under READ COMMITTED,
+ * the transaction's under REPEATABLE READ and SERIALIZABLE (the index and
+ * heap access methods take the predicate locks).  This is the hot path of
+ * every call, replays above all: it costs an index probe, not an executor
+ * start-up.  Returns false when the snapshot sees no record.
+ */
+static bool
+read_key_record(Oid nspid, int64 owner, const char *operation, const char *key,
+				TimestampTz now, KeyRecord *rec)
+{
+	Oid			heapid = get_relname_relid("idempotency_record", nspid);
+	Oid			indexid = get_relname_relid("uk_idempotency_scope", nspid);
+	Relation	heap;
+	Relation	index;
+	ScanKeyData skey[3];
+	Snapshot	snapshot;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	bool		found;
+
+	if (!OidIsValid(heapid) || !OidIsValid(indexid))
+		elog(ERROR, "idem: idempotency_record or its unique index is missing in schema %u", nspid);
+
+	heap = table_open(heapid, AccessShareLock);
+	index = index_open(indexid, AccessShareLock);
+	if (index->rd_index->indrelid != heapid || index->rd_index->indnatts != 3)
+		elog(ERROR, "idem: uk_idempotency_scope is not the (owner_id, operation, idempotency_key) index");
+
+	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(owner));
+	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[1], F_TEXTEQ,
+						   CStringGetTextDatum(operation));
+	ScanKeyEntryInitialize(&skey[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[2], F_TEXTEQ,
+						   CStringGetTextDatum(key));
+
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	slot = table_slot_create(heap, NULL);
+	scan = index_beginscan(heap, index, snapshot, 3, 0);
+	index_rescan(scan, skey, 3, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	if (found)
+	{
+		bool		isnull;
+		char	   *hash;
+		char	   *status;
+		Datum		response;
+
+		slot_getallattrs(slot);
+		rec->id = slot->tts_values[Anum_record_id - 1];
+		hash = TextDatumGetCString(slot->tts_values[Anum_record_request_hash - 1]);
+		strlcpy(rec->request_hash, hash, sizeof(rec->request_hash));
+		status = TextDatumGetCString(slot->tts_values[Anum_record_status - 1]);
+		rec->succeeded = strcmp(status, "SUCCEEDED") == 0;
+		rec->expired = DatumGetTimestampTz(slot->tts_values[Anum_record_expires_at - 1]) < now;
+
+		rec->http_status = slot_getattr(slot, Anum_record_http_status, &rec->isnull[3]);
+		response = slot_getattr(slot, Anum_record_response_json, &isnull);
+		rec->isnull[0] = rec->isnull[1] = rec->isnull[2] = true;
+		if (!isnull)
+		{
+			Jsonb	   *jb = DatumGetJsonbP(response);
+			JsonbValue	v;
+
+			if (getKeyJsonValueFromContainer(&jb->root, "orderId", 7, &v) &&
+				v.type == jbvNumeric)
+			{
+				rec->order_id = DirectFunctionCall1(numeric_int8, NumericGetDatum(v.val.numeric));
+				rec->isnull[0] = false;
+			}
+			rec->isnull[1] = !jsonb_text_field(jb, "orderNo", &rec->order_no);
+			rec->isnull[2] = !jsonb_text_field(jb, "status", &rec->status);
+		}
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snapshot);
+	/* the locks stay until the end of the transaction, as a statement's do */
+	index_close(index, NoLock);
+	table_close(heap, NoLock);
+	return found;
+}
+
 /* Run a kept plan and check that it returned what it must. */
 static void
 exec_plan(SPIPlanPtr plan, Datum *values, int expected)
@@ -481,7 +597,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz expires;
 	Datum		args[8];
-	Datum		read_args[4];
+	Oid			nspid;
 	bool		locked = false;
 	bool		executed = false;
 	OrderResult res = {0};
@@ -528,7 +644,8 @@ idem_create_order(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "idem: SPI_connect failed");
-	prepare_order_plans(idem_extension_schema(fcinfo));
+	nspid = idem_extension_schema(fcinfo);
+	prepare_order_plans(nspid);
 
 	/* $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry, $7 sku, $8 qty */
 	args[0] = Int64GetDatum(owner);
@@ -539,9 +656,6 @@ idem_create_order(PG_FUNCTION_ARGS)
 	args[5] = TimestampTzGetDatum(expires);
 	args[6] = Int64GetDatum(sku);
 	args[7] = Int32GetDatum(qty);
-	/* $1 owner, $2 operation, $3 key, $4 now */
-	memcpy(read_args, args, 3 * sizeof(Datum));
-	read_args[3] = TimestampTzGetDatum(now);
 
 	/*
 	 * Read first: a finished record the snapshot sees is replayed (or
@@ -550,9 +664,8 @@ idem_create_order(PG_FUNCTION_ARGS)
 	 */
 	for (int attempt = 1;; attempt++)
 	{
-		bool		isnull;
+		KeyRecord	rec;
 		bool		found;
-		char	   *stored;
 
 		if (attempt > IDEM_CLAIM_ATTEMPTS)
 			ereport(ERROR,
@@ -560,12 +673,9 @@ idem_create_order(PG_FUNCTION_ARGS)
 					 errmsg("could not claim idempotency key: its record kept changing"),
 					 errhint("Retry the transaction.")));
 
-		exec_plan(order_plans.read, read_args, SPI_OK_SELECT);
-		found = (SPI_processed == 1);
-		if (!found || DatumGetBool(result_col(8, &isnull)))
+		found = read_key_record(nspid, owner, IDEM_OP_CREATE_ORDER, key, now, &rec);
+		if (!found || rec.expired)
 		{
-			Datum		record_id;
-
 			/* no record, or an expired one: this call may execute */
 			if (!locked)
 			{
@@ -590,12 +700,11 @@ idem_create_order(PG_FUNCTION_ARGS)
 			}
 
 			/* expired: the key starts afresh, in place */
-			record_id = result_col(1, &isnull);
 			{
 				Datum		renew_args[4];
 				Datum		complete_args[5];
 
-				renew_args[0] = record_id;
+				renew_args[0] = rec.id;
 				renew_args[1] = args[3];
 				renew_args[2] = args[4];
 				renew_args[3] = args[5];
@@ -603,7 +712,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 				if (SPI_processed == 0)
 					continue;	/* renewed or deleted by another: read again */
 
-				complete_args[0] = record_id;
+				complete_args[0] = rec.id;
 				complete_args[1] = args[0];
 				complete_args[2] = args[6];
 				complete_args[3] = args[7];
@@ -611,23 +720,23 @@ idem_create_order(PG_FUNCTION_ARGS)
 				exec_plan(order_plans.complete, complete_args, SPI_OK_UPDATE_RETURNING);
 				if (SPI_processed != 1)
 					elog(ERROR, "idem: renewed record " INT64_FORMAT " vanished",
-						 DatumGetInt64(record_id));
+						 DatumGetInt64(rec.id));
 				executed = true;
 				break;
 			}
 		}
 
-		stored = TextDatumGetCString(result_col(2, &isnull));
-		if (!fingerprints_equal(stored, fingerprint))
+		if (!fingerprints_equal(rec.request_hash, fingerprint))
 			report_key_reused(owner, IDEM_OP_CREATE_ORDER, key);
-		if (strcmp(TextDatumGetCString(result_col(3, &isnull)), "SUCCEEDED") != 0)
+		if (!rec.succeeded)
 			report_in_flight(owner, IDEM_OP_CREATE_ORDER, key, false);
 
 		/* replay the stored response */
-		res.order_id = result_col(4, &res.isnull[0]);
-		res.order_no = result_col(5, &res.isnull[1]);
-		res.status = result_col(6, &res.isnull[2]);
-		res.http_status = result_col(7, &res.isnull[3]);
+		res.order_id = rec.order_id;
+		res.order_no = rec.order_no;
+		res.status = rec.status;
+		res.http_status = rec.http_status;
+		memcpy(res.isnull, rec.isnull, sizeof(res.isnull));
 		res.replayed = true;
 		break;
 	}
