@@ -85,7 +85,7 @@ _PG_init(void)
 							"How long the cleanup worker pauses between two batches.",
 							"The pause leaves the machine to foreground work.",
 							&idem_cleanup_batch_delay,
-							25, 0, 10000,
+							50, 0, 10000,
 							PGC_SIGHUP,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);

@@ -92,7 +92,7 @@ typedef struct IdemShared
 int			idem_cleanup_interval = 60;
 int			idem_cleanup_batch_size = 1000;
 int			idem_cleanup_max_batches = 0;
-int			idem_cleanup_batch_delay = 25;
+int			idem_cleanup_batch_delay = 50;
 char	   *idem_cleanup_databases = NULL;
 
 /* Set in _PG_init when loaded from shared_preload_libraries. */
