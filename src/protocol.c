@@ -106,6 +106,21 @@ typedef struct KeyRecord
 	bool		isnull[4];
 } KeyRecord;
 
+/*
+ * What one call site of idem_create_order looks up once (fn_extra): the
+ * extension's schema, its table and unique index, the result's tuple
+ * descriptor.  A dropped and re-created extension has new functions, hence
+ * new call sites, so nothing here outlives the objects it names.
+ */
+typedef struct CallSite
+{
+	Oid			nspid;
+	Oid			heapid;
+	Oid			indexid;
+	TupleDesc	tupdesc;
+	Datum		operation;		/* IDEM_OP_CREATE_ORDER as text */
+} CallSite;
+
 /* idempotency_record's columns, by attribute number */
 #define Anum_record_id				1
 #define Anum_record_request_hash	5
@@ -484,11 +499,11 @@ jsonb_text_field(Jsonb *jb, const char *name, Datum *result)
  * start-up.  Returns false when the snapshot sees no record.
  */
 static bool
-read_key_record(Oid nspid, int64 owner, const char *operation, const char *key,
-				TimestampTz now, KeyRecord *rec)
+read_key_record(const CallSite *site, int64 owner, Datum operation,
+				Datum key, TimestampTz now, KeyRecord *rec)
 {
-	Oid			heapid = get_relname_relid("idempotency_record", nspid);
-	Oid			indexid = get_relname_relid("uk_idempotency_scope", nspid);
+	Oid			heapid = site->heapid;
+	Oid			indexid = site->indexid;
 	Relation	heap;
 	Relation	index;
 	ScanKeyData skey[3];
@@ -497,9 +512,6 @@ read_key_record(Oid nspid, int64 owner, const char *operation, const char *key,
 	TupleTableSlot *slot;
 	bool		found;
 
-	if (!OidIsValid(heapid) || !OidIsValid(indexid))
-		elog(ERROR, "idem: idempotency_record or its unique index is missing in schema %u", nspid);
-
 	heap = table_open(heapid, AccessShareLock);
 	index = index_open(indexid, AccessShareLock);
 	if (index->rd_index->indrelid != heapid || index->rd_index->indnatts != 3)
@@ -507,11 +519,9 @@ read_key_record(Oid nspid, int64 owner, const char *operation, const char *key,
 
 	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(owner));
 	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[1], F_TEXTEQ,
-						   CStringGetTextDatum(operation));
+						   index->rd_indcollation[1], F_TEXTEQ, operation);
 	ScanKeyEntryInitialize(&skey[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[2], F_TEXTEQ,
-						   CStringGetTextDatum(key));
+						   index->rd_indcollation[2], F_TEXTEQ, key);
 
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	slot = table_slot_create(heap, NULL);
@@ -560,6 +570,47 @@ read_key_record(Oid nspid, int64 owner, const char *operation, const char *key,
 	return found;
 }
 
+/* This call site's CallSite, looked up on its first call. */
+static CallSite *
+call_site(FunctionCallInfo fcinfo)
+{
+	CallSite   *site = (CallSite *) fcinfo->flinfo->fn_extra;
+	MemoryContext oldcxt;
+	TupleDesc	tupdesc;
+
+	if (site != NULL)
+		return site;
+
+	oldcxt = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+	site = palloc0(sizeof(CallSite));
+	site->nspid = idem_extension_schema(fcinfo);
+	site->heapid = get_relname_relid("idempotency_record", site->nspid);
+	site->indexid = get_relname_relid("uk_idempotency_scope", site->nspid);
+	if (!OidIsValid(site->heapid) || !OidIsValid(site->indexid))
+		elog(ERROR, "idem: idempotency_record or its unique index is missing in schema %u",
+			 site->nspid);
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "idem_create_order must return a composite type");
+	site->tupdesc = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
+	site->operation = CStringGetTextDatum(IDEM_OP_CREATE_ORDER);
+	MemoryContextSwitchTo(oldcxt);
+
+	fcinfo->flinfo->fn_extra = site;
+	return site;
+}
+
+/* Connect to SPI and prepare the statements, once per call that writes. */
+static void
+start_writing(bool *connected, Oid nspid)
+{
+	if (*connected)
+		return;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "idem: SPI_connect failed");
+	*connected = true;
+	prepare_order_plans(nspid);
+}
+
 /* Run a kept plan and check that it returned what it must. */
 static void
 exec_plan(SPIPlanPtr plan, Datum *values, int expected)
@@ -592,12 +643,12 @@ idem_create_order(PG_FUNCTION_ARGS)
 	StringInfoData request;
 	char		fingerprint[IDEM_HASH_HEX_LEN + 1];
 	LOCKTAG		tag;
-	TupleDesc	tupdesc;
+	CallSite   *site;
+	bool		connected = false;
 	MemoryContext callercxt = CurrentMemoryContext;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz expires;
 	Datum		args[8];
-	Oid			nspid;
 	bool		locked = false;
 	bool		executed = false;
 	OrderResult res = {0};
@@ -626,9 +677,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 				 errmsg("sku must be between -9007199254740991 and 9007199254740991"),
 				 errdetail("The request fingerprint holds sku as a JSON number, exact only up to 2^53 - 1.")));
 
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "idem_create_order must return a composite type");
-	tupdesc = BlessTupleDesc(tupdesc);
+	site = call_site(fcinfo);
 
 	/* the fingerprint: SHA-256 of the canonical {"qty":..,"sku":..} */
 	initStringInfo(&request);
@@ -639,17 +688,11 @@ idem_create_order(PG_FUNCTION_ARGS)
 	appendStringInfoChar(&request, '}');
 	idem_sha256_hex(request.data, request.len, fingerprint);
 
-	key_locktag(&tag, owner, IDEM_OP_CREATE_ORDER, key);
 	expires = now + (TimestampTz) idem_ttl * USECS_PER_SEC;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "idem: SPI_connect failed");
-	nspid = idem_extension_schema(fcinfo);
-	prepare_order_plans(nspid);
 
 	/* $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry, $7 sku, $8 qty */
 	args[0] = Int64GetDatum(owner);
-	args[1] = CStringGetTextDatum(IDEM_OP_CREATE_ORDER);
+	args[1] = site->operation;
 	args[2] = CStringGetTextDatum(key);
 	args[3] = CStringGetTextDatum(fingerprint);
 	args[4] = TimestampTzGetDatum(now);
@@ -673,12 +716,13 @@ idem_create_order(PG_FUNCTION_ARGS)
 					 errmsg("could not claim idempotency key: its record kept changing"),
 					 errhint("Retry the transaction.")));
 
-		found = read_key_record(nspid, owner, IDEM_OP_CREATE_ORDER, key, now, &rec);
+		found = read_key_record(site, owner, site->operation, PG_GETARG_DATUM(1), now, &rec);
 		if (!found || rec.expired)
 		{
 			/* no record, or an expired one: this call may execute */
 			if (!locked)
 			{
+				key_locktag(&tag, owner, IDEM_OP_CREATE_ORDER, key);
 				if (!lock_key(&tag))
 					report_in_flight(owner, IDEM_OP_CREATE_ORDER, key, true);
 				locked = true;
@@ -690,6 +734,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 			if (!found)
 			{
 				/* claim with a finished record, and write the order */
+				start_writing(&connected, site->nspid);
 				exec_plan(order_plans.create, args, SPI_OK_INSERT_RETURNING);
 				if (SPI_processed == 1)
 				{
@@ -704,6 +749,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 				Datum		renew_args[4];
 				Datum		complete_args[5];
 
+				start_writing(&connected, site->nspid);
 				renew_args[0] = rec.id;
 				renew_args[1] = args[3];
 				renew_args[2] = args[4];
@@ -772,8 +818,9 @@ idem_create_order(PG_FUNCTION_ARGS)
 	values[4] = BoolGetDatum(res.replayed);
 	memcpy(nulls, res.isnull, sizeof(res.isnull));
 	nulls[4] = false;
-	tuple = heap_form_tuple(tupdesc, values, nulls);
+	tuple = heap_form_tuple(site->tupdesc, values, nulls);
 
-	SPI_finish();
+	if (connected)
+		SPI_finish();
 	PG_RETURN_DATUM(HeapTupleGetDatum(tuple));
 }
