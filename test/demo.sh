@@ -46,7 +46,7 @@ sql -c "SELECT count(*) AS callers, count(DISTINCT order_id) AS distinct_order_i
                count(*) FILTER (WHERE NOT replayed) AS executed,
                count(*) FILTER (WHERE replayed) AS replayed FROM demo_log" \
     -c "SELECT count(*) AS orders FROM purchase_order WHERE owner_id = 43"
-echo "-> 20 callers, 1 order: one executed, 19 waited on the key and replayed it."
+echo "-> 20 callers, 1 order: one executed, 19 replayed it (those that came while it ran waited on the key first)."
 
 say "4. The same key reused for a different request"
 sql_script <<'SQL'
