@@ -87,7 +87,6 @@ typedef struct OrderPlans
 	Oid			nspid;			/* InvalidOid until all are prepared */
 	SPIPlanPtr	create;
 	SPIPlanPtr	renew;
-	SPIPlanPtr	complete;
 } OrderPlans;
 
 static OrderPlans order_plans;
@@ -401,11 +400,10 @@ static void
 prepare_order_plans(Oid nspid)
 {
 	char	   *s;
-	char	   *seq;
-	Oid			create_types[8] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID,
-	TIMESTAMPTZOID, INT8OID, INT4OID};
-	Oid			renew_types[4] = {INT8OID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	Oid			complete_types[5] = {INT8OID, INT8OID, INT8OID, INT4OID, TIMESTAMPTZOID};
+	char	   *new_order;
+	char	   *write_order;
+	Oid			types[9] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, INT8OID, INT4OID, INT8OID};
 
 	if (order_plans.nspid == nspid)
 		return;
@@ -413,23 +411,33 @@ prepare_order_plans(Oid nspid)
 	order_plans.nspid = InvalidOid;
 	idem_free_kept(&order_plans.create);
 	idem_free_kept(&order_plans.renew);
-	idem_free_kept(&order_plans.complete);
 
 	s = idem_quoted_schema(nspid);
-	seq = quote_literal_cstr(psprintf("%s.purchase_order_id_seq", s));
+
+	/*
+	 * Both statements draw the order id first, write the record once,
+	 * already finished and holding the response, and write the order only
+	 * if the record was written.  The finished record's columns:
+	 */
+	new_order = psprintf(
+		"WITH n AS (SELECT v.id,"
+		"  'ORD-' OPERATOR(pg_catalog.||) pg_catalog.lpad(v.id::pg_catalog.text, 12, '0') AS no"
+		"  FROM (SELECT pg_catalog.nextval(%s::pg_catalog.regclass) AS id) v),",
+		quote_literal_cstr(psprintf("%s.purchase_order_id_seq", s)));
+	write_order = psprintf(
+		" RETURNING r.resource_id, r.response_json OPERATOR(pg_catalog.->>) 'orderNo' AS no)"
+		" INSERT INTO %s.purchase_order AS o"
+		"  (id, order_no, owner_id, sku_id, quantity, status, created_at)"
+		" SELECT r.resource_id, r.no, $1, $7, $8, 'CREATED', $5 FROM r"
+		" RETURNING o.id, o.order_no::pg_catalog.text, o.status::pg_catalog.text", s);
 
 	/*
 	 * $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry,
-	 * $7 sku, $8 qty: claim the key with a finished record and write the
-	 * order, in one statement.  The order id is drawn first, so the record
-	 * is written once, already holding the response; if the claim loses on
-	 * the unique index, no order is written and nothing is returned.
+	 * $7 sku, $8 qty: claim the key and execute.  If the claim loses on the
+	 * unique index, nothing is written and nothing is returned.
 	 */
 	order_plans.create = idem_prepare_kept(psprintf(
-		"WITH n AS (SELECT v.id,"
-		"  'ORD-' OPERATOR(pg_catalog.||) pg_catalog.lpad(v.id::pg_catalog.text, 12, '0') AS no"
-		"  FROM (SELECT pg_catalog.nextval(%s::pg_catalog.regclass) AS id) v),"
-		" r AS ("
+		"%s r AS ("
 		" INSERT INTO %s.idempotency_record AS r"
 		"  (owner_id, operation, idempotency_key, request_hash, status, http_status,"
 		"   response_json, resource_id, created_at, updated_at, expires_at)"
@@ -438,41 +446,23 @@ prepare_order_plans(Oid nspid)
 		"  n.id, $5, $5, $6"
 		" FROM n"
 		" ON CONFLICT (owner_id, operation, idempotency_key) DO NOTHING"
-		" RETURNING r.resource_id, r.response_json OPERATOR(pg_catalog.->>) 'orderNo' AS no)"
-		" INSERT INTO %s.purchase_order AS o"
-		"  (id, order_no, owner_id, sku_id, quantity, status, created_at)"
-		" SELECT r.resource_id, r.no, $1, $7, $8, 'CREATED', $5 FROM r"
-		" RETURNING o.id, o.order_no::pg_catalog.text, o.status::pg_catalog.text",
-		seq, s, s), 8, create_types);
+		"%s", new_order, s, write_order), 8, types);
 
-	/* $1 record id, $2 fingerprint, $3 now, $4 expiry: restart an expired record */
+	/*
+	 * The same, and $9 the record id: start an expired record afresh, in
+	 * place.  If another caller renewed or deleted it first, nothing is
+	 * written and nothing is returned.
+	 */
 	order_plans.renew = idem_prepare_kept(psprintf(
-		"UPDATE %s.idempotency_record AS r"
-		" SET request_hash = $2, status = 'PROCESSING', http_status = NULL,"
-		" response_json = NULL, resource_id = NULL,"
-		" created_at = $3, updated_at = $3, expires_at = $4"
-		" WHERE r.id OPERATOR(pg_catalog.=) $1"
-		" AND r.expires_at OPERATOR(pg_catalog.<) $3"
-		" RETURNING r.id", s), 4, renew_types);
-
-	/* $1 record id, $2 owner, $3 sku, $4 qty, $5 now: the business write and its snapshot */
-	order_plans.complete = idem_prepare_kept(psprintf(
-		"WITH o AS ("
-		" INSERT INTO %s.purchase_order"
-		"  (id, order_no, owner_id, sku_id, quantity, status, created_at)"
-		" SELECT n.id,"
-		"  'ORD-' OPERATOR(pg_catalog.||) pg_catalog.lpad(n.id::pg_catalog.text, 12, '0'),"
-		"  $2, $3, $4, 'CREATED', $5"
-		" FROM (SELECT pg_catalog.nextval(%s::pg_catalog.regclass) AS id) n"
-		" RETURNING id, order_no, status)"
+		"%s r AS ("
 		" UPDATE %s.idempotency_record AS r"
-		" SET status = 'SUCCEEDED', http_status = 201, resource_id = o.id,"
-		" response_json = pg_catalog.jsonb_build_object("
-		"  'orderId', o.id, 'orderNo', o.order_no, 'status', o.status),"
-		" updated_at = $5"
-		" FROM o WHERE r.id OPERATOR(pg_catalog.=) $1"
-		" RETURNING o.id, o.order_no::pg_catalog.text, o.status::pg_catalog.text",
-		s, seq, s), 5, complete_types);
+		" SET request_hash = $4, status = 'SUCCEEDED', http_status = 201,"
+		"  response_json = pg_catalog.jsonb_build_object('orderId', n.id, 'orderNo', n.no, 'status', 'CREATED'),"
+		"  resource_id = n.id, created_at = $5, updated_at = $5, expires_at = $6"
+		" FROM n"
+		" WHERE r.id OPERATOR(pg_catalog.=) $9"
+		" AND r.expires_at OPERATOR(pg_catalog.<) $5"
+		"%s", new_order, s, write_order), 9, types);
 
 	order_plans.nspid = nspid;
 }
@@ -499,8 +489,8 @@ jsonb_text_field(Jsonb *jb, const char *name, Datum *result)
  * start-up.  Returns false when the snapshot sees no record.
  */
 static bool
-read_key_record(const CallSite *site, int64 owner, Datum operation,
-				Datum key, TimestampTz now, KeyRecord *rec)
+read_key_record(const CallSite *site, int64 owner, Datum key, TimestampTz now,
+				KeyRecord *rec)
 {
 	Oid			heapid = site->heapid;
 	Oid			indexid = site->indexid;
@@ -519,7 +509,7 @@ read_key_record(const CallSite *site, int64 owner, Datum operation,
 
 	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(owner));
 	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[1], F_TEXTEQ, operation);
+						   index->rd_indcollation[1], F_TEXTEQ, site->operation);
 	ScanKeyEntryInitialize(&skey[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
 						   index->rd_indcollation[2], F_TEXTEQ, key);
 
@@ -648,7 +638,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 	MemoryContext callercxt = CurrentMemoryContext;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz expires;
-	Datum		args[8];
+	Datum		args[9];
 	bool		locked = false;
 	bool		executed = false;
 	OrderResult res = {0};
@@ -690,7 +680,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 
 	expires = now + (TimestampTz) idem_ttl * USECS_PER_SEC;
 
-	/* $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry, $7 sku, $8 qty */
+	/* $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry, $7 sku, $8 qty; $9 set by a renewal */
 	args[0] = Int64GetDatum(owner);
 	args[1] = site->operation;
 	args[2] = CStringGetTextDatum(key);
@@ -716,7 +706,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 					 errmsg("could not claim idempotency key: its record kept changing"),
 					 errhint("Retry the transaction.")));
 
-		found = read_key_record(site, owner, site->operation, PG_GETARG_DATUM(1), now, &rec);
+		found = read_key_record(site, owner, PG_GETARG_DATUM(1), now, &rec);
 		if (!found || rec.expired)
 		{
 			/* no record, or an expired one: this call may execute */
@@ -745,31 +735,15 @@ idem_create_order(PG_FUNCTION_ARGS)
 			}
 
 			/* expired: the key starts afresh, in place */
+			start_writing(&connected, site->nspid);
+			args[8] = rec.id;
+			exec_plan(order_plans.renew, args, SPI_OK_INSERT_RETURNING);
+			if (SPI_processed == 1)
 			{
-				Datum		renew_args[4];
-				Datum		complete_args[5];
-
-				start_writing(&connected, site->nspid);
-				renew_args[0] = rec.id;
-				renew_args[1] = args[3];
-				renew_args[2] = args[4];
-				renew_args[3] = args[5];
-				exec_plan(order_plans.renew, renew_args, SPI_OK_UPDATE_RETURNING);
-				if (SPI_processed == 0)
-					continue;	/* renewed or deleted by another: read again */
-
-				complete_args[0] = rec.id;
-				complete_args[1] = args[0];
-				complete_args[2] = args[6];
-				complete_args[3] = args[7];
-				complete_args[4] = args[4];
-				exec_plan(order_plans.complete, complete_args, SPI_OK_UPDATE_RETURNING);
-				if (SPI_processed != 1)
-					elog(ERROR, "idem: renewed record " INT64_FORMAT " vanished",
-						 DatumGetInt64(rec.id));
 				executed = true;
 				break;
 			}
+			continue;			/* renewed or deleted by another: read again */
 		}
 
 		if (!fingerprints_equal(rec.request_hash, fingerprint))
