@@ -1,7 +1,7 @@
 # idem: PostgreSQL extension (PGXS)
 
 MODULE_big = idem
-OBJS = idem.o src/protocol.o src/jcs.o src/cleanup.o src/worker.o
+OBJS = idem.o src/protocol.o src/jcs.o src/cleanup.o src/worker.o src/rowwrite.o
 
 EXTENSION = idem
 DATA = idem--1.0.sql idem--1.0--1.1.sql
@@ -10,7 +10,7 @@ PG_CPPFLAGS = -I$(srcdir)/src
 # -Wextra less unused-parameter, which PostgreSQL 15's own headers raise (bufpage.h, ilist.h)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
-REGRESS = jcs jcs_numbers encoding order cleanup security upgrade
+REGRESS = jcs jcs_numbers encoding order cleanup security upgrade writes
 REGRESS_OPTS = --load-extension=idem --load-extension=pgcrypto
 
 ISOLATION = claim-race-2 claim-race-3 in-flight-timeout repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint

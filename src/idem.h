@@ -11,6 +11,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
+#include "nodes/execnodes.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
 
@@ -42,6 +43,21 @@ extern SPIPlanPtr idem_prepare_kept(const char *sql, int nargs, Oid *argtypes);
 extern void idem_free_kept(SPIPlanPtr *plan);
 extern Oid	idem_extension_schema(FunctionCallInfo fcinfo);
 extern char *idem_quoted_schema(Oid nspid);
+
+/* rowwrite.c: inserts without a plan, for the hot path */
+#define IDEM_ROWS_MAX_RELS 2
+
+typedef struct IdemRows
+{
+	EState	   *estate;
+	int			nrels;
+	ResultRelInfo *rels[IDEM_ROWS_MAX_RELS];
+	TupleTableSlot *slots[IDEM_ROWS_MAX_RELS];
+} IdemRows;
+
+extern void idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels);
+extern void idem_rows_insert(IdemRows *rows, int i, const Datum *values, const bool *nulls);
+extern void idem_rows_end(IdemRows *rows);
 
 /* cleanup.c */
 extern int64 idem_cleanup_batches(Oid nspid, int batch_size, int max_batches);

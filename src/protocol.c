@@ -43,6 +43,7 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "funcapi.h"
@@ -52,8 +53,10 @@
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/numeric.h"
 #include "utils/rel.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
@@ -81,11 +84,10 @@ PG_FUNCTION_INFO_V1(idem_create_order);
  */
 #define IDEM_CLAIM_ATTEMPTS		4
 
-/* Saved plans of idem_create_order, for one extension schema. */
+/* The saved plan of idem_create_order's renewal, for one extension schema. */
 typedef struct OrderPlans
 {
-	Oid			nspid;			/* InvalidOid until all are prepared */
-	SPIPlanPtr	create;
+	Oid			nspid;			/* InvalidOid until prepared */
 	SPIPlanPtr	renew;
 } OrderPlans;
 
@@ -106,27 +108,85 @@ typedef struct KeyRecord
 } KeyRecord;
 
 /*
- * What one call site of idem_create_order looks up once (fn_extra): the
- * extension's schema, its table and unique index, the result's tuple
- * descriptor.  A dropped and re-created extension has new functions, hence
- * new call sites, so nothing here outlives the objects it names.
+ * The columns idem_create_order writes, by name.  They are mapped to
+ * attribute numbers once per backend, and a table altered so that idem's
+ * raw writes would no longer fit it is refused with a clear error.
  */
-typedef struct CallSite
+typedef struct ColumnSpec
 {
-	Oid			nspid;
-	Oid			heapid;
-	Oid			indexid;
-	TupleDesc	tupdesc;
-	Datum		operation;		/* IDEM_OP_CREATE_ORDER as text */
-} CallSite;
+	const char *name;
+	Oid			type;
+	int			len;			/* characters idem may store; 0: any */
+	bool		exact;			/* char(n): the typmod must be exactly len */
+} ColumnSpec;
 
-/* idempotency_record's columns, by attribute number */
-#define Anum_record_id				1
-#define Anum_record_request_hash	5
-#define Anum_record_status			6
-#define Anum_record_http_status		7
-#define Anum_record_response_json	8
-#define Anum_record_expires_at		12
+enum
+{
+	REC_ID, REC_OWNER, REC_OPERATION, REC_KEY, REC_HASH, REC_STATUS, REC_HTTP,
+	REC_RESPONSE, REC_RESOURCE, REC_CREATED, REC_UPDATED, REC_EXPIRES, REC_NCOLS
+};
+
+static const ColumnSpec record_columns[REC_NCOLS] = {
+	{"id", INT8OID, 0, false},
+	{"owner_id", INT8OID, 0, false},
+	{"operation", VARCHAROID, IDEM_OPERATION_MAX_LEN, false},
+	{"idempotency_key", VARCHAROID, IDEM_KEY_MAX_LEN, false},
+	{"request_hash", BPCHAROID, IDEM_HASH_HEX_LEN, true},
+	{"status", VARCHAROID, 10, false},
+	{"http_status", INT4OID, 0, false},
+	{"response_json", JSONBOID, 0, false},
+	{"resource_id", INT8OID, 0, false},
+	{"created_at", TIMESTAMPTZOID, 0, false},
+	{"updated_at", TIMESTAMPTZOID, 0, false},
+	{"expires_at", TIMESTAMPTZOID, 0, false},
+};
+
+enum
+{
+	ORD_ID, ORD_NO, ORD_OWNER, ORD_SKU, ORD_QTY, ORD_STATUS, ORD_CREATED, ORD_NCOLS
+};
+
+static const ColumnSpec order_columns[ORD_NCOLS] = {
+	{"id", INT8OID, 0, false},
+	{"order_no", VARCHAROID, 16, false},
+	{"owner_id", INT8OID, 0, false},
+	{"sku_id", INT8OID, 0, false},
+	{"quantity", INT4OID, 0, false},
+	{"status", VARCHAROID, 7, false},
+	{"created_at", TIMESTAMPTZOID, 0, false},
+};
+
+/*
+ * What idem_create_order looks up once per backend rather than per call
+ * (a prepared statement's function call state lives only for one
+ * execution): the extension's schema, tables, index and sequences, where
+ * the columns are, the result's tuple descriptor.  A relcache invalidation
+ * of any of these relations (ALTER TABLE, DROP EXTENSION, a cache reset)
+ * or a call through another function (a re-created extension) looks them
+ * up again.
+ */
+typedef struct OrderCatalog
+{
+	bool		valid;
+	Oid			fn_oid;			/* the idem_create_order it was built for */
+	Oid			nspid;
+	Oid			recordid;		/* idempotency_record */
+	Oid			scopeid;		/* its (owner_id, operation, idempotency_key) index */
+	Oid			record_seq;
+	Oid			orderid;		/* purchase_order */
+	Oid			order_seq;
+	int			record_natts;	/* attributes, dropped ones included */
+	int			order_natts;
+	AttrNumber	record_att[REC_NCOLS];
+	AttrNumber	order_att[ORD_NCOLS];
+	TupleDesc	result;			/* blessed */
+	Datum		operation;		/* IDEM_OP_CREATE_ORDER as text */
+} OrderCatalog;
+
+static OrderCatalog catalog;
+static MemoryContext catalog_cxt = NULL;
+static bool catalog_building = false;
+static bool catalog_build_invalidated = false;
 
 /* What idem_create_order returns. */
 typedef struct OrderResult
@@ -393,15 +453,166 @@ report_key_reused(int64 owner, const char *operation, const char *key)
 }
 
 
-/* ---------- idem_create_order ---------- */
+/* ---------- idem_create_order: what it looks up once ---------- */
 
-/* Prepare the statements of idem_create_order for the schema nspid. */
+/* Drop the catalog when one of its relations changes. */
+static void
+catalog_relcache_callback(Datum arg, Oid relid)
+{
+	/* while building, any change may concern what was already looked up */
+	if (catalog_building)
+		catalog_build_invalidated = true;
+	if (!catalog.valid)
+		return;
+	if (relid == InvalidOid || relid == catalog.recordid ||
+		relid == catalog.scopeid || relid == catalog.record_seq ||
+		relid == catalog.orderid || relid == catalog.order_seq)
+		catalog.valid = false;
+}
+
+/* The OID of relation name in schema nspid, or an error saying it is missing. */
+static Oid
+extension_relation(const char *name, Oid nspid, char relkind)
+{
+	Oid			relid = get_relname_relid(name, nspid);
+
+	if (!OidIsValid(relid) || get_rel_relkind(relid) != relkind)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's relation \"%s\" is missing from schema \"%s\"",
+						name, get_namespace_name(nspid)),
+				 errhint("Drop and re-create the extension idem.")));
+	return relid;
+}
+
+/*
+ * Map spec's columns to attribute numbers of rel, checking that idem's raw
+ * writes fit them: the type, a length limit no shorter than what idem
+ * stores, and no column idem does not know (it would get no default).
+ */
+static void
+map_columns(Relation rel, const ColumnSpec *spec, int ncols, AttrNumber *attnums)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			live = 0;
+
+	for (int j = 0; j < desc->natts; j++)
+		if (!TupleDescAttr(desc, j)->attisdropped)
+			live++;
+
+	for (int i = 0; i < ncols; i++)
+	{
+		Form_pg_attribute att = NULL;
+		int32		maxlen;
+
+		for (int j = 0; j < desc->natts; j++)
+		{
+			Form_pg_attribute a = TupleDescAttr(desc, j);
+
+			if (!a->attisdropped && strcmp(NameStr(a->attname), spec[i].name) == 0)
+			{
+				att = a;
+				break;
+			}
+		}
+		maxlen = (att && att->atttypmod >= 0) ? att->atttypmod - VARHDRSZ : -1;
+		if (att == NULL || att->atttypid != spec[i].type ||
+			(spec[i].len > 0 && maxlen >= 0 &&
+			 (spec[i].exact ? maxlen != spec[i].len : maxlen < spec[i].len)))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("idem's table \"%s\" was altered: column \"%s\" is missing or of another type",
+							RelationGetRelationName(rel), spec[i].name),
+					 errhint("Undo the change, or drop and re-create the extension idem.")));
+		attnums[i] = att->attnum;
+	}
+	if (live != ncols)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's table \"%s\" was altered: it has columns idem does not write",
+						RelationGetRelationName(rel)),
+				 errhint("Undo the change, or drop and re-create the extension idem.")));
+}
+
+/* The catalog for the idem_create_order being called, built if need be. */
+static const OrderCatalog *
+order_catalog(FunctionCallInfo fcinfo)
+{
+	Oid			fn_oid = fcinfo->flinfo->fn_oid;
+	OrderCatalog cat = {0};
+	TupleDesc	tupdesc;
+	Relation	rel;
+	Relation	index;
+	MemoryContext oldcxt;
+
+	if (catalog.valid && catalog.fn_oid == fn_oid)
+		return &catalog;
+
+	if (catalog_cxt == NULL)
+	{
+		catalog_cxt = AllocSetContextCreate(CacheMemoryContext, "idem catalog",
+											ALLOCSET_SMALL_SIZES);
+		CacheRegisterRelcacheCallback(catalog_relcache_callback, (Datum) 0);
+	}
+	catalog.valid = false;
+	MemoryContextReset(catalog_cxt);
+	catalog_building = true;
+	catalog_build_invalidated = false;
+
+	cat.fn_oid = fn_oid;
+	cat.nspid = idem_extension_schema(fcinfo);
+	cat.recordid = extension_relation("idempotency_record", cat.nspid, RELKIND_RELATION);
+	cat.scopeid = extension_relation("uk_idempotency_scope", cat.nspid, RELKIND_INDEX);
+	cat.record_seq = extension_relation("idempotency_record_id_seq", cat.nspid, RELKIND_SEQUENCE);
+	cat.orderid = extension_relation("purchase_order", cat.nspid, RELKIND_RELATION);
+	cat.order_seq = extension_relation("purchase_order_id_seq", cat.nspid, RELKIND_SEQUENCE);
+
+	rel = table_open(cat.recordid, AccessShareLock);
+	map_columns(rel, record_columns, REC_NCOLS, cat.record_att);
+	cat.record_natts = RelationGetDescr(rel)->natts;
+	index = index_open(cat.scopeid, AccessShareLock);
+	if (index->rd_index->indrelid != cat.recordid || index->rd_index->indnatts != 3 ||
+		!index->rd_index->indisunique ||
+		index->rd_index->indkey.values[0] != cat.record_att[REC_OWNER] ||
+		index->rd_index->indkey.values[1] != cat.record_att[REC_OPERATION] ||
+		index->rd_index->indkey.values[2] != cat.record_att[REC_KEY])
+		elog(ERROR, "idem: uk_idempotency_scope is not the unique (owner_id, operation, idempotency_key) index");
+	index_close(index, NoLock);
+	table_close(rel, NoLock);
+
+	rel = table_open(cat.orderid, AccessShareLock);
+	map_columns(rel, order_columns, ORD_NCOLS, cat.order_att);
+	cat.order_natts = RelationGetDescr(rel)->natts;
+	table_close(rel, NoLock);
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "idem_create_order must return a composite type");
+
+	oldcxt = MemoryContextSwitchTo(catalog_cxt);
+	cat.result = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
+	cat.operation = CStringGetTextDatum(IDEM_OP_CREATE_ORDER);
+	MemoryContextSwitchTo(oldcxt);
+
+	/*
+	 * The relations are locked now, so what was read is current; but if an
+	 * invalidation came while looking them up, serve this call and look
+	 * again on the next.  (An error above leaves catalog_building set: it
+	 * only makes the next build's check pessimistic.)
+	 */
+	catalog_building = false;
+	cat.valid = !catalog_build_invalidated;
+	catalog = cat;
+	return &catalog;
+}
+
+
+/* ---------- idem_create_order: the statement of the rare path ---------- */
+
+/* Prepare the statement that renews an expired record, for the schema nspid. */
 static void
 prepare_order_plans(Oid nspid)
 {
 	char	   *s;
-	char	   *new_order;
-	char	   *write_order;
 	Oid			types[9] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TIMESTAMPTZOID,
 	TIMESTAMPTZOID, INT8OID, INT4OID, INT8OID};
 
@@ -409,52 +620,23 @@ prepare_order_plans(Oid nspid)
 		return;
 
 	order_plans.nspid = InvalidOid;
-	idem_free_kept(&order_plans.create);
 	idem_free_kept(&order_plans.renew);
 
 	s = idem_quoted_schema(nspid);
 
 	/*
-	 * Both statements draw the order id first, write the record once,
-	 * already finished and holding the response, and write the order only
-	 * if the record was written.  The finished record's columns:
-	 */
-	new_order = psprintf(
-		"WITH n AS (SELECT v.id,"
-		"  'ORD-' OPERATOR(pg_catalog.||) pg_catalog.lpad(v.id::pg_catalog.text, 12, '0') AS no"
-		"  FROM (SELECT pg_catalog.nextval(%s::pg_catalog.regclass) AS id) v),",
-		quote_literal_cstr(psprintf("%s.purchase_order_id_seq", s)));
-	write_order = psprintf(
-		" RETURNING r.resource_id, r.response_json OPERATOR(pg_catalog.->>) 'orderNo' AS no)"
-		" INSERT INTO %s.purchase_order AS o"
-		"  (id, order_no, owner_id, sku_id, quantity, status, created_at)"
-		" SELECT r.resource_id, r.no, $1, $7, $8, 'CREATED', $5 FROM r"
-		" RETURNING o.id, o.order_no::pg_catalog.text, o.status::pg_catalog.text", s);
-
-	/*
-	 * $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry,
-	 * $7 sku, $8 qty: claim the key and execute.  If the claim loses on the
-	 * unique index, nothing is written and nothing is returned.
-	 */
-	order_plans.create = idem_prepare_kept(psprintf(
-		"%s r AS ("
-		" INSERT INTO %s.idempotency_record AS r"
-		"  (owner_id, operation, idempotency_key, request_hash, status, http_status,"
-		"   response_json, resource_id, created_at, updated_at, expires_at)"
-		" SELECT $1, $2, $3, $4, 'SUCCEEDED', 201,"
-		"  pg_catalog.jsonb_build_object('orderId', n.id, 'orderNo', n.no, 'status', 'CREATED'),"
-		"  n.id, $5, $5, $6"
-		" FROM n"
-		" ON CONFLICT (owner_id, operation, idempotency_key) DO NOTHING"
-		"%s", new_order, s, write_order), 8, types);
-
-	/*
-	 * The same, and $9 the record id: start an expired record afresh, in
-	 * place.  If another caller renewed or deleted it first, nothing is
-	 * written and nothing is returned.
+	 * $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry, $7
+	 * sku, $8 qty, $9 the record id: start an expired record afresh, in
+	 * place, already finished and holding the response, and write the order
+	 * only if the record was renewed.  If another caller renewed or deleted
+	 * it first, nothing is written and nothing is returned.  The rows are
+	 * the ones insert_order writes for a new key.
 	 */
 	order_plans.renew = idem_prepare_kept(psprintf(
-		"%s r AS ("
+		"WITH n AS (SELECT v.id,"
+		"  'ORD-' OPERATOR(pg_catalog.||) pg_catalog.lpad(v.id::pg_catalog.text, 12, '0') AS no"
+		"  FROM (SELECT pg_catalog.nextval(%s::pg_catalog.regclass) AS id) v),"
+		" r AS ("
 		" UPDATE %s.idempotency_record AS r"
 		" SET request_hash = $4, status = 'SUCCEEDED', http_status = 201,"
 		"  response_json = pg_catalog.jsonb_build_object('orderId', n.id, 'orderNo', n.no, 'status', 'CREATED'),"
@@ -462,10 +644,18 @@ prepare_order_plans(Oid nspid)
 		" FROM n"
 		" WHERE r.id OPERATOR(pg_catalog.=) $9"
 		" AND r.expires_at OPERATOR(pg_catalog.<) $5"
-		"%s", new_order, s, write_order), 9, types);
+		" RETURNING r.resource_id, r.response_json OPERATOR(pg_catalog.->>) 'orderNo' AS no)"
+		" INSERT INTO %s.purchase_order AS o"
+		"  (id, order_no, owner_id, sku_id, quantity, status, created_at)"
+		" SELECT r.resource_id, r.no, $1, $7, $8, 'CREATED', $5 FROM r"
+		" RETURNING o.id, o.order_no::pg_catalog.text, o.status::pg_catalog.text",
+		quote_literal_cstr(psprintf("%s.purchase_order_id_seq", s)), s, s), 9, types);
 
 	order_plans.nspid = nspid;
 }
+
+
+/* ---------- idem_create_order: reading the key ---------- */
 
 /* A text field of a jsonb object as a text Datum; false if absent or not a string. */
 static bool
@@ -481,6 +671,39 @@ jsonb_text_field(Jsonb *jb, const char *name, Datum *result)
 }
 
 /*
+ * Scan the unique index for (owner, operation, key) under snapshot and
+ * return the first row it gives in slot; false if none.  The relations stay
+ * locked until the end of the transaction, as a statement's do.
+ */
+static bool
+scan_key(const OrderCatalog *cat, int64 owner, Datum key, Snapshot snapshot,
+		 TupleTableSlot **slotp, Relation *heapp)
+{
+	Relation	heap = table_open(cat->recordid, AccessShareLock);
+	Relation	index = index_open(cat->scopeid, AccessShareLock);
+	ScanKeyData skey[3];
+	IndexScanDesc scan;
+	TupleTableSlot *slot = table_slot_create(heap, NULL);
+	bool		found;
+
+	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(owner));
+	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[1], F_TEXTEQ, cat->operation);
+	ScanKeyEntryInitialize(&skey[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[2], F_TEXTEQ, key);
+
+	scan = index_beginscan(heap, index, snapshot, 3, 0);
+	index_rescan(scan, skey, 3, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	index_endscan(scan);
+	index_close(index, NoLock);
+
+	*slotp = slot;
+	*heapp = heap;
+	return found;
+}
+
+/*
  * Read the key's record through the unique index, as a statement of the
  * caller's transaction would: with a fresh snapshot under READ COMMITTED,
  * the transaction's under REPEATABLE READ and SERIALIZABLE (the index and
@@ -489,35 +712,15 @@ jsonb_text_field(Jsonb *jb, const char *name, Datum *result)
  * start-up.  Returns false when the snapshot sees no record.
  */
 static bool
-read_key_record(const CallSite *site, int64 owner, Datum key, TimestampTz now,
+read_key_record(const OrderCatalog *cat, int64 owner, Datum key, TimestampTz now,
 				KeyRecord *rec)
 {
-	Oid			heapid = site->heapid;
-	Oid			indexid = site->indexid;
-	Relation	heap;
-	Relation	index;
-	ScanKeyData skey[3];
-	Snapshot	snapshot;
-	IndexScanDesc scan;
+	const AttrNumber *att = cat->record_att;
+	Snapshot	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	TupleTableSlot *slot;
-	bool		found;
+	Relation	heap;
+	bool		found = scan_key(cat, owner, key, snapshot, &slot, &heap);
 
-	heap = table_open(heapid, AccessShareLock);
-	index = index_open(indexid, AccessShareLock);
-	if (index->rd_index->indrelid != heapid || index->rd_index->indnatts != 3)
-		elog(ERROR, "idem: uk_idempotency_scope is not the (owner_id, operation, idempotency_key) index");
-
-	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(owner));
-	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[1], F_TEXTEQ, site->operation);
-	ScanKeyEntryInitialize(&skey[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[2], F_TEXTEQ, key);
-
-	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	slot = table_slot_create(heap, NULL);
-	scan = index_beginscan(heap, index, snapshot, 3, 0);
-	index_rescan(scan, skey, 3, NULL, 0);
-	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	if (found)
 	{
 		bool		isnull;
@@ -525,16 +728,15 @@ read_key_record(const CallSite *site, int64 owner, Datum key, TimestampTz now,
 		char	   *status;
 		Datum		response;
 
-		slot_getallattrs(slot);
-		rec->id = slot->tts_values[Anum_record_id - 1];
-		hash = TextDatumGetCString(slot->tts_values[Anum_record_request_hash - 1]);
+		rec->id = slot_getattr(slot, att[REC_ID], &isnull);
+		hash = TextDatumGetCString(slot_getattr(slot, att[REC_HASH], &isnull));
 		strlcpy(rec->request_hash, hash, sizeof(rec->request_hash));
-		status = TextDatumGetCString(slot->tts_values[Anum_record_status - 1]);
+		status = TextDatumGetCString(slot_getattr(slot, att[REC_STATUS], &isnull));
 		rec->succeeded = strcmp(status, "SUCCEEDED") == 0;
-		rec->expired = DatumGetTimestampTz(slot->tts_values[Anum_record_expires_at - 1]) < now;
+		rec->expired = DatumGetTimestampTz(slot_getattr(slot, att[REC_EXPIRES], &isnull)) < now;
 
-		rec->http_status = slot_getattr(slot, Anum_record_http_status, &rec->isnull[3]);
-		response = slot_getattr(slot, Anum_record_response_json, &isnull);
+		rec->http_status = slot_getattr(slot, att[REC_HTTP], &rec->isnull[3]);
+		response = slot_getattr(slot, att[REC_RESPONSE], &isnull);
 		rec->isnull[0] = rec->isnull[1] = rec->isnull[2] = true;
 		if (!isnull)
 		{
@@ -551,47 +753,168 @@ read_key_record(const CallSite *site, int64 owner, Datum key, TimestampTz now,
 			rec->isnull[2] = !jsonb_text_field(jb, "status", &rec->status);
 		}
 	}
-	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
+	table_close(heap, NoLock);
 	UnregisterSnapshot(snapshot);
-	/* the locks stay until the end of the transaction, as a statement's do */
-	index_close(index, NoLock);
+	return found;
+}
+
+/*
+ * Is there a record of the key that the last read could not see?  Asked
+ * under the key lock, before writing a new record.  A dirty snapshot sees
+ * every row not known dead, whatever the caller's snapshot: rows committed
+ * since it was taken, and rows of transactions still running.  No other
+ * caller of idem can be writing the key while we hold its lock, so such a
+ * row is almost always a record committed by the previous holder between
+ * our read and our lock.
+ */
+static bool
+unseen_record_exists(const OrderCatalog *cat, int64 owner, Datum key)
+{
+	SnapshotData dirty;
+	TupleTableSlot *slot;
+	Relation	heap;
+	bool		found;
+
+	InitDirtySnapshot(dirty);
+	found = scan_key(cat, owner, key, &dirty, &slot, &heap);
+	ExecDropSingleTupleTableSlot(slot);
 	table_close(heap, NoLock);
 	return found;
 }
 
-/* This call site's CallSite, looked up on its first call. */
-static CallSite *
-call_site(FunctionCallInfo fcinfo)
+
+/* ---------- idem_create_order: writing ---------- */
+
+/* The response snapshot stored on the record: {orderId, orderNo, status}. */
+static Datum
+order_response(Datum order_id, Datum order_no, Datum status)
 {
-	CallSite   *site = (CallSite *) fcinfo->flinfo->fn_extra;
-	MemoryContext oldcxt;
-	TupleDesc	tupdesc;
+	JsonbParseState *state = NULL;
+	JsonbValue	v;
+	JsonbValue *result;
+	const char *keys[3] = {"orderId", "orderNo", "status"};
+	Datum		texts[3] = {0, order_no, status};
 
-	if (site != NULL)
-		return site;
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	for (int i = 0; i < 3; i++)
+	{
+		v.type = jbvString;
+		v.val.string.val = (char *) keys[i];
+		v.val.string.len = strlen(keys[i]);
+		pushJsonbValue(&state, WJB_KEY, &v);
+		if (i == 0)
+		{
+			v.type = jbvNumeric;
+			v.val.numeric = int64_to_numeric(DatumGetInt64(order_id));
+		}
+		else
+		{
+			text	   *t = DatumGetTextPP(texts[i]);
 
-	oldcxt = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-	site = palloc0(sizeof(CallSite));
-	site->nspid = idem_extension_schema(fcinfo);
-	site->heapid = get_relname_relid("idempotency_record", site->nspid);
-	site->indexid = get_relname_relid("uk_idempotency_scope", site->nspid);
-	if (!OidIsValid(site->heapid) || !OidIsValid(site->indexid))
-		elog(ERROR, "idem: idempotency_record or its unique index is missing in schema %u",
-			 site->nspid);
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "idem_create_order must return a composite type");
-	site->tupdesc = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
-	site->operation = CStringGetTextDatum(IDEM_OP_CREATE_ORDER);
-	MemoryContextSwitchTo(oldcxt);
-
-	fcinfo->flinfo->fn_extra = site;
-	return site;
+			v.type = jbvString;
+			v.val.string.val = VARDATA_ANY(t);
+			v.val.string.len = VARSIZE_ANY_EXHDR(t);
+		}
+		pushJsonbValue(&state, WJB_VALUE, &v);
+	}
+	result = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
+	return JsonbPGetDatum(JsonbValueToJsonb(result));
 }
 
-/* Connect to SPI and prepare the statements, once per call that writes. */
+/* 'ORD-' || lpad(id::text, 12, '0'), as the renewal statement computes it. */
+static Datum
+order_number(int64 id)
+{
+	char		digits[MAXINT8LEN + 1];
+	char		no[4 + 12 + 1] = "ORD-";
+	int			len = pg_lltoa(id, digits);
+	int			pad = len < 12 ? 12 - len : 0;
+
+	memset(no + 4, '0', pad);
+	memcpy(no + 4 + pad, digits, Min(len, 12));	/* lpad truncates on the right */
+	no[4 + 12] = '\0';
+	return CStringGetTextDatum(no);
+}
+
+/*
+ * Claim a new key and execute: insert the record, already finished and
+ * holding the response, and the order, in the caller's transaction.  The
+ * key lock is held and the last read saw no record.  Whatever else writes
+ * the table, the unique index stays the arbiter: a duplicate raises 23505.
+ */
 static void
-start_writing(bool *connected, Oid nspid)
+insert_order(const OrderCatalog *cat, int64 owner, Datum key, const char *fingerprint,
+			 TimestampTz now, TimestampTz expires, int64 sku, int32 qty,
+			 OrderResult *res)
+{
+	const AttrNumber *ra = cat->record_att;
+	const AttrNumber *oa = cat->order_att;
+	Oid			relids[2] = {cat->recordid, cat->orderid};
+	Datum	   *rv = palloc0(cat->record_natts * sizeof(Datum));
+	bool	   *rn = palloc(cat->record_natts * sizeof(bool));
+	Datum	   *ov = palloc0(cat->order_natts * sizeof(Datum));
+	bool	   *on = palloc(cat->order_natts * sizeof(bool));
+	Datum		order_id;
+	Datum		order_no;
+	Datum		created = CStringGetTextDatum("CREATED");
+	IdemRows	rows;
+	TupleTableSlot *slot;
+
+	memset(rn, true, cat->record_natts * sizeof(bool));
+	memset(on, true, cat->order_natts * sizeof(bool));
+
+	idem_rows_begin(&rows, relids, 2);
+
+	/* the order id first, then the record's, as the statements draw them */
+	order_id = Int64GetDatum(nextval_internal(cat->order_seq, true));
+	order_no = order_number(DatumGetInt64(order_id));
+
+#define SET(v, n, a, i, val) ((v)[(a)[i] - 1] = (val), (n)[(a)[i] - 1] = false)
+	SET(rv, rn, ra, REC_ID, Int64GetDatum(nextval_internal(cat->record_seq, true)));
+	SET(rv, rn, ra, REC_OWNER, Int64GetDatum(owner));
+	SET(rv, rn, ra, REC_OPERATION, cat->operation);
+	SET(rv, rn, ra, REC_KEY, key);
+	SET(rv, rn, ra, REC_HASH, CStringGetTextDatum(fingerprint));
+	SET(rv, rn, ra, REC_STATUS, CStringGetTextDatum("SUCCEEDED"));
+	SET(rv, rn, ra, REC_HTTP, Int32GetDatum(201));
+	SET(rv, rn, ra, REC_RESPONSE, order_response(order_id, order_no, created));
+	SET(rv, rn, ra, REC_RESOURCE, order_id);
+	SET(rv, rn, ra, REC_CREATED, TimestampTzGetDatum(now));
+	SET(rv, rn, ra, REC_UPDATED, TimestampTzGetDatum(now));
+	SET(rv, rn, ra, REC_EXPIRES, TimestampTzGetDatum(expires));
+
+	SET(ov, on, oa, ORD_ID, order_id);
+	SET(ov, on, oa, ORD_NO, order_no);
+	SET(ov, on, oa, ORD_OWNER, Int64GetDatum(owner));
+	SET(ov, on, oa, ORD_SKU, Int64GetDatum(sku));
+	SET(ov, on, oa, ORD_QTY, Int32GetDatum(qty));
+	SET(ov, on, oa, ORD_STATUS, created);
+	SET(ov, on, oa, ORD_CREATED, TimestampTzGetDatum(now));
+#undef SET
+
+	idem_rows_insert(&rows, 0, rv, rn);
+	idem_rows_insert(&rows, 1, ov, on);
+
+	/* answer with the order as stored: a BEFORE trigger may have changed it */
+	slot = rows.slots[1];
+	res->order_id = slot_getattr(slot, oa[ORD_ID], &res->isnull[0]);
+	res->order_no = slot_getattr(slot, oa[ORD_NO], &res->isnull[1]);
+	if (!res->isnull[1])
+		res->order_no = PointerGetDatum(DatumGetTextPCopy(res->order_no));
+	res->status = slot_getattr(slot, oa[ORD_STATUS], &res->isnull[2]);
+	if (!res->isnull[2])
+		res->status = PointerGetDatum(DatumGetTextPCopy(res->status));
+	res->http_status = Int32GetDatum(201);
+	res->isnull[3] = false;
+	res->replayed = false;
+
+	idem_rows_end(&rows);
+}
+
+/* Connect to SPI and prepare the renewal, for a call that renews. */
+static void
+start_spi(bool *connected, Oid nspid)
 {
 	if (*connected)
 		return;
@@ -601,23 +924,44 @@ start_writing(bool *connected, Oid nspid)
 	prepare_order_plans(nspid);
 }
 
-/* Run a kept plan and check that it returned what it must. */
-static void
-exec_plan(SPIPlanPtr plan, Datum *values, int expected)
+/*
+ * Renew an expired record in place and execute; false if another caller
+ * renewed or deleted it first.
+ */
+static bool
+renew_order(Datum *args, Datum record_id, MemoryContext callercxt, OrderResult *res)
 {
-	int			rc = SPI_execute_plan(plan, values, NULL, false, 0);
+	int			rc;
 
-	if (rc != expected)
+	args[8] = record_id;
+	rc = SPI_execute_plan(order_plans.renew, args, NULL, false, 0);
+	if (rc != SPI_OK_INSERT_RETURNING)
 		elog(ERROR, "idem: statement failed: %s (expected %s)",
-			 SPI_result_code_string(rc), SPI_result_code_string(expected));
+			 SPI_result_code_string(rc), SPI_result_code_string(SPI_OK_INSERT_RETURNING));
+	if (SPI_processed != 1)
+		return false;
+
+	/* (order id, order_no, status), copied out of SPI's memory */
+	res->order_id = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &res->isnull[0]);
+	res->order_no = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &res->isnull[1]);
+	res->status = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &res->isnull[2]);
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(callercxt);
+
+		if (!res->isnull[1])
+			res->order_no = PointerGetDatum(DatumGetTextPCopy(res->order_no));
+		if (!res->isnull[2])
+			res->status = PointerGetDatum(DatumGetTextPCopy(res->status));
+		MemoryContextSwitchTo(oldcxt);
+	}
+	res->http_status = Int32GetDatum(201);
+	res->isnull[3] = false;
+	res->replayed = false;
+	return true;
 }
 
-/* Column i (1-based) of the single result row, as a Datum. */
-static Datum
-result_col(int i, bool *isnull)
-{
-	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i, isnull);
-}
+
+/* ---------- idem_create_order ---------- */
 
 /*
  * SQL: idem_create_order(owner, key, sku, qty) returns
@@ -627,13 +971,15 @@ Datum
 idem_create_order(PG_FUNCTION_ARGS)
 {
 	int64		owner;
-	char	   *key;
+	text	   *key_text;
+	Datum		key;
+	char	   *key_str;
 	int64		sku;
 	int32		qty;
 	StringInfoData request;
 	char		fingerprint[IDEM_HASH_HEX_LEN + 1];
 	LOCKTAG		tag;
-	CallSite   *site;
+	const OrderCatalog *cat;
 	bool		connected = false;
 	MemoryContext callercxt = CurrentMemoryContext;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
@@ -651,11 +997,13 @@ idem_create_order(PG_FUNCTION_ARGS)
 	idem_check_not_null(fcinfo, 2, "sku");
 	idem_check_not_null(fcinfo, 3, "qty");
 	owner = PG_GETARG_INT64(0);
-	key = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	key_text = PG_GETARG_TEXT_PP(1);
+	key = PointerGetDatum(key_text);
+	key_str = text_to_cstring(key_text);
 	sku = PG_GETARG_INT64(2);
 	qty = PG_GETARG_INT32(3);
 
-	idem_check_key(key, strlen(key));
+	idem_check_key(key_str, strlen(key_str));
 	if (qty < IDEM_QTY_MIN || qty > IDEM_QTY_MAX)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -667,7 +1015,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 				 errmsg("sku must be between -9007199254740991 and 9007199254740991"),
 				 errdetail("The request fingerprint holds sku as a JSON number, exact only up to 2^53 - 1.")));
 
-	site = call_site(fcinfo);
+	cat = order_catalog(fcinfo);
 
 	/* the fingerprint: SHA-256 of the canonical {"qty":..,"sku":..} */
 	initStringInfo(&request);
@@ -680,20 +1028,10 @@ idem_create_order(PG_FUNCTION_ARGS)
 
 	expires = now + (TimestampTz) idem_ttl * USECS_PER_SEC;
 
-	/* $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry, $7 sku, $8 qty; $9 set by a renewal */
-	args[0] = Int64GetDatum(owner);
-	args[1] = site->operation;
-	args[2] = CStringGetTextDatum(key);
-	args[3] = CStringGetTextDatum(fingerprint);
-	args[4] = TimestampTzGetDatum(now);
-	args[5] = TimestampTzGetDatum(expires);
-	args[6] = Int64GetDatum(sku);
-	args[7] = Int32GetDatum(qty);
-
 	/*
 	 * Read first: a finished record the snapshot sees is replayed (or
-	 * refused) without a lock or a write.  Otherwise take the key lock, which
-	 * waits for an in-flight original, and claim; a lost claim reads again.
+	 * refused) without a lock or a write.  Otherwise take the key lock,
+	 * which waits for an in-flight original, and look again before writing.
 	 */
 	for (int attempt = 1;; attempt++)
 	{
@@ -706,15 +1044,15 @@ idem_create_order(PG_FUNCTION_ARGS)
 					 errmsg("could not claim idempotency key: its record kept changing"),
 					 errhint("Retry the transaction.")));
 
-		found = read_key_record(site, owner, PG_GETARG_DATUM(1), now, &rec);
+		found = read_key_record(cat, owner, key, now, &rec);
 		if (!found || rec.expired)
 		{
 			/* no record, or an expired one: this call may execute */
 			if (!locked)
 			{
-				key_locktag(&tag, owner, IDEM_OP_CREATE_ORDER, key);
+				key_locktag(&tag, owner, IDEM_OP_CREATE_ORDER, key_str);
 				if (!lock_key(&tag))
-					report_in_flight(owner, IDEM_OP_CREATE_ORDER, key, true);
+					report_in_flight(owner, IDEM_OP_CREATE_ORDER, key_str, true);
 				locked = true;
 				/* an expired record may have been renewed while we waited */
 				if (found)
@@ -723,22 +1061,38 @@ idem_create_order(PG_FUNCTION_ARGS)
 
 			if (!found)
 			{
-				/* claim with a finished record, and write the order */
-				start_writing(&connected, site->nspid);
-				exec_plan(order_plans.create, args, SPI_OK_INSERT_RETURNING);
-				if (SPI_processed == 1)
+				/*
+				 * A record our snapshot cannot see was committed after it
+				 * was taken: read again with a new one, or, where the
+				 * transaction keeps its snapshot, fail as the executor's
+				 * ON CONFLICT does, rather than replay what it cannot see.
+				 */
+				if (unseen_record_exists(cat, owner, key))
 				{
-					executed = true;
-					break;
+					if (IsolationUsesXactSnapshot())
+						ereport(ERROR,
+								(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+								 errmsg("could not serialize access due to concurrent update")));
+					continue;
 				}
-				continue;		/* lost the claim: read the winner */
+				/* claim with a finished record, and write the order */
+				insert_order(cat, owner, key, fingerprint, now, expires, sku, qty, &res);
+				executed = true;
+				break;
 			}
 
 			/* expired: the key starts afresh, in place */
-			start_writing(&connected, site->nspid);
-			args[8] = rec.id;
-			exec_plan(order_plans.renew, args, SPI_OK_INSERT_RETURNING);
-			if (SPI_processed == 1)
+			start_spi(&connected, cat->nspid);
+			/* $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry, $7 sku, $8 qty */
+			args[0] = Int64GetDatum(owner);
+			args[1] = cat->operation;
+			args[2] = key;
+			args[3] = CStringGetTextDatum(fingerprint);
+			args[4] = TimestampTzGetDatum(now);
+			args[5] = TimestampTzGetDatum(expires);
+			args[6] = Int64GetDatum(sku);
+			args[7] = Int32GetDatum(qty);
+			if (renew_order(args, rec.id, callercxt, &res))
 			{
 				executed = true;
 				break;
@@ -747,9 +1101,9 @@ idem_create_order(PG_FUNCTION_ARGS)
 		}
 
 		if (!fingerprints_equal(rec.request_hash, fingerprint))
-			report_key_reused(owner, IDEM_OP_CREATE_ORDER, key);
+			report_key_reused(owner, IDEM_OP_CREATE_ORDER, key_str);
 		if (!rec.succeeded)
-			report_in_flight(owner, IDEM_OP_CREATE_ORDER, key, false);
+			report_in_flight(owner, IDEM_OP_CREATE_ORDER, key_str, false);
 
 		/* replay the stored response */
 		res.order_id = rec.order_id;
@@ -761,30 +1115,20 @@ idem_create_order(PG_FUNCTION_ARGS)
 		break;
 	}
 
-	if (executed)
-	{
-		/* both statements return (order id, order_no, status) */
-		res.order_id = result_col(1, &res.isnull[0]);
-		res.order_no = result_col(2, &res.isnull[1]);
-		res.status = result_col(3, &res.isnull[2]);
-		res.http_status = Int32GetDatum(201);
-		res.isnull[3] = false;
-		res.replayed = false;
-	}
-	else if (locked)
-	{
-		/* a replay leaves the key to others at once */
+	/* a replay leaves the key to others at once */
+	if (!executed && locked)
 		LockRelease(&tag, ExclusiveLock, false);
-	}
 
 	ereport(DEBUG1,
 			(errmsg_internal("idem: owner " INT64_FORMAT " operation %s key \"%.8s...\" order " INT64_FORMAT " replayed=%s",
-							 owner, IDEM_OP_CREATE_ORDER, key,
+							 owner, IDEM_OP_CREATE_ORDER, key_str,
 							 res.isnull[0] ? INT64CONST(-1) : DatumGetInt64(res.order_id),
 							 res.replayed ? "true" : "false")));
 
-	/* form the result outside SPI's memory, which SPI_finish frees */
+	if (connected)
+		SPI_finish();
 	MemoryContextSwitchTo(callercxt);
+
 	values[0] = res.order_id;
 	values[1] = res.order_no;
 	values[2] = res.status;
@@ -792,9 +1136,6 @@ idem_create_order(PG_FUNCTION_ARGS)
 	values[4] = BoolGetDatum(res.replayed);
 	memcpy(nulls, res.isnull, sizeof(res.isnull));
 	nulls[4] = false;
-	tuple = heap_form_tuple(site->tupdesc, values, nulls);
-
-	if (connected)
-		SPI_finish();
+	tuple = heap_form_tuple(cat->result, values, nulls);
 	PG_RETURN_DATUM(HeapTupleGetDatum(tuple));
 }

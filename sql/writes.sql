@@ -1,0 +1,116 @@
+--
+-- idem_create_order writes a new key's rows without planning a statement
+-- (src/rowwrite.c).  What an INSERT statement would do still happens:
+-- constraints, triggers, foreign keys; and a table altered beyond what
+-- idem writes is refused, in the same backend that cached its layout.
+--
+\set SHOW_CONTEXT never
+
+-- The same key three times in one statement (g * 0: three calls, not one
+-- call's result rescanned): the first call executes, the next two replay its
+-- uncommitted order.
+SELECT g, order_id IS NOT NULL AS has_order, replayed
+FROM generate_series(1, 3) g, LATERAL idem_create_order(400 + g * 0, 'same-statement-key-01', 5, 1)
+ORDER BY g;
+SELECT count(DISTINCT order_id) AS order_ids
+FROM generate_series(1, 3) g, LATERAL idem_create_order(400 + g * 0, 'same-statement-key-01', 5, 1);
+SELECT count(*) AS orders FROM purchase_order WHERE owner_id = 400;
+
+-- A new key and a renewed expired key write the same rows: the finished
+-- record holds the order as its response.
+SELECT order_id IS NOT NULL AS executed, replayed
+FROM idem_create_order(401, 'fresh-shape-key-0001', 6, 2);
+SELECT replayed FROM idem_create_order(401, 'renew-shape-key-0001', 6, 2);
+UPDATE idempotency_record SET expires_at = now() - interval '1 second'
+WHERE owner_id = 401 AND idempotency_key = 'renew-shape-key-0001';
+SELECT replayed FROM idem_create_order(401, 'renew-shape-key-0001', 6, 3);
+SELECT r.idempotency_key, r.operation, r.status, r.http_status,
+       r.request_hash = idem_request_hash(jsonb_build_object('sku', o.sku_id, 'qty', o.quantity)) AS hash_ok,
+       r.response_json = jsonb_build_object('orderId', o.id, 'orderNo', o.order_no, 'status', 'CREATED') AS response_ok,
+       r.resource_id = o.id AS resource_ok,
+       o.order_no = 'ORD-' || lpad(o.id::text, 12, '0') AS order_no_ok,
+       o.status, o.quantity, o.owner_id,
+       r.created_at = r.updated_at AND o.created_at = r.created_at AS times_ok,
+       r.expires_at - r.created_at AS ttl
+FROM idempotency_record r JOIN purchase_order o ON o.id = r.resource_id
+WHERE r.owner_id = 401 ORDER BY r.idempotency_key;
+
+-- Row triggers fire: BEFORE can change the order (the answer shows it, the
+-- replay shows what the record stored), AFTER sees the row.  They run inside
+-- idem_create_order, so under its search_path: they qualify their names.
+CREATE TABLE order_audit (order_id bigint, order_no text, status text);
+CREATE FUNCTION order_audit_row() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.order_audit VALUES (NEW.id, NEW.order_no, NEW.status);
+    RETURN NULL;
+END $$;
+CREATE FUNCTION order_flag_row() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.quantity = 42 THEN
+        NEW.status := 'FLAGGED';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER order_audit AFTER INSERT ON purchase_order
+    FOR EACH ROW EXECUTE FUNCTION order_audit_row();
+CREATE TRIGGER order_flag BEFORE INSERT ON purchase_order
+    FOR EACH ROW EXECUTE FUNCTION order_flag_row();
+SELECT status, replayed FROM idem_create_order(402, 'trigger-key-0000001', 7, 42);
+SELECT status, replayed FROM idem_create_order(402, 'trigger-key-0000001', 7, 42);
+SELECT a.order_no = o.order_no AS audited, a.status
+FROM order_audit a JOIN purchase_order o ON o.id = a.order_id WHERE o.owner_id = 402;
+
+-- An AFTER trigger that fails takes the whole call with it.
+CREATE FUNCTION order_refuse_row() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'orders of sku % are closed', NEW.sku_id USING ERRCODE = 'P0001';
+END $$;
+CREATE TRIGGER order_refuse AFTER INSERT ON purchase_order
+    FOR EACH ROW WHEN (NEW.sku_id = 13) EXECUTE FUNCTION order_refuse_row();
+SELECT * FROM idem_create_order(402, 'trigger-key-0000002', 13, 1);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key = 'trigger-key-0000002';
+SELECT count(*) AS audited FROM order_audit a JOIN purchase_order o ON o.id = a.order_id
+WHERE o.sku_id = 13;
+DROP TRIGGER order_refuse ON purchase_order;
+DROP TRIGGER order_flag ON purchase_order;
+DROP TRIGGER order_audit ON purchase_order;
+
+-- A foreign key added by the application is checked: 23503, nothing written.
+CREATE TABLE sku (id bigint PRIMARY KEY);
+INSERT INTO sku VALUES (8);
+ALTER TABLE purchase_order ADD CONSTRAINT order_sku_fk
+    FOREIGN KEY (sku_id) REFERENCES sku (id) NOT VALID;
+SELECT replayed FROM idem_create_order(403, 'foreign-key-0000001', 8, 1);
+SELECT * FROM idem_create_order(403, 'foreign-key-0000002', 9, 1);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT count(*) AS records FROM idempotency_record WHERE owner_id = 403;
+ALTER TABLE purchase_order DROP CONSTRAINT order_sku_fk;
+
+-- A CHECK constraint added after calls in this backend is checked: 23514.
+ALTER TABLE purchase_order ADD CONSTRAINT order_small CHECK (quantity <= 50) NOT VALID;
+\set VERBOSITY terse
+SELECT * FROM idem_create_order(403, 'check-constraint-001', 8, 60);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key = 'check-constraint-001';
+ALTER TABLE purchase_order DROP CONSTRAINT order_small;
+
+-- A column idem does not know: refused (55000), nothing written; dropped
+-- again, calls work, with the dropped column's slot left empty.
+ALTER TABLE purchase_order ADD COLUMN note text NOT NULL DEFAULT 'none';
+SELECT * FROM idem_create_order(404, 'altered-table-00001', 8, 1);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT count(*) AS records FROM idempotency_record WHERE owner_id = 404;
+ALTER TABLE purchase_order DROP COLUMN note;
+SELECT replayed FROM idem_create_order(404, 'altered-table-00001', 8, 1);
+SELECT replayed FROM idem_create_order(404, 'altered-table-00001', 8, 1);
+-- a column too short for the keys idem accepts
+ALTER TABLE idempotency_record ALTER COLUMN idempotency_key TYPE varchar(100);
+SELECT * FROM idem_create_order(404, 'altered-table-00002', 8, 1);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+ALTER TABLE idempotency_record ALTER COLUMN idempotency_key TYPE varchar(128);
+SELECT replayed FROM idem_create_order(404, 'altered-table-00002', 8, 1);
+
+DROP TABLE order_audit, sku;
+DROP FUNCTION order_audit_row(), order_flag_row(), order_refuse_row();

@@ -1,0 +1,139 @@
+/*-------------------------------------------------------------------------
+ *
+ * rowwrite.c
+ *	  Insert rows into idem's tables without planning a statement: the
+ *	  hot path of a fresh key.
+ *
+ * This is how logical replication's apply worker writes (worker.c,
+ * execReplication.c): a short-lived EState with one range table entry per
+ * table, a ResultRelInfo each, and ExecSimpleRelationInsert, which checks
+ * NOT NULL and CHECK constraints, fires row triggers (BEFORE at once, AFTER
+ * at the end, foreign keys included), inserts the heap tuple and its index
+ * entries, and raises unique violations as a statement would.  What it
+ * saves against SPI is the executor's start-up and shut-down for a plan:
+ * plan cache checks, node and projection set-up, the CTE plumbing.
+ *
+ * Privileges are checked as the executor checks them (ExecCheckRTPerms, so
+ * the ExecutorCheckPerms hook sees them too), for the current user: under
+ * SECURITY DEFINER, the function's owner.  Row-level security forced on
+ * these tables is refused rather than ignored.  Statement-level triggers do
+ * not fire, as they do not under logical replication.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "commands/trigger.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "tcop/utility.h"
+#include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/snapmgr.h"
+
+#include "idem.h"
+
+/*
+ * Open the tables relids[0..nrels-1] for inserting, with the lock an INSERT
+ * takes, and check that the current user may insert into them.
+ */
+void
+idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels)
+{
+	List	   *rtable = NIL;
+	MemoryContext oldcxt;
+
+	Assert(nrels > 0 && nrels <= IDEM_ROWS_MAX_RELS);
+
+	/* what ExecCheckXactReadOnly says to an INSERT */
+	PreventCommandIfReadOnly("INSERT");
+	PreventCommandIfParallelMode("INSERT");
+
+	memset(rows, 0, sizeof(IdemRows));
+	rows->nrels = nrels;
+	rows->estate = CreateExecutorState();
+	oldcxt = MemoryContextSwitchTo(rows->estate->es_query_cxt);
+
+	for (int i = 0; i < nrels; i++)
+	{
+		RangeTblEntry *rte = makeNode(RangeTblEntry);
+
+		rte->rtekind = RTE_RELATION;
+		rte->relid = relids[i];
+		rte->relkind = RELKIND_RELATION;
+		rte->rellockmode = RowExclusiveLock;
+		rte->requiredPerms = ACL_INSERT;
+		rtable = lappend(rtable, rte);
+	}
+	(void) ExecCheckRTPerms(rtable, true);
+	ExecInitRangeTable(rows->estate, rtable);
+
+	for (int i = 0; i < nrels; i++)
+	{
+		Relation	rel = table_open(relids[i], RowExclusiveLock);
+		ResultRelInfo *rri = makeNode(ResultRelInfo);
+
+		if (rel->rd_rel->relkind != RELKIND_RELATION)
+			elog(ERROR, "idem: \"%s\" is not a table", RelationGetRelationName(rel));
+		if (rel->rd_rel->relrowsecurity &&
+			check_enable_rls(relids[i], InvalidOid, false) == RLS_ENABLED)
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("idem does not support row-level security on its table \"%s\"",
+							RelationGetRelationName(rel)),
+					 errhint("ALTER TABLE %s NO FORCE ROW LEVEL SECURITY.",
+							 RelationGetRelationName(rel))));
+
+		InitResultRelInfo(rri, rel, i + 1, NULL, 0);
+		ExecOpenIndices(rri, false);
+		rows->estate->es_opened_result_relations =
+			lappend(rows->estate->es_opened_result_relations, rri);
+		rows->rels[i] = rri;
+		rows->slots[i] = table_slot_create(rel, &rows->estate->es_tupleTable);
+	}
+	MemoryContextSwitchTo(oldcxt);
+
+	/* the writes are one command of the caller's transaction */
+	rows->estate->es_output_cid = GetCurrentCommandId(true);
+	AfterTriggerBeginQuery();
+}
+
+/*
+ * Insert one row into table i: values and nulls hold every attribute, in
+ * the table's order.
+ */
+void
+idem_rows_insert(IdemRows *rows, int i, const Datum *values, const bool *nulls)
+{
+	TupleTableSlot *slot = rows->slots[i];
+	int			natts = slot->tts_tupleDescriptor->natts;
+
+	ExecClearTuple(slot);
+	memcpy(slot->tts_values, values, natts * sizeof(Datum));
+	memcpy(slot->tts_isnull, nulls, natts * sizeof(bool));
+	ExecStoreVirtualTuple(slot);
+	ExecSimpleRelationInsert(rows->rels[i], rows->estate, slot);
+	ResetPerTupleExprContext(rows->estate);
+}
+
+/*
+ * Fire the queued AFTER triggers, close everything, and make the rows
+ * visible to what the caller's transaction runs next, this statement
+ * included.
+ */
+void
+idem_rows_end(IdemRows *rows)
+{
+	AfterTriggerEndQuery(rows->estate);
+	ExecCloseResultRelations(rows->estate);
+	ExecResetTupleTable(rows->estate->es_tupleTable, false);
+	for (int i = 0; i < rows->nrels; i++)
+		table_close(rows->rels[i]->ri_RelationDesc, NoLock);
+	FreeExecutorState(rows->estate);
+	rows->estate = NULL;
+	CommandCounterIncrement();
+}
