@@ -4,7 +4,7 @@ MODULE_big = idem
 OBJS = idem.o src/protocol.o src/jcs.o src/cleanup.o src/worker.o src/rowwrite.o
 
 EXTENSION = idem
-DATA = idem--1.0.sql idem--1.0--1.1.sql
+DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql
 
 PG_CPPFLAGS = -I$(srcdir)/src
 # -Wextra less unused-parameter, which PostgreSQL 15's own headers raise (bufpage.h, ilist.h)

@@ -26,6 +26,52 @@ SELECT count(*) FROM purchase_order;	-- still no direct access
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 RESET ROLE;
 
+-- idem_create_order takes its owner's rights only for its own work: what
+-- its writes fire (a trigger here) runs as the owner under search_path
+-- pg_catalog, pg_temp; the caller is the caller again afterwards, and after
+-- an error caught in a subtransaction, whether it struck during a replay
+-- (IK001) or during a write (the trigger refusing sku 13).
+CREATE TABLE public.write_context (is_owner boolean, path text);
+CREATE FUNCTION public.record_write_context() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.sku_id = 13 THEN
+        RAISE EXCEPTION 'sku 13 refused';
+    END IF;
+    INSERT INTO public.write_context
+    SELECT current_user = (SELECT r.rolname FROM pg_catalog.pg_extension e
+                           JOIN pg_catalog.pg_roles r ON r.oid = e.extowner
+                           WHERE e.extname = 'idem'),
+           pg_catalog.current_setting('search_path');
+    RETURN NULL;
+END $$;
+CREATE TRIGGER record_write_context AFTER INSERT ON purchase_order
+    FOR EACH ROW EXECUTE FUNCTION public.record_write_context();
+SET ROLE regress_idem_app;
+SET search_path = public, pg_catalog;
+SELECT replayed FROM idem_create_order(204, 'write-context-000001', 1, 1);
+SELECT current_user AS caller, current_setting('search_path') AS caller_path;
+DO $$
+BEGIN
+    PERFORM idem_create_order(204, 'write-context-000001', 2, 1);
+EXCEPTION WHEN SQLSTATE 'IK001' THEN
+    RAISE NOTICE 'IK001 caught; current_user %, search_path %',
+        current_user, current_setting('search_path');
+END $$;
+DO $$
+BEGIN
+    PERFORM idem_create_order(204, 'write-context-000002', 13, 1);
+EXCEPTION WHEN raise_exception THEN
+    RAISE NOTICE '% caught; current_user %, search_path %',
+        SQLERRM, current_user, current_setting('search_path');
+END $$;
+RESET search_path;
+RESET ROLE;
+SELECT is_owner, path FROM public.write_context;
+SELECT count(*) AS refused_records FROM idempotency_record WHERE idempotency_key = 'write-context-000002';
+DROP TRIGGER record_write_context ON purchase_order;
+DROP TABLE public.write_context;
+DROP FUNCTION public.record_write_context();
+
 -- Nothing on the caller's search_path changes what idem runs: not a
 -- shadowing now() or "=" operator, nor temp tables named like idem's.
 CREATE SCHEMA regress_evil;

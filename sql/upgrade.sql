@@ -1,12 +1,15 @@
 --
 -- ALTER EXTENSION idem UPDATE from 1.0 gives what a fresh install gives,
--- and keeps the 1.0 data.
+-- and keeps the 1.0 data.  The 1.0 definitions run with this library too.
 --
 
--- The extension's member objects, with the grants of its functions.
+-- The extension's member objects, with the grants, the security and the
+-- settings of its functions.
 CREATE TEMP VIEW idem_members AS
 SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS member,
-       coalesce(p.proacl::text, '') AS acl
+       coalesce(p.proacl::text, '') AS acl,
+       coalesce(p.prosecdef::text, '') AS secdef,
+       coalesce(p.proconfig::text, '') AS config
 FROM pg_depend d
 LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
 WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
@@ -31,6 +34,10 @@ UNION ALL
 (SELECT 'only updated', * FROM updated EXCEPT SELECT 'only updated', * FROM fresh_install);
 SELECT count(*) AS members FROM updated;
 SELECT count(*) AS leftover_helpers FROM pg_proc WHERE proname = 'idem_cleanup_worker_notice';
+
+-- idem_create_order switches to its owner itself (1.2)
+SELECT p.prosecdef, p.proconfig FROM pg_proc p
+WHERE p.oid = 'idem_create_order(bigint, text, bigint, integer)'::regprocedure;
 
 -- the 1.0 record replays; the new function answers
 SELECT order_id, replayed FROM idem_create_order(301, 'upgrade-key-0000001', 4, 2);

@@ -41,7 +41,9 @@
 #include "access/relation.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/transam.h"
 #include "access/xact.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "commands/sequence.h"
 #include "common/hashfn.h"
@@ -49,10 +51,12 @@
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "optimizer/optimizer.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -60,6 +64,7 @@
 #include "utils/rel.h"
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "idem.h"
@@ -105,6 +110,7 @@ typedef struct KeyRecord
 	Datum		status;
 	Datum		http_status;
 	bool		isnull[4];
+	uint64		completions;	/* the read snapshot's xactCompletionCount */
 } KeyRecord;
 
 /*
@@ -169,6 +175,7 @@ typedef struct OrderCatalog
 {
 	bool		valid;
 	Oid			fn_oid;			/* the idem_create_order it was built for */
+	Oid			owner;			/* its owner: whom the tables are accessed as */
 	Oid			nspid;
 	Oid			recordid;		/* idempotency_record */
 	Oid			scopeid;		/* its (owner_id, operation, idempotency_key) index */
@@ -179,12 +186,18 @@ typedef struct OrderCatalog
 	int			order_natts;
 	AttrNumber	record_att[REC_NCOLS];
 	AttrNumber	order_att[ORD_NCOLS];
+	int			record_ncheck;	/* CHECK constraints, planned */
+	Expr	  **record_checks;
+	int			order_ncheck;
+	Expr	  **order_checks;
 	TupleDesc	result;			/* blessed */
 	Datum		operation;		/* IDEM_OP_CREATE_ORDER as text */
+	uint64		generation;		/* tells one build from the next */
 } OrderCatalog;
 
 static OrderCatalog catalog;
 static MemoryContext catalog_cxt = NULL;
+static uint64 catalog_generation = 0;
 static bool catalog_building = false;
 static bool catalog_build_invalidated = false;
 
@@ -470,6 +483,15 @@ catalog_relcache_callback(Datum arg, Oid relid)
 		catalog.valid = false;
 }
 
+/* Drop the catalog when a function changes (its owner, say). */
+static void
+catalog_proc_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	if (catalog_building)
+		catalog_build_invalidated = true;
+	catalog.valid = false;
+}
+
 /* The OID of relation name in schema nspid, or an error saying it is missing. */
 static Oid
 extension_relation(const char *name, Oid nspid, char relkind)
@@ -534,12 +556,33 @@ map_columns(Relation rel, const ColumnSpec *spec, int ncols, AttrNumber *attnums
 				 errhint("Undo the change, or drop and re-create the extension idem.")));
 }
 
+/*
+ * rel's CHECK constraints, parsed and planned as ExecRelCheck does for
+ * every statement; here once per backend.  Only the expression trees are
+ * kept: each call builds its own executable state from them.
+ */
+static Expr **
+plan_checks(Relation rel, int *ncheck)
+{
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+	Expr	  **checks;
+
+	*ncheck = constr ? constr->num_check : 0;
+	if (*ncheck == 0)
+		return NULL;
+	checks = palloc(*ncheck * sizeof(Expr *));
+	for (int i = 0; i < *ncheck; i++)
+		checks[i] = expression_planner((Expr *) stringToNode(constr->check[i].ccbin));
+	return checks;
+}
+
 /* The catalog for the idem_create_order being called, built if need be. */
 static const OrderCatalog *
 order_catalog(FunctionCallInfo fcinfo)
 {
 	Oid			fn_oid = fcinfo->flinfo->fn_oid;
 	OrderCatalog cat = {0};
+	HeapTuple	proctup;
 	TupleDesc	tupdesc;
 	Relation	rel;
 	Relation	index;
@@ -548,18 +591,29 @@ order_catalog(FunctionCallInfo fcinfo)
 	if (catalog.valid && catalog.fn_oid == fn_oid)
 		return &catalog;
 
+	/*
+	 * A call in progress further up the stack (from a trigger, say) may
+	 * still use the previous build: it is freed with the transaction.
+	 */
 	if (catalog_cxt == NULL)
 	{
-		catalog_cxt = AllocSetContextCreate(CacheMemoryContext, "idem catalog",
-											ALLOCSET_SMALL_SIZES);
 		CacheRegisterRelcacheCallback(catalog_relcache_callback, (Datum) 0);
+		CacheRegisterSyscacheCallback(PROCOID, catalog_proc_callback, (Datum) 0);
 	}
+	else
+		MemoryContextSetParent(catalog_cxt, TopTransactionContext);
+	catalog_cxt = AllocSetContextCreate(CacheMemoryContext, "idem catalog",
+										ALLOCSET_SMALL_SIZES);
 	catalog.valid = false;
-	MemoryContextReset(catalog_cxt);
 	catalog_building = true;
 	catalog_build_invalidated = false;
 
 	cat.fn_oid = fn_oid;
+	proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn_oid));
+	if (!HeapTupleIsValid(proctup))
+		elog(ERROR, "idem: cache lookup failed for function %u", fn_oid);
+	cat.owner = ((Form_pg_proc) GETSTRUCT(proctup))->proowner;
+	ReleaseSysCache(proctup);
 	cat.nspid = idem_extension_schema(fcinfo);
 	cat.recordid = extension_relation("idempotency_record", cat.nspid, RELKIND_RELATION);
 	cat.scopeid = extension_relation("uk_idempotency_scope", cat.nspid, RELKIND_INDEX);
@@ -567,9 +621,12 @@ order_catalog(FunctionCallInfo fcinfo)
 	cat.orderid = extension_relation("purchase_order", cat.nspid, RELKIND_RELATION);
 	cat.order_seq = extension_relation("purchase_order_id_seq", cat.nspid, RELKIND_SEQUENCE);
 
+	oldcxt = MemoryContextSwitchTo(catalog_cxt);
+
 	rel = table_open(cat.recordid, AccessShareLock);
 	map_columns(rel, record_columns, REC_NCOLS, cat.record_att);
 	cat.record_natts = RelationGetDescr(rel)->natts;
+	cat.record_checks = plan_checks(rel, &cat.record_ncheck);
 	index = index_open(cat.scopeid, AccessShareLock);
 	if (index->rd_index->indrelid != cat.recordid || index->rd_index->indnatts != 3 ||
 		!index->rd_index->indisunique ||
@@ -583,12 +640,11 @@ order_catalog(FunctionCallInfo fcinfo)
 	rel = table_open(cat.orderid, AccessShareLock);
 	map_columns(rel, order_columns, ORD_NCOLS, cat.order_att);
 	cat.order_natts = RelationGetDescr(rel)->natts;
+	cat.order_checks = plan_checks(rel, &cat.order_ncheck);
 	table_close(rel, NoLock);
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "idem_create_order must return a composite type");
-
-	oldcxt = MemoryContextSwitchTo(catalog_cxt);
 	cat.result = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
 	cat.operation = CStringGetTextDatum(IDEM_OP_CREATE_ORDER);
 	MemoryContextSwitchTo(oldcxt);
@@ -600,6 +656,7 @@ order_catalog(FunctionCallInfo fcinfo)
 	 * only makes the next build's check pessimistic.)
 	 */
 	catalog_building = false;
+	cat.generation = ++catalog_generation;
 	cat.valid = !catalog_build_invalidated;
 	catalog = cat;
 	return &catalog;
@@ -711,16 +768,21 @@ scan_key(const OrderCatalog *cat, int64 owner, Datum key, Snapshot snapshot,
  * every call, replays above all: it costs an index probe, not an executor
  * start-up.  Returns false when the snapshot sees no record.
  */
-static bool
+static pg_noinline bool
 read_key_record(const OrderCatalog *cat, int64 owner, Datum key, TimestampTz now,
 				KeyRecord *rec)
 {
 	const AttrNumber *att = cat->record_att;
-	Snapshot	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	Snapshot	current = GetTransactionSnapshot();
+	Snapshot	snapshot;
 	TupleTableSlot *slot;
 	Relation	heap;
-	bool		found = scan_key(cat, owner, key, snapshot, &slot, &heap);
+	bool		found;
 
+	/* (a registered copy does not keep the count) */
+	rec->completions = current->snapXactCompletionCount;
+	snapshot = RegisterSnapshot(current);
+	found = scan_key(cat, owner, key, snapshot, &slot, &heap);
 	if (found)
 	{
 		bool		isnull;
@@ -760,6 +822,24 @@ read_key_record(const OrderCatalog *cat, int64 owner, Datum key, TimestampTz now
 }
 
 /*
+ * Has a transaction that may have written anything ended since the read
+ * whose snapshot counted `completions` ended transactions?  If not, what
+ * is committed now was committed then, and the read saw it.
+ *
+ * Asked under the key lock.  A transaction that wrote the key held the key
+ * lock until after its end was counted (ProcArrayEndTransaction comes
+ * before the release of its locks), and our LockAcquire went through the
+ * lock manager's partition lock after that release, so the count we read
+ * here includes its end.  The counter is 64 bits wide and only grows.
+ */
+static bool
+transactions_ended_since(uint64 completions)
+{
+	pg_memory_barrier();
+	return ((volatile VariableCacheData *) ShmemVariableCache)->xactCompletionCount != completions;
+}
+
+/*
  * Is there a record of the key that the last read could not see?  Asked
  * under the key lock, before writing a new record.  A dirty snapshot sees
  * every row not known dead, whatever the caller's snapshot: rows committed
@@ -768,7 +848,7 @@ read_key_record(const OrderCatalog *cat, int64 owner, Datum key, TimestampTz now
  * row is almost always a record committed by the previous holder between
  * our read and our lock.
  */
-static bool
+static pg_noinline bool
 unseen_record_exists(const OrderCatalog *cat, int64 owner, Datum key)
 {
 	SnapshotData dirty;
@@ -838,6 +918,25 @@ order_number(int64 id)
 }
 
 /*
+ * Give a result relation its CHECK constraints from the catalog's planned
+ * trees, so that ExecConstraints does not parse and plan them again.
+ */
+static void
+set_checks(ResultRelInfo *rri, Expr **checks, int ncheck, EState *estate)
+{
+	TupleConstr *constr = RelationGetDescr(rri->ri_RelationDesc)->constr;
+	MemoryContext oldcxt;
+
+	if (ncheck == 0 || constr == NULL || constr->num_check != ncheck)
+		return;
+	oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
+	rri->ri_ConstraintExprs = palloc(ncheck * sizeof(ExprState *));
+	for (int i = 0; i < ncheck; i++)
+		rri->ri_ConstraintExprs[i] = ExecInitExpr(checks[i], NULL);
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/*
  * Claim a new key and execute: insert the record, already finished and
  * holding the response, and the order, in the caller's transaction.  The
  * key lock is held and the last read saw no record.  Whatever else writes
@@ -865,6 +964,12 @@ insert_order(const OrderCatalog *cat, int64 owner, Datum key, const char *finger
 	memset(on, true, cat->order_natts * sizeof(bool));
 
 	idem_rows_begin(&rows, relids, 2);
+	/* the tables are locked now: if the catalog is still current, so are its constraints */
+	if (catalog.valid && catalog.generation == cat->generation)
+	{
+		set_checks(rows.rels[0], cat->record_checks, cat->record_ncheck, rows.estate);
+		set_checks(rows.rels[1], cat->order_checks, cat->order_ncheck, rows.estate);
+	}
 
 	/* the order id first, then the record's, as the statements draw them */
 	order_id = Int64GetDatum(nextval_internal(cat->order_seq, true));
@@ -961,6 +1066,55 @@ renew_order(Datum *args, Datum record_id, MemoryContext callercxt, OrderResult *
 }
 
 
+/* ---------- idem_create_order: whom it runs as ---------- */
+
+/*
+ * The caller may execute idem_create_order, not touch its tables: the
+ * function reads and writes them as its owner, as SECURITY DEFINER would,
+ * but switches only around its own work (fmgr's switch, with its SET
+ * search_path, costs a GUC save and restore on every call, replays
+ * included).  Reads run no code anyone but idem defined: cached OIDs, the
+ * index's own comparison, no SQL.  Writes may run user-defined code
+ * (triggers, constraints, the renewal statement), so they also run under
+ * search_path = pg_catalog, pg_temp.  An error restores both, as it does
+ * for SECURITY DEFINER: transaction and subtransaction abort reset the
+ * user and unwind GUC nesting.
+ */
+typedef struct Identity
+{
+	Oid			saved_user;
+	int			saved_context;
+	int			guc_level;		/* 0 until the search_path is set */
+} Identity;
+
+static void
+become_owner(Identity *id, Oid owner)
+{
+	GetUserIdAndSecContext(&id->saved_user, &id->saved_context);
+	SetUserIdAndSecContext(owner, id->saved_context | SECURITY_LOCAL_USERID_CHANGE);
+	id->guc_level = 0;
+}
+
+static void
+use_safe_search_path(Identity *id)
+{
+	if (id->guc_level > 0)
+		return;
+	id->guc_level = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 superuser() ? PGC_SUSET : PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+}
+
+static void
+restore_caller(Identity *id)
+{
+	if (id->guc_level > 0)
+		AtEOXact_GUC(true, id->guc_level);
+	SetUserIdAndSecContext(id->saved_user, id->saved_context);
+}
+
+
 /* ---------- idem_create_order ---------- */
 
 /*
@@ -979,7 +1133,8 @@ idem_create_order(PG_FUNCTION_ARGS)
 	StringInfoData request;
 	char		fingerprint[IDEM_HASH_HEX_LEN + 1];
 	LOCKTAG		tag;
-	const OrderCatalog *cat;
+	OrderCatalog catcopy;
+	const OrderCatalog *cat = &catcopy;
 	bool		connected = false;
 	MemoryContext callercxt = CurrentMemoryContext;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
@@ -988,6 +1143,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 	bool		locked = false;
 	bool		executed = false;
 	OrderResult res = {0};
+	Identity	identity;
 	Datum		values[5];
 	bool		nulls[5];
 	HeapTuple	tuple;
@@ -1015,7 +1171,8 @@ idem_create_order(PG_FUNCTION_ARGS)
 				 errmsg("sku must be between -9007199254740991 and 9007199254740991"),
 				 errdetail("The request fingerprint holds sku as a JSON number, exact only up to 2^53 - 1.")));
 
-	cat = order_catalog(fcinfo);
+	/* a copy: a nested call may build the catalog again under us */
+	catcopy = *order_catalog(fcinfo);
 
 	/* the fingerprint: SHA-256 of the canonical {"qty":..,"sku":..} */
 	initStringInfo(&request);
@@ -1027,6 +1184,8 @@ idem_create_order(PG_FUNCTION_ARGS)
 	idem_sha256_hex(request.data, request.len, fingerprint);
 
 	expires = now + (TimestampTz) idem_ttl * USECS_PER_SEC;
+
+	become_owner(&identity, cat->owner);
 
 	/*
 	 * Read first: a finished record the snapshot sees is replayed (or
@@ -1063,11 +1222,13 @@ idem_create_order(PG_FUNCTION_ARGS)
 			{
 				/*
 				 * A record our snapshot cannot see was committed after it
-				 * was taken: read again with a new one, or, where the
-				 * transaction keeps its snapshot, fail as the executor's
-				 * ON CONFLICT does, rather than replay what it cannot see.
+				 * was taken (only possible if some transaction ended since):
+				 * read again with a new one, or, where the transaction keeps
+				 * its snapshot, fail as the executor's ON CONFLICT does,
+				 * rather than replay what it cannot see.
 				 */
-				if (unseen_record_exists(cat, owner, key))
+				if (transactions_ended_since(rec.completions) &&
+					unseen_record_exists(cat, owner, key))
 				{
 					if (IsolationUsesXactSnapshot())
 						ereport(ERROR,
@@ -1076,12 +1237,14 @@ idem_create_order(PG_FUNCTION_ARGS)
 					continue;
 				}
 				/* claim with a finished record, and write the order */
+				use_safe_search_path(&identity);
 				insert_order(cat, owner, key, fingerprint, now, expires, sku, qty, &res);
 				executed = true;
 				break;
 			}
 
 			/* expired: the key starts afresh, in place */
+			use_safe_search_path(&identity);
 			start_spi(&connected, cat->nspid);
 			/* $1 owner, $2 operation, $3 key, $4 fingerprint, $5 now, $6 expiry, $7 sku, $8 qty */
 			args[0] = Int64GetDatum(owner);
@@ -1128,6 +1291,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 	if (connected)
 		SPI_finish();
 	MemoryContextSwitchTo(callercxt);
+	restore_caller(&identity);
 
 	values[0] = res.order_id;
 	values[1] = res.order_no;
