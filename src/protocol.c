@@ -5,13 +5,13 @@
  *	  first user: idem_create_order, the article's "create an order" flow.
  *
  * One call: validate the key, fingerprint the request, read the key's
- * record.  A finished record is replayed (or refused: IK001, different
- * request) without a lock or a write.  Otherwise take the key lock and
- * claim and execute in one statement: INSERT the record, already finished,
- * ... ON CONFLICT DO NOTHING on the unique (owner_id, operation,
- * idempotency_key) index, and only if it inserted, the order.  A lost claim
- * reads the winner's record and replays it.  An expired record is renewed
- * in place and executed anew.  Record, business write and snapshot are
+ * record through the unique index.  A finished record is replayed (or
+ * refused: IK001, different request) without a lock or a write.  Otherwise
+ * take the key lock, make sure no record was committed since the read, and
+ * claim and execute: insert the record, already finished and holding the
+ * response, and the order, without planning a statement (rowwrite.c).  An
+ * expired record is renewed in place and executed anew, by one prepared
+ * statement (the rare path).  Record, business write and snapshot are
  * written by the caller's transaction, so they commit or roll back
  * together.
  *
@@ -22,14 +22,18 @@
  * so a duplicate, which cannot see the uncommitted record, waits for the
  * original to commit or abort, at most idem.wait_timeout, and then replays,
  * executes, or reports IK002 (request in flight).  A caller that replays
- * after waiting gives the lock back at once.  The lock only bounds waiting:
- * the unique index stays the arbiter, and under REPEATABLE READ or
- * SERIALIZABLE a conflicting claim the snapshot cannot see ends in SQLSTATE
- * 40001 raised by the executor (ExecCheckTupleVisible), never in a replay of
- * something the caller cannot see.
+ * after waiting gives the lock back at once.  Under the lock no other
+ * caller writes the key, so a record our read missed can only have been
+ * committed since; a dirty-snapshot probe finds it (and is skipped when no
+ * transaction has ended since the read), and it is read again, or under
+ * REPEATABLE READ and SERIALIZABLE reported as 40001, never replayed unseen.
+ * The unique index stays the arbiter: a row written around idem makes the
+ * insert fail with 23505, never a second execution.
  *
- * Every statement is schema-qualified (the extension's schema and
- * pg_catalog, operators included) and prepared once per backend.
+ * The tables are read and written as the function's owner, the writes under
+ * search_path = pg_catalog, pg_temp (see "whom it runs as"); the renewal
+ * statement is schema-qualified (the extension's schema and pg_catalog,
+ * operators included) and prepared once per backend.
  *
  *-------------------------------------------------------------------------
  */
@@ -768,7 +772,7 @@ scan_key(const OrderCatalog *cat, int64 owner, Datum key, Snapshot snapshot,
  * every call, replays above all: it costs an index probe, not an executor
  * start-up.  Returns false when the snapshot sees no record.
  */
-static pg_noinline bool
+static bool
 read_key_record(const OrderCatalog *cat, int64 owner, Datum key, TimestampTz now,
 				KeyRecord *rec)
 {
@@ -848,7 +852,7 @@ transactions_ended_since(uint64 completions)
  * row is almost always a record committed by the previous holder between
  * our read and our lock.
  */
-static pg_noinline bool
+static bool
 unseen_record_exists(const OrderCatalog *cat, int64 owner, Datum key)
 {
 	SnapshotData dirty;

@@ -14,8 +14,8 @@
  * plan cache checks, node and projection set-up, the CTE plumbing.
  *
  * Privileges are checked as the executor checks them (ExecCheckRTPerms, so
- * the ExecutorCheckPerms hook sees them too), for the current user: under
- * SECURITY DEFINER, the function's owner.  Row-level security forced on
+ * the ExecutorCheckPerms hook sees them too), for the current user: for
+ * idem_create_order, the function's owner.  Row-level security forced on
  * these tables is refused rather than ignored.  Statement-level triggers do
  * not fire, as they do not under logical replication.
  *
