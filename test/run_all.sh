@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test suite of idem against a real, throwaway PostgreSQL 15:
-# pg_regress, the isolation specs, the pgbench load check, and pg_dump.  Sets up
-# everything itself on a fresh Debian 12 machine (as root: packages; then
-# build, install, a private server).  Ends with "N passed, M failed".
+# pg_regress, the isolation specs, the TAP tests, the pgbench load checks and
+# pg_dump.  Sets up everything itself on a fresh Debian 12 machine (as root:
+# packages; then build, install, a private server).  Ends with "N passed, M
+# failed".
 #
 #   bash test/run_all.sh
 source "$(dirname "$0")/lib.sh"
@@ -98,6 +99,7 @@ run_shell_check() {
 }
 
 run_shell_check load "$IDEM_ROOT/test/load/same_key.sh" "20 clients on one key, 30 rounds"
+run_shell_check hot_keys "$IDEM_ROOT/test/load/hot_keys.sh" "16 clients racing on a new key every 5 ms"
 run_shell_check dump "$IDEM_ROOT/test/dump/dump_restore.sh" "pg_dump keeps idem's rows"
 
 echo "$passed passed, $failed failed"
