@@ -60,6 +60,22 @@ SELECT status, replayed FROM idem_create_order(402, 'trigger-key-0000001', 7, 42
 SELECT a.order_no = o.order_no AS audited, a.status
 FROM order_audit a JOIN purchase_order o ON o.id = a.order_id WHERE o.owner_id = 402;
 
+-- Triggers read through a snapshot taken for the write, as a statement's
+-- triggers do: a STABLE one sees the orders that earlier calls of the same
+-- statement wrote (not the calling query's older snapshot).
+CREATE FUNCTION order_seen_row() RETURNS trigger LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RAISE NOTICE 'order of qty % sees % earlier orders', NEW.quantity,
+        (SELECT count(*) FROM public.purchase_order WHERE owner_id = 406);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER order_seen AFTER INSERT ON purchase_order
+    FOR EACH ROW WHEN (NEW.owner_id = 406) EXECUTE FUNCTION order_seen_row();
+SELECT g, replayed
+FROM generate_series(1, 3) g, LATERAL idem_create_order(406, 'trigger-snapshot-0' || g, 1, g)
+ORDER BY g;
+DROP TRIGGER order_seen ON purchase_order;
+
 -- An AFTER trigger that fails takes the whole call with it.
 CREATE FUNCTION order_refuse_row() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -113,4 +129,4 @@ ALTER TABLE idempotency_record ALTER COLUMN idempotency_key TYPE varchar(128);
 SELECT replayed FROM idem_create_order(404, 'altered-table-00002', 8, 1);
 
 DROP TABLE order_audit, sku;
-DROP FUNCTION order_audit_row(), order_flag_row(), order_refuse_row();
+DROP FUNCTION order_audit_row(), order_flag_row(), order_refuse_row(), order_seen_row();

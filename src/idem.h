@@ -53,6 +53,7 @@ typedef struct IdemRows
 	int			nrels;
 	ResultRelInfo *rels[IDEM_ROWS_MAX_RELS];
 	TupleTableSlot *slots[IDEM_ROWS_MAX_RELS];
+	bool		snapshot_pushed;	/* for the triggers */
 } IdemRows;
 
 extern void idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels);

@@ -100,6 +100,17 @@ idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels)
 	/* the writes are one command of the caller's transaction */
 	rows->estate->es_output_cid = GetCurrentCommandId(true);
 	AfterTriggerBeginQuery();
+
+	/*
+	 * Triggers (foreign keys included) see what a statement's would: a
+	 * snapshot taken now, not the calling query's.  Without triggers
+	 * nothing reads through the active snapshot, so none is taken.
+	 */
+	for (int i = 0; i < nrels; i++)
+		if (rows->rels[i]->ri_TrigDesc != NULL)
+			rows->snapshot_pushed = true;
+	if (rows->snapshot_pushed)
+		PushActiveSnapshot(GetTransactionSnapshot());
 }
 
 /*
@@ -129,6 +140,8 @@ void
 idem_rows_end(IdemRows *rows)
 {
 	AfterTriggerEndQuery(rows->estate);
+	if (rows->snapshot_pushed)
+		PopActiveSnapshot();
 	ExecCloseResultRelations(rows->estate);
 	ExecResetTupleTable(rows->estate->es_tupleTable, false);
 	for (int i = 0; i < rows->nrels; i++)
