@@ -849,8 +849,8 @@ transactions_ended_since(uint64 completions)
  * every row not known dead, whatever the caller's snapshot: rows committed
  * since it was taken, and rows of transactions still running.  No other
  * caller of idem can be writing the key while we hold its lock, so such a
- * row is almost always a record committed by the previous holder between
- * our read and our lock.
+ * row is a record committed by the previous holder between our read and
+ * our lock, or a row written around idem.
  */
 static bool
 unseen_record_exists(const OrderCatalog *cat, int64 owner, Datum key)
@@ -862,6 +862,14 @@ unseen_record_exists(const OrderCatalog *cat, int64 owner, Datum key)
 
 	InitDirtySnapshot(dirty);
 	found = scan_key(cat, owner, key, &dirty, &slot, &heap);
+
+	/*
+	 * A row still being inserted (dirty.xmin set) comes from a transaction
+	 * that writes the table without the key lock: the unique index waits
+	 * for it and decides, whether or not this probe ran.
+	 */
+	if (found && TransactionIdIsValid(dirty.xmin))
+		found = false;
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(heap, NoLock);
 	return found;
