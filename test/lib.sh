@@ -95,6 +95,13 @@ stop_server() {
 	fi
 }
 
+# A new database $1 with idem installed, dropped first if it exists.
+new_idem_database() {
+	"$PG_BINDIR/dropdb" --if-exists "$1" 2>/dev/null
+	"$PG_BINDIR/createdb" "$1"
+	"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$1" -c "CREATE EXTENSION idem"
+}
+
 # One line of a shell check: "ok - NAME" or "not ok - NAME (...)".
 check() {	# check NAME EXPECTED ACTUAL
 	if [ "$2" = "$3" ]; then

@@ -18,10 +18,8 @@ DB=idem_hot
 here=$(cd "$(dirname "$0")" && pwd)
 psql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" -At "$@"; }
 
-"$PG_BINDIR/dropdb" --if-exists "$DB" 2>/dev/null
-"$PG_BINDIR/createdb" "$DB"
-psql -c "CREATE EXTENSION idem" \
-     -c "CREATE TABLE idem_hot_log (key text, order_id bigint, replayed boolean)"
+new_idem_database "$DB"
+psql -c "CREATE TABLE idem_hot_log (key text, order_id bigint, replayed boolean)"
 
 rc=0
 out=$("$PG_BINDIR/pgbench" -n -M prepared -c "$CLIENTS" -j 2 -T "$SECONDS_TO_RUN" \

@@ -14,10 +14,8 @@ DB=idem_load
 here=$(cd "$(dirname "$0")" && pwd)
 psql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" -At "$@"; }
 
-"$PG_BINDIR/dropdb" --if-exists "$DB" 2>/dev/null
-"$PG_BINDIR/createdb" "$DB"
-psql -c "CREATE EXTENSION idem" \
-     -c "CREATE TABLE idem_load_log (round_key text, order_id bigint, replayed boolean)"
+new_idem_database "$DB"
+psql -c "CREATE TABLE idem_load_log (round_key text, order_id bigint, replayed boolean)"
 
 failed_runs=0
 failed_txns=0
