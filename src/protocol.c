@@ -166,6 +166,19 @@ static const ColumnSpec order_columns[ORD_NCOLS] = {
 	{"created_at", TIMESTAMPTZOID, 0, false},
 };
 
+/* One of idem's tables as idem_create_order writes it. */
+typedef struct TableLayout
+{
+	Oid			relid;
+	Oid			seq;			/* the sequence of its id */
+	int			natts;			/* attributes, dropped ones included */
+	AttrNumber	att[REC_NCOLS];	/* by column of its ColumnSpec array */
+	int			ncheck;			/* CHECK constraints, planned */
+	Expr	  **checks;
+} TableLayout;
+
+StaticAssertDecl((int) ORD_NCOLS <= (int) REC_NCOLS, "TableLayout.att holds every table's columns");
+
 /*
  * What idem_create_order looks up once per backend rather than per call
  * (a prepared statement's function call state lives only for one
@@ -181,19 +194,9 @@ typedef struct OrderCatalog
 	Oid			fn_oid;			/* the idem_create_order it was built for */
 	Oid			owner;			/* its owner: whom the tables are accessed as */
 	Oid			nspid;
-	Oid			recordid;		/* idempotency_record */
+	TableLayout record;			/* idempotency_record */
 	Oid			scopeid;		/* its (owner_id, operation, idempotency_key) index */
-	Oid			record_seq;
-	Oid			orderid;		/* purchase_order */
-	Oid			order_seq;
-	int			record_natts;	/* attributes, dropped ones included */
-	int			order_natts;
-	AttrNumber	record_att[REC_NCOLS];
-	AttrNumber	order_att[ORD_NCOLS];
-	int			record_ncheck;	/* CHECK constraints, planned */
-	Expr	  **record_checks;
-	int			order_ncheck;
-	Expr	  **order_checks;
+	TableLayout order;			/* purchase_order */
 	TupleDesc	result;			/* blessed */
 	Datum		operation;		/* IDEM_OP_CREATE_ORDER as text */
 	uint64		generation;		/* tells one build from the next */
@@ -481,9 +484,9 @@ catalog_relcache_callback(Datum arg, Oid relid)
 		catalog_build_invalidated = true;
 	if (!catalog.valid)
 		return;
-	if (relid == InvalidOid || relid == catalog.recordid ||
-		relid == catalog.scopeid || relid == catalog.record_seq ||
-		relid == catalog.orderid || relid == catalog.order_seq)
+	if (relid == InvalidOid || relid == catalog.record.relid ||
+		relid == catalog.scopeid || relid == catalog.record.seq ||
+		relid == catalog.order.relid || relid == catalog.order.seq)
 		catalog.valid = false;
 }
 
@@ -580,6 +583,25 @@ plan_checks(Relation rel, int *ncheck)
 	return checks;
 }
 
+/*
+ * Look up table name and its id sequence in schema nspid, map its columns
+ * and plan its CHECK constraints.
+ */
+static void
+load_layout(TableLayout *t, const char *name, const char *seqname, Oid nspid,
+			const ColumnSpec *spec, int ncols)
+{
+	Relation	rel;
+
+	t->relid = extension_relation(name, nspid, RELKIND_RELATION);
+	t->seq = extension_relation(seqname, nspid, RELKIND_SEQUENCE);
+	rel = table_open(t->relid, AccessShareLock);
+	map_columns(rel, spec, ncols, t->att);
+	t->natts = RelationGetDescr(rel)->natts;
+	t->checks = plan_checks(rel, &t->ncheck);
+	table_close(rel, NoLock);
+}
+
 /* The catalog for the idem_create_order being called, built if need be. */
 static const OrderCatalog *
 order_catalog(FunctionCallInfo fcinfo)
@@ -588,7 +610,6 @@ order_catalog(FunctionCallInfo fcinfo)
 	OrderCatalog cat = {0};
 	HeapTuple	proctup;
 	TupleDesc	tupdesc;
-	Relation	rel;
 	Relation	index;
 	MemoryContext oldcxt;
 
@@ -619,33 +640,22 @@ order_catalog(FunctionCallInfo fcinfo)
 	cat.owner = ((Form_pg_proc) GETSTRUCT(proctup))->proowner;
 	ReleaseSysCache(proctup);
 	cat.nspid = idem_extension_schema(fcinfo);
-	cat.recordid = extension_relation("idempotency_record", cat.nspid, RELKIND_RELATION);
-	cat.scopeid = extension_relation("uk_idempotency_scope", cat.nspid, RELKIND_INDEX);
-	cat.record_seq = extension_relation("idempotency_record_id_seq", cat.nspid, RELKIND_SEQUENCE);
-	cat.orderid = extension_relation("purchase_order", cat.nspid, RELKIND_RELATION);
-	cat.order_seq = extension_relation("purchase_order_id_seq", cat.nspid, RELKIND_SEQUENCE);
 
 	oldcxt = MemoryContextSwitchTo(catalog_cxt);
 
-	rel = table_open(cat.recordid, AccessShareLock);
-	map_columns(rel, record_columns, REC_NCOLS, cat.record_att);
-	cat.record_natts = RelationGetDescr(rel)->natts;
-	cat.record_checks = plan_checks(rel, &cat.record_ncheck);
+	load_layout(&cat.record, "idempotency_record", "idempotency_record_id_seq",
+				cat.nspid, record_columns, REC_NCOLS);
+	load_layout(&cat.order, "purchase_order", "purchase_order_id_seq",
+				cat.nspid, order_columns, ORD_NCOLS);
+	cat.scopeid = extension_relation("uk_idempotency_scope", cat.nspid, RELKIND_INDEX);
 	index = index_open(cat.scopeid, AccessShareLock);
-	if (index->rd_index->indrelid != cat.recordid || index->rd_index->indnatts != 3 ||
+	if (index->rd_index->indrelid != cat.record.relid || index->rd_index->indnatts != 3 ||
 		!index->rd_index->indisunique ||
-		index->rd_index->indkey.values[0] != cat.record_att[REC_OWNER] ||
-		index->rd_index->indkey.values[1] != cat.record_att[REC_OPERATION] ||
-		index->rd_index->indkey.values[2] != cat.record_att[REC_KEY])
+		index->rd_index->indkey.values[0] != cat.record.att[REC_OWNER] ||
+		index->rd_index->indkey.values[1] != cat.record.att[REC_OPERATION] ||
+		index->rd_index->indkey.values[2] != cat.record.att[REC_KEY])
 		elog(ERROR, "idem: uk_idempotency_scope is not the unique (owner_id, operation, idempotency_key) index");
 	index_close(index, NoLock);
-	table_close(rel, NoLock);
-
-	rel = table_open(cat.orderid, AccessShareLock);
-	map_columns(rel, order_columns, ORD_NCOLS, cat.order_att);
-	cat.order_natts = RelationGetDescr(rel)->natts;
-	cat.order_checks = plan_checks(rel, &cat.order_ncheck);
-	table_close(rel, NoLock);
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "idem_create_order must return a composite type");
@@ -740,7 +750,7 @@ static bool
 scan_key(const OrderCatalog *cat, int64 owner, Datum key, Snapshot snapshot,
 		 TupleTableSlot **slotp, Relation *heapp)
 {
-	Relation	heap = table_open(cat->recordid, AccessShareLock);
+	Relation	heap = table_open(cat->record.relid, AccessShareLock);
 	Relation	index = index_open(cat->scopeid, AccessShareLock);
 	ScanKeyData skey[3];
 	IndexScanDesc scan;
@@ -776,7 +786,7 @@ static bool
 read_key_record(const OrderCatalog *cat, int64 owner, Datum key, TimestampTz now,
 				KeyRecord *rec)
 {
-	const AttrNumber *att = cat->record_att;
+	const AttrNumber *att = cat->record.att;
 	Snapshot	current = GetTransactionSnapshot();
 	Snapshot	snapshot;
 	TupleTableSlot *slot;
@@ -878,40 +888,45 @@ unseen_record_exists(const OrderCatalog *cat, int64 owner, Datum key)
 
 /* ---------- idem_create_order: writing ---------- */
 
+/* Push a string (a key or a value) onto a jsonb under construction. */
+static void
+push_jsonb_string(JsonbParseState **state, JsonbIteratorToken token,
+				  const char *str, int len)
+{
+	JsonbValue	v;
+
+	v.type = jbvString;
+	v.val.string.val = (char *) str;
+	v.val.string.len = len;
+	pushJsonbValue(state, token, &v);
+}
+
+/* Push a text Datum as a jsonb string value. */
+static void
+push_jsonb_text(JsonbParseState **state, Datum value)
+{
+	text	   *t = DatumGetTextPP(value);
+
+	push_jsonb_string(state, WJB_VALUE, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+}
+
 /* The response snapshot stored on the record: {orderId, orderNo, status}. */
 static Datum
 order_response(Datum order_id, Datum order_no, Datum status)
 {
 	JsonbParseState *state = NULL;
-	JsonbValue	v;
-	JsonbValue *result;
-	const char *keys[3] = {"orderId", "orderNo", "status"};
-	Datum		texts[3] = {0, order_no, status};
+	JsonbValue	id;
 
 	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
-	for (int i = 0; i < 3; i++)
-	{
-		v.type = jbvString;
-		v.val.string.val = (char *) keys[i];
-		v.val.string.len = strlen(keys[i]);
-		pushJsonbValue(&state, WJB_KEY, &v);
-		if (i == 0)
-		{
-			v.type = jbvNumeric;
-			v.val.numeric = int64_to_numeric(DatumGetInt64(order_id));
-		}
-		else
-		{
-			text	   *t = DatumGetTextPP(texts[i]);
-
-			v.type = jbvString;
-			v.val.string.val = VARDATA_ANY(t);
-			v.val.string.len = VARSIZE_ANY_EXHDR(t);
-		}
-		pushJsonbValue(&state, WJB_VALUE, &v);
-	}
-	result = pushJsonbValue(&state, WJB_END_OBJECT, NULL);
-	return JsonbPGetDatum(JsonbValueToJsonb(result));
+	push_jsonb_string(&state, WJB_KEY, "orderId", 7);
+	id.type = jbvNumeric;
+	id.val.numeric = int64_to_numeric(DatumGetInt64(order_id));
+	pushJsonbValue(&state, WJB_VALUE, &id);
+	push_jsonb_string(&state, WJB_KEY, "orderNo", 7);
+	push_jsonb_text(&state, order_no);
+	push_jsonb_string(&state, WJB_KEY, "status", 6);
+	push_jsonb_text(&state, status);
+	return JsonbPGetDatum(JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL)));
 }
 
 /* 'ORD-' || lpad(id::text, 12, '0'), as the renewal statement computes it. */
@@ -934,18 +949,45 @@ order_number(int64 id)
  * trees, so that ExecConstraints does not parse and plan them again.
  */
 static void
-set_checks(ResultRelInfo *rri, Expr **checks, int ncheck, EState *estate)
+set_checks(ResultRelInfo *rri, const TableLayout *t, EState *estate)
 {
 	TupleConstr *constr = RelationGetDescr(rri->ri_RelationDesc)->constr;
 	MemoryContext oldcxt;
 
-	if (ncheck == 0 || constr == NULL || constr->num_check != ncheck)
+	if (t->ncheck == 0 || constr == NULL || constr->num_check != t->ncheck)
 		return;
 	oldcxt = MemoryContextSwitchTo(estate->es_query_cxt);
-	rri->ri_ConstraintExprs = palloc(ncheck * sizeof(ExprState *));
-	for (int i = 0; i < ncheck; i++)
-		rri->ri_ConstraintExprs[i] = ExecInitExpr(checks[i], NULL);
+	rri->ri_ConstraintExprs = palloc(t->ncheck * sizeof(ExprState *));
+	for (int i = 0; i < t->ncheck; i++)
+		rri->ri_ConstraintExprs[i] = ExecInitExpr(t->checks[i], NULL);
 	MemoryContextSwitchTo(oldcxt);
+}
+
+/* A row of one of idem's tables being filled in: every column NULL at first. */
+typedef struct Row
+{
+	const TableLayout *table;
+	Datum	   *values;
+	bool	   *nulls;
+} Row;
+
+static void
+row_init(Row *row, const TableLayout *t)
+{
+	row->table = t;
+	row->values = palloc0(t->natts * sizeof(Datum));
+	row->nulls = palloc(t->natts * sizeof(bool));
+	memset(row->nulls, true, t->natts * sizeof(bool));
+}
+
+/* Set column col (an index into the table's ColumnSpec array). */
+static void
+row_set(Row *row, int col, Datum value)
+{
+	AttrNumber	attnum = row->table->att[col];
+
+	row->values[attnum - 1] = value;
+	row->nulls[attnum - 1] = false;
 }
 
 /*
@@ -959,59 +1001,53 @@ insert_order(const OrderCatalog *cat, int64 owner, Datum key, const char *finger
 			 TimestampTz now, TimestampTz expires, int64 sku, int32 qty,
 			 OrderResult *res)
 {
-	const AttrNumber *ra = cat->record_att;
-	const AttrNumber *oa = cat->order_att;
-	Oid			relids[2] = {cat->recordid, cat->orderid};
-	Datum	   *rv = palloc0(cat->record_natts * sizeof(Datum));
-	bool	   *rn = palloc(cat->record_natts * sizeof(bool));
-	Datum	   *ov = palloc0(cat->order_natts * sizeof(Datum));
-	bool	   *on = palloc(cat->order_natts * sizeof(bool));
+	Oid			relids[2] = {cat->record.relid, cat->order.relid};
 	Datum		order_id;
 	Datum		order_no;
 	Datum		created = CStringGetTextDatum("CREATED");
+	Row			record;
+	Row			order;
 	IdemRows	rows;
 	TupleTableSlot *slot;
-
-	memset(rn, true, cat->record_natts * sizeof(bool));
-	memset(on, true, cat->order_natts * sizeof(bool));
+	const AttrNumber *oa = cat->order.att;
 
 	idem_rows_begin(&rows, relids, 2);
 	/* the tables are locked now: if the catalog is still current, so are its constraints */
 	if (catalog.valid && catalog.generation == cat->generation)
 	{
-		set_checks(rows.rels[0], cat->record_checks, cat->record_ncheck, rows.estate);
-		set_checks(rows.rels[1], cat->order_checks, cat->order_ncheck, rows.estate);
+		set_checks(rows.rels[0], &cat->record, rows.estate);
+		set_checks(rows.rels[1], &cat->order, rows.estate);
 	}
 
 	/* the order id first, then the record's, as the statements draw them */
-	order_id = Int64GetDatum(nextval_internal(cat->order_seq, true));
+	order_id = Int64GetDatum(nextval_internal(cat->order.seq, true));
 	order_no = order_number(DatumGetInt64(order_id));
 
-#define SET(v, n, a, i, val) ((v)[(a)[i] - 1] = (val), (n)[(a)[i] - 1] = false)
-	SET(rv, rn, ra, REC_ID, Int64GetDatum(nextval_internal(cat->record_seq, true)));
-	SET(rv, rn, ra, REC_OWNER, Int64GetDatum(owner));
-	SET(rv, rn, ra, REC_OPERATION, cat->operation);
-	SET(rv, rn, ra, REC_KEY, key);
-	SET(rv, rn, ra, REC_HASH, CStringGetTextDatum(fingerprint));
-	SET(rv, rn, ra, REC_STATUS, CStringGetTextDatum("SUCCEEDED"));
-	SET(rv, rn, ra, REC_HTTP, Int32GetDatum(201));
-	SET(rv, rn, ra, REC_RESPONSE, order_response(order_id, order_no, created));
-	SET(rv, rn, ra, REC_RESOURCE, order_id);
-	SET(rv, rn, ra, REC_CREATED, TimestampTzGetDatum(now));
-	SET(rv, rn, ra, REC_UPDATED, TimestampTzGetDatum(now));
-	SET(rv, rn, ra, REC_EXPIRES, TimestampTzGetDatum(expires));
+	row_init(&record, &cat->record);
+	row_set(&record, REC_ID, Int64GetDatum(nextval_internal(cat->record.seq, true)));
+	row_set(&record, REC_OWNER, Int64GetDatum(owner));
+	row_set(&record, REC_OPERATION, cat->operation);
+	row_set(&record, REC_KEY, key);
+	row_set(&record, REC_HASH, CStringGetTextDatum(fingerprint));
+	row_set(&record, REC_STATUS, CStringGetTextDatum("SUCCEEDED"));
+	row_set(&record, REC_HTTP, Int32GetDatum(201));
+	row_set(&record, REC_RESPONSE, order_response(order_id, order_no, created));
+	row_set(&record, REC_RESOURCE, order_id);
+	row_set(&record, REC_CREATED, TimestampTzGetDatum(now));
+	row_set(&record, REC_UPDATED, TimestampTzGetDatum(now));
+	row_set(&record, REC_EXPIRES, TimestampTzGetDatum(expires));
 
-	SET(ov, on, oa, ORD_ID, order_id);
-	SET(ov, on, oa, ORD_NO, order_no);
-	SET(ov, on, oa, ORD_OWNER, Int64GetDatum(owner));
-	SET(ov, on, oa, ORD_SKU, Int64GetDatum(sku));
-	SET(ov, on, oa, ORD_QTY, Int32GetDatum(qty));
-	SET(ov, on, oa, ORD_STATUS, created);
-	SET(ov, on, oa, ORD_CREATED, TimestampTzGetDatum(now));
-#undef SET
+	row_init(&order, &cat->order);
+	row_set(&order, ORD_ID, order_id);
+	row_set(&order, ORD_NO, order_no);
+	row_set(&order, ORD_OWNER, Int64GetDatum(owner));
+	row_set(&order, ORD_SKU, Int64GetDatum(sku));
+	row_set(&order, ORD_QTY, Int32GetDatum(qty));
+	row_set(&order, ORD_STATUS, created);
+	row_set(&order, ORD_CREATED, TimestampTzGetDatum(now));
 
-	idem_rows_insert(&rows, 0, rv, rn);
-	idem_rows_insert(&rows, 1, ov, on);
+	idem_rows_insert(&rows, 0, record.values, record.nulls);
+	idem_rows_insert(&rows, 1, order.values, order.nulls);
 
 	/* answer with the order as stored: a BEFORE trigger may have changed it */
 	slot = rows.slots[1];
