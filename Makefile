@@ -1,7 +1,12 @@
 # idem: PostgreSQL extension (PGXS)
 
 MODULE_big = idem
-OBJS = idem.o src/protocol.o src/jcs.o src/cleanup.o src/worker.o src/rowwrite.o
+OBJS = idem.o \
+	src/util.o src/identity.o src/jcs.o src/rowwrite.o \
+	src/fingerprint.o src/key.o src/catalog.o \
+	src/record.o src/claim.o \
+	src/order.o src/api.o \
+	src/cleanup.o src/worker.o
 
 EXTENSION = idem
 DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql

@@ -20,6 +20,8 @@
 #include "utils/timestamp.h"
 
 #include "idem.h"
+#include "cleanup.h"
+#include "util.h"
 
 PG_FUNCTION_INFO_V1(idem_cleanup_expired);
 

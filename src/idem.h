@@ -1,70 +1,46 @@
 /*-------------------------------------------------------------------------
  *
  * idem.h
- *	  Declarations shared by the idem extension's source files.
+ *	  Constants of the idem extension: limits, SQLSTATEs, record statuses.
+ *
+ * Every module includes this; it pulls in no PostgreSQL subsystem.  Each
+ * module has its own header for its types and functions.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef IDEM_H
 #define IDEM_H
 
-#include "executor/spi.h"
-#include "fmgr.h"
-#include "lib/stringinfo.h"
-#include "nodes/execnodes.h"
-#include "utils/guc.h"
-#include "utils/jsonb.h"
-
 /* Length of a lowercase hex SHA-256 digest, without the terminating NUL. */
-#define IDEM_HASH_HEX_LEN 64
+#define IDEM_HASH_HEX_LEN		64
+
+/* An idempotency key: ^[A-Za-z0-9_-]{16,128}$ */
+#define IDEM_KEY_MIN_LEN		16
+#define IDEM_KEY_MAX_LEN		128
+
+/* An operation name: ^[A-Za-z0-9_.:-]{1,64}$ */
+#define IDEM_OPERATION_MAX_LEN	64
 
 /* SQLSTATEs of the protocol's own outcomes (class "IK": idempotency key). */
 #define ERRCODE_IDEM_KEY_REUSED			MAKE_SQLSTATE('I','K','0','0','1')
 #define ERRCODE_IDEM_IN_FLIGHT			MAKE_SQLSTATE('I','K','0','0','2')
+#define ERRCODE_IDEM_NO_CLAIM			MAKE_SQLSTATE('I','K','0','0','3')
+#define ERRCODE_IDEM_UNFINISHED_CLAIM	MAKE_SQLSTATE('I','K','0','0','5')
 
-/* GUCs (idem.c) */
-extern int	idem_wait_timeout;		/* ms a duplicate waits for an in-flight original */
-extern int	idem_ttl;				/* seconds a record lives */
-extern int	idem_cleanup_interval;	/* seconds between cleanup rounds, 0 = off */
-extern int	idem_cleanup_batch_size;	/* rows per cleanup transaction */
-extern int	idem_cleanup_max_batches;	/* per database and round, 0 = no limit */
-extern int	idem_cleanup_batch_delay;	/* ms the worker pauses between batches */
-extern char *idem_cleanup_databases;	/* databases to clean, empty = all */
-
-/* jcs.c: RFC 8785 canonical JSON and SHA-256 */
-extern void idem_jcs_append_jsonb(StringInfo out, Jsonb *jb);
-extern void idem_jcs_append_number(StringInfo out, double d);
-extern void idem_sha256_hex(const char *data, size_t len, char *hex);
-
-/* protocol.c: input checks and SPI helpers */
-extern void idem_check_not_null(FunctionCallInfo fcinfo, int argno, const char *argname);
-extern void idem_check_key(const char *key, int len);
-extern SPIPlanPtr idem_prepare_kept(const char *sql, int nargs, Oid *argtypes);
-extern void idem_free_kept(SPIPlanPtr *plan);
-extern Oid	idem_extension_schema(FunctionCallInfo fcinfo);
-extern char *idem_quoted_schema(Oid nspid);
-
-/* rowwrite.c: inserts without a plan, for the hot path */
-#define IDEM_ROWS_MAX_RELS 2
-
-typedef struct IdemRows
+/*
+ * The status column of idempotency_record.  A record is written finished
+ * (SUCCEEDED, or FAILED_FINAL for a deterministic 4xx failure) in the
+ * transaction that executed; PROCESSING is what a long flow commits.
+ */
+typedef enum IdemStatus
 {
-	EState	   *estate;
-	int			nrels;
-	ResultRelInfo *rels[IDEM_ROWS_MAX_RELS];
-	TupleTableSlot *slots[IDEM_ROWS_MAX_RELS];
-	bool		snapshot_pushed;	/* for the triggers */
-} IdemRows;
+	IDEM_STATUS_PROCESSING,
+	IDEM_STATUS_SUCCEEDED,
+	IDEM_STATUS_FAILED_FINAL,
+	IDEM_STATUS_UNKNOWN			/* a value idem does not write */
+} IdemStatus;
 
-extern void idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels);
-extern void idem_rows_insert(IdemRows *rows, int i, const Datum *values, const bool *nulls);
-extern void idem_rows_end(IdemRows *rows);
-
-/* cleanup.c */
-extern int64 idem_cleanup_batches(Oid nspid, int batch_size, int max_batches);
-
-/* worker.c: the cleanup background worker */
-extern void idem_worker_init(void);
-extern bool idem_check_cleanup_databases(char **newval, void **extra, GucSource source);
+extern const char *idem_status_name(IdemStatus status);
+extern IdemStatus idem_status_from_name(const char *name);
 
 #endif							/* IDEM_H */

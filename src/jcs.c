@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * jcs.c
- *	  RFC 8785 JSON Canonicalization Scheme (JCS) over jsonb, and the
- *	  SHA-256 request fingerprint computed from it.
+ *	  RFC 8785 JSON Canonicalization Scheme (JCS) over jsonb: the text
+ *	  that request fingerprints (fingerprint.c) are computed from.
  *
  * A fingerprint must not change with field order, whitespace or number
  * spelling, so the raw JSON text is never hashed.  JCS fixes one text per
@@ -22,8 +22,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "common/cryptohash.h"
-#include "common/sha2.h"
 #include "common/shortest_dec.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
@@ -32,10 +30,7 @@
 #include "utils/jsonb.h"
 #include "utils/numeric.h"
 
-#include "idem.h"
-
-PG_FUNCTION_INFO_V1(idem_request_hash);
-PG_FUNCTION_INFO_V1(idem_canonical_json);
+#include "jcs.h"
 
 /* One object member; its name is kept in UTF-8 too, for sorting. */
 typedef struct JcsMember
@@ -481,65 +476,4 @@ void
 idem_jcs_append_jsonb(StringInfo out, Jsonb *jb)
 {
 	jcs_append_container(out, &jb->root);
-}
-
-/* Lowercase hex SHA-256 of data; hex must hold IDEM_HASH_HEX_LEN + 1 bytes. */
-void
-idem_sha256_hex(const char *data, size_t len, char *hex)
-{
-	static const char xdigits[] = "0123456789abcdef";
-	uint8		digest[PG_SHA256_DIGEST_LENGTH];
-	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
-
-	if (pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (const uint8 *) data, len) < 0 ||
-		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
-		elog(ERROR, "could not compute SHA-256 digest: %s",
-			 pg_cryptohash_error(ctx));
-	pg_cryptohash_free(ctx);
-
-	for (int i = 0; i < PG_SHA256_DIGEST_LENGTH; i++)
-	{
-		hex[2 * i] = xdigits[digest[i] >> 4];
-		hex[2 * i + 1] = xdigits[digest[i] & 0x0F];
-	}
-	hex[IDEM_HASH_HEX_LEN] = '\0';
-}
-
-/* The request argument: every idem function refuses NULL input (22004). */
-static Jsonb *
-jcs_get_request(FunctionCallInfo fcinfo)
-{
-	idem_check_not_null(fcinfo, 0, "request");
-	return PG_GETARG_JSONB_P(0);
-}
-
-/* SQL: idem_canonical_json(jsonb) returns text */
-Datum
-idem_canonical_json(PG_FUNCTION_ARGS)
-{
-	Jsonb	   *jb = jcs_get_request(fcinfo);
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	idem_jcs_append_jsonb(&buf, jb);
-
-	/* the canonical text is UTF-8; hand it back in the server encoding */
-	PG_RETURN_TEXT_P(cstring_to_text(pg_any_to_server(buf.data, buf.len, PG_UTF8)));
-}
-
-/* SQL: idem_request_hash(jsonb) returns text */
-Datum
-idem_request_hash(PG_FUNCTION_ARGS)
-{
-	Jsonb	   *jb = jcs_get_request(fcinfo);
-	StringInfoData buf;
-	char		hex[IDEM_HASH_HEX_LEN + 1];
-
-	initStringInfo(&buf);
-	idem_jcs_append_jsonb(&buf, jb);
-	idem_sha256_hex(buf.data, buf.len, hex);
-	pfree(buf.data);
-
-	PG_RETURN_TEXT_P(cstring_to_text(hex));
 }

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * rowwrite.c
- *	  Insert rows into idem's tables without planning a statement: the
- *	  hot path of a fresh key.
+ *	  Insert (and, for an expired record, delete) rows of idem's tables
+ *	  without planning a statement: the hot path of a fresh key.
  *
  * This is how logical replication's apply worker writes (worker.c,
  * execReplication.c): a short-lived EState with one range table entry per
@@ -15,7 +15,7 @@
  *
  * Privileges are checked as the executor checks them (ExecCheckRTPerms, so
  * the ExecutorCheckPerms hook sees them too), for the current user: for
- * idem_create_order, the function's owner.  Row-level security forced on
+ * idem's functions, the extension's owner.  Row-level security forced on
  * these tables is refused rather than ignored.  Statement-level triggers do
  * not fire, as they do not under logical replication.
  *
@@ -36,22 +36,26 @@
 #include "utils/snapmgr.h"
 
 #include "idem.h"
+#include "rowwrite.h"
 
 /*
- * Open the tables relids[0..nrels-1] for inserting, with the lock an INSERT
- * takes, and check that the current user may insert into them.
+ * Open the tables relids[0..nrels-1] for cmd (CMD_INSERT or CMD_DELETE),
+ * with the lock such a statement takes, and check that the current user may
+ * do it.
  */
 void
-idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels)
+idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels, CmdType cmd)
 {
 	List	   *rtable = NIL;
 	MemoryContext oldcxt;
+	const char *cmdname = (cmd == CMD_DELETE) ? "DELETE" : "INSERT";
 
 	Assert(nrels > 0 && nrels <= IDEM_ROWS_MAX_RELS);
+	Assert(cmd == CMD_INSERT || cmd == CMD_DELETE);
 
-	/* what ExecCheckXactReadOnly says to an INSERT */
-	PreventCommandIfReadOnly("INSERT");
-	PreventCommandIfParallelMode("INSERT");
+	/* what ExecCheckXactReadOnly says to such a statement */
+	PreventCommandIfReadOnly(cmdname);
+	PreventCommandIfParallelMode(cmdname);
 
 	memset(rows, 0, sizeof(IdemRows));
 	rows->nrels = nrels;
@@ -66,7 +70,7 @@ idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels)
 		rte->relid = relids[i];
 		rte->relkind = RELKIND_RELATION;
 		rte->rellockmode = RowExclusiveLock;
-		rte->requiredPerms = ACL_INSERT;
+		rte->requiredPerms = (cmd == CMD_DELETE) ? ACL_DELETE : ACL_INSERT;
 		rtable = lappend(rtable, rte);
 	}
 	(void) ExecCheckRTPerms(rtable, true);
@@ -114,6 +118,27 @@ idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels)
 }
 
 /*
+ * Give table i its CHECK constraints from trees planned once per backend,
+ * so that ExecConstraints does not parse and plan them again.  Only if they
+ * are still the table's: the caller knows its catalog is current.
+ */
+void
+idem_rows_set_checks(IdemRows *rows, int i, Expr **checks, int ncheck)
+{
+	ResultRelInfo *rri = rows->rels[i];
+	TupleConstr *constr = RelationGetDescr(rri->ri_RelationDesc)->constr;
+	MemoryContext oldcxt;
+
+	if (ncheck == 0 || constr == NULL || constr->num_check != ncheck)
+		return;
+	oldcxt = MemoryContextSwitchTo(rows->estate->es_query_cxt);
+	rri->ri_ConstraintExprs = palloc(ncheck * sizeof(ExprState *));
+	for (int c = 0; c < ncheck; c++)
+		rri->ri_ConstraintExprs[c] = ExecInitExpr(checks[c], NULL);
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/*
  * Insert one row into table i: values and nulls hold every attribute, in
  * the table's order.
  */
@@ -128,6 +153,22 @@ idem_rows_insert(IdemRows *rows, int i, const Datum *values, const bool *nulls)
 	memcpy(slot->tts_isnull, nulls, natts * sizeof(bool));
 	ExecStoreVirtualTuple(slot);
 	ExecSimpleRelationInsert(rows->rels[i], rows->estate, slot);
+	ResetPerTupleExprContext(rows->estate);
+}
+
+/*
+ * Delete from table i the row in slot `locked`, which the caller has
+ * locked (table_tuple_lock), so nobody else can change it first: row
+ * triggers fire as for a DELETE.
+ */
+void
+idem_rows_delete(IdemRows *rows, int i, TupleTableSlot *locked)
+{
+	EPQState	epq;
+
+	EvalPlanQualInit(&epq, rows->estate, NULL, NIL, -1);
+	ExecSimpleRelationDelete(rows->rels[i], rows->estate, &epq, locked);
+	EvalPlanQualEnd(&epq);
 	ResetPerTupleExprContext(rows->estate);
 }
 

@@ -54,6 +54,8 @@
 #include "utils/varlena.h"
 
 #include "idem.h"
+#include "cleanup.h"
+#include "worker.h"
 
 PGDLLEXPORT void idem_cleanup_launcher_main(Datum main_arg);
 PGDLLEXPORT void idem_cleanup_worker_main(Datum main_arg);
@@ -88,15 +90,17 @@ typedef struct IdemShared
 	LWLock	   *lock;
 } IdemShared;
 
-/* GUCs (defined in idem.c) */
-int			idem_cleanup_interval = 60;
-int			idem_cleanup_batch_size = 1000;
-int			idem_cleanup_max_batches = 0;
-int			idem_cleanup_batch_delay = 50;
-char	   *idem_cleanup_databases = NULL;
+/* GUC variables */
+static int	idem_cleanup_interval = 60;
+static int	idem_cleanup_batch_size = 1000;
+static int	idem_cleanup_max_batches = 0;
+static int	idem_cleanup_batch_delay = 50;
+static char *idem_cleanup_databases = NULL;
+
+static bool idem_check_cleanup_databases(char **newval, void **extra, GucSource source);
 
 /* Set in _PG_init when loaded from shared_preload_libraries. */
-bool		idem_preloaded = false;
+static bool idem_preloaded = false;
 
 static IdemShared *idem_shared = NULL;
 static HTAB *idem_status = NULL;
@@ -155,6 +159,61 @@ idem_shmem_startup(void)
 								IDEM_MAX_TRACKED_DATABASES,
 								&info, HASH_ELEM | HASH_BLOBS);
 	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * Define the cleanup worker's GUCs.  Called from _PG_init whether or not
+ * the library is preloaded, so that the settings are known either way.
+ */
+void
+idem_worker_define_gucs(void)
+{
+	DefineCustomIntVariable("idem.cleanup_interval",
+							"Time between two rounds of the cleanup worker.",
+							"Each round deletes the expired records of every database "
+							"that has the extension. 0 turns the worker off.",
+							&idem_cleanup_interval,
+							60, 0, INT_MAX / 1000,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.cleanup_batch_size",
+							"How many expired records the cleanup worker deletes per transaction.",
+							NULL,
+							&idem_cleanup_batch_size,
+							1000, 1, INT_MAX,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.cleanup_max_batches",
+							"How many batches the cleanup worker deletes per database and round.",
+							"0 means no limit: a round ends when nothing expired is left.",
+							&idem_cleanup_max_batches,
+							0, 0, INT_MAX,
+							PGC_SIGHUP,
+							0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.cleanup_batch_delay",
+							"How long the cleanup worker pauses between two batches.",
+							"The pause leaves the machine to foreground work.",
+							&idem_cleanup_batch_delay,
+							50, 0, 10000,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("idem.cleanup_databases",
+							   "The databases the cleanup worker visits.",
+							   "A comma-separated list of names; empty means every "
+							   "database that accepts connections.",
+							   &idem_cleanup_databases,
+							   "",
+							   PGC_SIGHUP,
+							   GUC_LIST_INPUT,
+							   idem_check_cleanup_databases, NULL, NULL);
 }
 
 /*
@@ -485,7 +544,7 @@ database_selected(const char *name)
 }
 
 /* Check hook of idem.cleanup_databases: a comma-separated list of names. */
-bool
+static bool
 idem_check_cleanup_databases(char **newval, void **extra, GucSource source)
 {
 	char	   *raw = pstrdup(*newval);

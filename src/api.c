@@ -1,0 +1,570 @@
+/*-------------------------------------------------------------------------
+ *
+ * api.c
+ *	  The generic API: any SQL the caller runs becomes idempotent under
+ *	  (owner, operation, key).
+ *
+ * idem_begin claims a key for the caller's transaction (or replays, or
+ * refuses); the caller does its work; idem_finish stores the result, so
+ * that record and work commit or roll back together.  idem_run does the
+ * three in one call, with the work in a handler function that runs as the
+ * caller.  A transaction that claimed a key and did not finish it cannot
+ * commit (IK005): no business effect commits without its record.
+ *
+ * The claims of the current transaction are kept in a list in
+ * TopTransactionContext, with the subtransaction that made (and the one
+ * that finished) each, so that rolling back to a savepoint undoes them as
+ * it undoes the key lock and the record.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "executor/executor.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/regproc.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "idem.h"
+#include "claim.h"
+#include "entry.h"
+#include "util.h"
+
+PG_FUNCTION_INFO_V1(idem_begin);
+PG_FUNCTION_INFO_V1(idem_finish);
+PG_FUNCTION_INFO_V1(idem_run);
+
+/* The columns of idem_outcome, what idem_begin and idem_run return. */
+enum
+{
+	OUT_REPLAYED, OUT_HTTP, OUT_BODY, OUT_HEADERS, OUT_RESOURCE, OUT_NCOLS
+};
+
+/* The attributes of idem_result, what a handler returns (1-based). */
+enum
+{
+	RESULT_HTTP = 1, RESULT_BODY, RESULT_HEADERS, RESULT_RESOURCE
+};
+
+/* A key this transaction claimed. */
+typedef struct PendingClaim
+{
+	int64		owner;
+	char	   *operation;
+	char	   *key;
+	IdemFingerprint fingerprint;
+	bool		has_ttl;
+	Interval	ttl;
+	SubTransactionId subid;		/* claimed in */
+	SubTransactionId finished_subid;	/* finished in; Invalid: not yet */
+	struct PendingClaim *next;
+} PendingClaim;
+
+static PendingClaim *pending = NULL;
+
+/* ---------- the transaction's claims ---------- */
+
+/* IK005: refuse to commit or prepare with a claim not finished. */
+static void
+check_all_finished(void)
+{
+	for (PendingClaim *p = pending; p != NULL; p = p->next)
+		if (p->finished_subid == InvalidSubTransactionId)
+			ereport(ERROR,
+					(errcode(ERRCODE_IDEM_UNFINISHED_CLAIM),
+					 errmsg("transaction claimed an idempotency key and did not finish it"),
+					 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": idem_begin claimed it, idem_finish was not called.",
+							   p->owner, p->operation, p->key),
+					 errhint("Call idem_finish for the key before COMMIT, or roll back.")));
+}
+
+static void
+api_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			check_all_finished();
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			pending = NULL;		/* its memory goes with TopTransactionContext */
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * A subtransaction that rolls back takes its claims (and its key locks)
+ * and its idem_finish calls with it; one that commits hands them to its
+ * parent.
+ */
+static void
+api_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					 SubTransactionId parentSubid, void *arg)
+{
+	PendingClaim **link = &pending;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+		return;
+	while (*link != NULL)
+	{
+		PendingClaim *p = *link;
+
+		if (event == SUBXACT_EVENT_ABORT_SUB)
+		{
+			if (p->subid == mySubid)
+			{
+				*link = p->next;
+				pfree(p->operation);
+				pfree(p->key);
+				pfree(p);
+				continue;
+			}
+			if (p->finished_subid == mySubid)
+				p->finished_subid = InvalidSubTransactionId;
+		}
+		else
+		{
+			if (p->subid == mySubid)
+				p->subid = parentSubid;
+			if (p->finished_subid == mySubid)
+				p->finished_subid = parentSubid;
+		}
+		link = &p->next;
+	}
+}
+
+/* Register the transaction callbacks. */
+void
+idem_api_init(void)
+{
+	RegisterXactCallback(api_xact_callback, NULL);
+	RegisterSubXactCallback(api_subxact_callback, NULL);
+}
+
+/* This transaction's claim of scope, or NULL. */
+static PendingClaim *
+find_claim(const IdemScope *scope)
+{
+	for (PendingClaim *p = pending; p != NULL; p = p->next)
+		if (p->owner == scope->owner && strcmp(p->operation, scope->operation) == 0 &&
+			strcmp(p->key, scope->key) == 0)
+			return p;
+	return NULL;
+}
+
+/*
+ * Before claiming: a claim of scope this transaction holds, not finished,
+ * is in flight (IK002), or a different request (IK001).
+ */
+static void
+check_not_claimed(const IdemScope *scope, const char *fingerprint)
+{
+	PendingClaim *p = find_claim(scope);
+
+	if (p == NULL || p->finished_subid != InvalidSubTransactionId)
+		return;
+	if (!idem_fingerprints_equal(p->fingerprint, fingerprint))
+		idem_report_key_reused(scope);
+	idem_report_in_flight(scope, IDEM_IN_FLIGHT_THIS_XACT);
+}
+
+/* Remember that this transaction claimed scope. */
+static PendingClaim *
+add_claim(const IdemScope *scope, const char *fingerprint, const Interval *ttl)
+{
+	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	PendingClaim *p = palloc0(sizeof(PendingClaim));
+
+	p->owner = scope->owner;
+	p->operation = pstrdup(scope->operation);
+	p->key = pstrdup(scope->key);
+	strlcpy(p->fingerprint, fingerprint, sizeof(IdemFingerprint));
+	p->has_ttl = (ttl != NULL);
+	if (ttl)
+		p->ttl = *ttl;
+	p->subid = GetCurrentSubTransactionId();
+	p->finished_subid = InvalidSubTransactionId;
+	p->next = pending;
+	pending = p;
+	MemoryContextSwitchTo(oldcxt);
+	return p;
+}
+
+/* ---------- results ---------- */
+
+/* The record status of an HTTP status: 2xx/3xx done, 4xx a final failure; else 22023. */
+static IdemStatus
+status_of_http(int32 http_status)
+{
+	if (http_status >= 200 && http_status <= 399)
+		return IDEM_STATUS_SUCCEEDED;
+	if (http_status >= 400 && http_status <= 499)
+		return IDEM_STATUS_FAILED_FINAL;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("http_status must be between 200 and 499"),
+			 errdetail("The result has http_status %d.", http_status),
+			 errhint("A 5xx failure is transient: roll back, and the key stays retryable.")));
+	return IDEM_STATUS_UNKNOWN; /* keep compiler quiet */
+}
+
+/* Refuse (22023) headers that are not a JSON object of string values. */
+static void
+check_headers(Jsonb *headers)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+
+	if (!JB_ROOT_IS_OBJECT(headers))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("headers must be a JSON object")));
+	it = JsonbIteratorInit(&headers->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+		if (tok == WJB_VALUE && v.type != jbvString)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("headers must be a JSON object of string values")));
+}
+
+/* Fill res from a status, body, headers and resource id, checking them. */
+static IdemStatus
+make_result(IdemResult *res, bool http_isnull, int32 http_status,
+			bool body_isnull, Datum body, bool headers_isnull, Datum headers,
+			bool resource_isnull, int64 resource_id)
+{
+	IdemStatus	status;
+
+	if (http_isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("http_status must not be null")));
+	status = status_of_http(http_status);
+	memset(res, 0, sizeof(IdemResult));
+	res->http_status = http_status;
+	res->body_isnull = body_isnull;
+	if (!body_isnull)
+		res->body = PointerGetDatum(PG_DETOAST_DATUM(body));
+	res->headers_isnull = headers_isnull;
+	if (!headers_isnull)
+	{
+		Jsonb	   *jb = DatumGetJsonbP(headers);
+
+		check_headers(jb);
+		res->headers = JsonbPGetDatum(jb);
+	}
+	res->resource_isnull = resource_isnull;
+	res->resource_id = resource_id;
+	res->snapshot_isnull = true;
+	return status;
+}
+
+/* The idem_outcome row of a call. */
+static Datum
+outcome_datum(const IdemCatalog *cat, FunctionCallInfo fcinfo, bool replayed,
+			  const IdemResult *res)
+{
+	Datum		values[OUT_NCOLS] = {0};
+	bool		nulls[OUT_NCOLS];
+
+	values[OUT_REPLAYED] = BoolGetDatum(replayed);
+	nulls[OUT_REPLAYED] = false;
+	if (res == NULL)
+	{
+		/* a claim: the caller executes */
+		for (int i = OUT_HTTP; i < OUT_NCOLS; i++)
+			nulls[i] = true;
+	}
+	else
+	{
+		values[OUT_HTTP] = Int32GetDatum(res->http_status);
+		nulls[OUT_HTTP] = res->http_isnull;
+		values[OUT_BODY] = res->body;
+		nulls[OUT_BODY] = res->body_isnull;
+		if (res->body_isnull && !res->snapshot_isnull)
+		{
+			/* a record of the order demo: its jsonb response as the body */
+			values[OUT_BODY] = CStringGetTextDatum(JsonbToCString(NULL,
+																  &DatumGetJsonbP(res->snapshot)->root,
+																  VARSIZE(DatumGetPointer(res->snapshot))));
+			nulls[OUT_BODY] = false;
+		}
+		values[OUT_HEADERS] = res->headers;
+		nulls[OUT_HEADERS] = res->headers_isnull;
+		values[OUT_RESOURCE] = Int64GetDatum(res->resource_id);
+		nulls[OUT_RESOURCE] = res->resource_isnull;
+	}
+	return HeapTupleGetDatum(heap_form_tuple(idem_catalog_result(cat, fcinfo),
+											 values, nulls));
+}
+
+/* ---------- arguments ---------- */
+
+/* (owner, operation, key) from arguments 0..2, checked. */
+static void
+scope_args(FunctionCallInfo fcinfo, IdemScope *scope)
+{
+	idem_check_not_null(fcinfo, 0, "owner");
+	idem_check_not_null(fcinfo, 1, "operation");
+	idem_check_not_null(fcinfo, 2, "key");
+	idem_scope_init(scope, PG_GETARG_INT64(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2));
+}
+
+/* The ttl argument argno: NULL for the default, else checked. */
+static Interval *
+ttl_arg(FunctionCallInfo fcinfo, int argno, TimestampTz now)
+{
+	Interval   *ttl;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	ttl = PG_GETARG_INTERVAL_P(argno);
+	idem_check_ttl(ttl, now);
+	return ttl;
+}
+
+/* ---------- SQL functions ---------- */
+
+/*
+ * SQL: idem_begin(owner, operation, key, request, ttl) returns idem_outcome.
+ * A new or expired key: claimed for this transaction, replayed = false.
+ * A finished record with the same fingerprint: replayed.
+ */
+Datum
+idem_begin(PG_FUNCTION_ARGS)
+{
+	IdemScope	scope;
+	IdemFingerprint fingerprint;
+	IdemCatalog cat;
+	IdemIdentity identity = {0};
+	IdemClaim	claim = {0};
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	Interval   *ttl;
+	IdemOutcome outcome;
+
+	scope_args(fcinfo, &scope);
+	idem_check_not_null(fcinfo, 3, "request");
+	ttl = ttl_arg(fcinfo, 4, now);
+	idem_fingerprint_jsonb(PG_GETARG_JSONB_P(3), fingerprint);
+	if (pending != NULL)
+		check_not_claimed(&scope, fingerprint);
+
+	cat = *idem_catalog(fcinfo);
+	idem_become_owner(&identity, cat.owner);
+	claim.cat = &cat;
+	claim.scope = &scope;
+	claim.fingerprint = fingerprint;
+	claim.now = now;
+	claim.identity = &identity;
+	outcome = idem_claim(&claim);
+	idem_restore_caller(&identity);
+
+	if (outcome == IDEM_EXECUTE)
+	{
+		add_claim(&scope, fingerprint, ttl);
+		PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, false, NULL));
+	}
+	PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, true, &claim.rec.result));
+}
+
+/*
+ * SQL: idem_finish(owner, operation, key, http_status, body, resource_id,
+ * headers) returns void.  Stores the result of this transaction's claim.
+ */
+Datum
+idem_finish(PG_FUNCTION_ARGS)
+{
+	IdemScope	scope;
+	IdemCatalog cat;
+	IdemIdentity identity = {0};
+	IdemResult	res;
+	IdemStatus	status;
+	PendingClaim *p;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	scope_args(fcinfo, &scope);
+	idem_check_not_null(fcinfo, 3, "http_status");
+	status = make_result(&res, false, PG_GETARG_INT32(3),
+						 PG_ARGISNULL(4), PG_GETARG_DATUM(4),
+						 PG_ARGISNULL(6), PG_GETARG_DATUM(6),
+						 PG_ARGISNULL(5), PG_ARGISNULL(5) ? 0 : PG_GETARG_INT64(5));
+
+	p = find_claim(&scope);
+	if (p == NULL || p->finished_subid != InvalidSubTransactionId)
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEM_NO_CLAIM),
+				 errmsg("this transaction holds no unfinished claim of the idempotency key"),
+				 p == NULL ?
+				 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": idem_begin did not claim it in this transaction.",
+						   scope.owner, scope.operation, scope.key) :
+				 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": idem_finish was already called for it.",
+						   scope.owner, scope.operation, scope.key),
+				 errhint("Call idem_begin first, in the same transaction, and finish only when it returned replayed = false.")));
+
+	cat = *idem_catalog(fcinfo);
+	idem_become_owner(&identity, cat.owner);
+	idem_use_safe_search_path(&identity);
+	idem_record_insert(&cat, &scope, p->fingerprint, status, &res, now,
+					   idem_record_expiry(status, now, p->has_ttl ? &p->ttl : NULL),
+					   NULL);
+	idem_restore_caller(&identity);
+	p->finished_subid = GetCurrentSubTransactionId();
+	PG_RETURN_VOID();
+}
+
+/*
+ * Check that handler is handler(jsonb) returns idem_result: 42883 for
+ * another signature, 42804 for another return type.
+ */
+static void
+check_handler(Oid handler, Oid result_type)
+{
+	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(handler));
+	Form_pg_proc proc;
+
+	if (!HeapTupleIsValid(tup))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("handler function with OID %u does not exist", handler)));
+	proc = (Form_pg_proc) GETSTRUCT(tup);
+	if (proc->prokind != PROKIND_FUNCTION || proc->pronargs != 1 ||
+		proc->proargtypes.values[0] != JSONBOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("handler %s must be a function of one argument of type jsonb",
+						format_procedure(handler)),
+				 errhint("Declare it as FUNCTION name(request jsonb) RETURNS idem_result.")));
+	if (proc->prorettype != result_type || proc->proretset)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("handler %s must return idem_result, not %s",
+						format_procedure(handler),
+						proc->proretset ? "a set" : format_type_be(proc->prorettype)),
+				 errhint("Declare it as FUNCTION name(request jsonb) RETURNS idem_result.")));
+	ReleaseSysCache(tup);
+}
+
+/*
+ * Call handler(request) as the current user, who must be allowed to
+ * execute it, and read its idem_result into res.
+ */
+static IdemStatus
+call_handler(FunctionCallInfo fcinfo, Oid handler, Jsonb *request, IdemResult *res)
+{
+	FmgrInfo   *flinfo = (FmgrInfo *) fcinfo->flinfo->fn_extra;
+	LOCAL_FCINFO(hfcinfo, 1);
+	AclResult	aclresult;
+	Datum		result;
+	HeapTupleHeader tuple;
+	bool		isnull[4];
+	Datum		values[4];
+
+	aclresult = pg_proc_aclcheck(handler, GetUserId(), ACL_EXECUTE);
+	if (aclresult != ACLCHECK_OK)
+		aclcheck_error(aclresult, OBJECT_FUNCTION, get_func_name(handler));
+
+	/* the handler's FmgrInfo, kept for the call site */
+	if (flinfo == NULL || flinfo->fn_oid != handler)
+	{
+		flinfo = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(FmgrInfo));
+		fmgr_info_cxt(handler, flinfo, fcinfo->flinfo->fn_mcxt);
+		fcinfo->flinfo->fn_extra = flinfo;
+	}
+	InitFunctionCallInfoData(*hfcinfo, flinfo, 1, InvalidOid, NULL, NULL);
+	hfcinfo->args[0].value = JsonbPGetDatum(request);
+	hfcinfo->args[0].isnull = false;
+	result = FunctionCallInvoke(hfcinfo);
+	if (hfcinfo->isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("handler %s returned null", format_procedure(handler)),
+				 errhint("Return an idem_result: a 4xx http_status for a deterministic failure.")));
+
+	tuple = DatumGetHeapTupleHeader(result);
+	for (int i = 0; i < 4; i++)
+		values[i] = GetAttributeByNum(tuple, i + 1, &isnull[i]);
+	return make_result(res, isnull[RESULT_HTTP - 1], DatumGetInt32(values[RESULT_HTTP - 1]),
+					   isnull[RESULT_BODY - 1], values[RESULT_BODY - 1],
+					   isnull[RESULT_HEADERS - 1], values[RESULT_HEADERS - 1],
+					   isnull[RESULT_RESOURCE - 1],
+					   isnull[RESULT_RESOURCE - 1] ? 0 : DatumGetInt64(values[RESULT_RESOURCE - 1]));
+}
+
+/*
+ * SQL: idem_run(owner, operation, key, request, handler, ttl) returns
+ * idem_outcome.  A new key: calls handler(request) as the caller and
+ * stores its result; a repeat replays without calling it.
+ */
+Datum
+idem_run(PG_FUNCTION_ARGS)
+{
+	IdemScope	scope;
+	IdemFingerprint fingerprint;
+	IdemCatalog cat;
+	IdemIdentity identity = {0};
+	IdemClaim	claim = {0};
+	IdemResult	res;
+	IdemStatus	status;
+	PendingClaim *p;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	Interval   *ttl;
+	Jsonb	   *request;
+	Oid			handler;
+
+	scope_args(fcinfo, &scope);
+	idem_check_not_null(fcinfo, 3, "request");
+	idem_check_not_null(fcinfo, 4, "handler");
+	ttl = ttl_arg(fcinfo, 5, now);
+	request = PG_GETARG_JSONB_P(3);
+	handler = PG_GETARG_OID(4);
+
+	cat = *idem_catalog(fcinfo);
+	check_handler(handler, cat.result_type);
+	idem_fingerprint_jsonb(request, fingerprint);
+	if (pending != NULL)
+		check_not_claimed(&scope, fingerprint);
+
+	idem_become_owner(&identity, cat.owner);
+	claim.cat = &cat;
+	claim.scope = &scope;
+	claim.fingerprint = fingerprint;
+	claim.now = now;
+	claim.identity = &identity;
+	if (idem_claim(&claim) == IDEM_REPLAY)
+	{
+		idem_restore_caller(&identity);
+		PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, true, &claim.rec.result));
+	}
+	idem_restore_caller(&identity);
+
+	/* the handler runs as the caller; a nested call of the key is IK002 */
+	p = add_claim(&scope, fingerprint, ttl);
+	status = call_handler(fcinfo, handler, request, &res);
+
+	idem_become_owner(&identity, cat.owner);
+	idem_use_safe_search_path(&identity);
+	idem_record_insert(&cat, &scope, fingerprint, status, &res, now,
+					   idem_record_expiry(status, now, ttl), NULL);
+	idem_restore_caller(&identity);
+	p->finished_subid = GetCurrentSubTransactionId();
+	PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, false, &res));
+}

@@ -1,0 +1,418 @@
+/*-------------------------------------------------------------------------
+ *
+ * catalog.c
+ *	  What idem looks up once per backend rather than per call.
+ *
+ * A prepared statement's function call state lives only for one
+ * execution, so idem keeps one catalog per backend, keyed by the extension
+ * (its schema and owner), not by the calling function: the OIDs of the
+ * schema, of idempotency_record and its scope index, of each registered
+ * table (the order demo's, later the outbox's) and its id sequence, where
+ * their columns are, their CHECK constraints parsed and planned, and the
+ * result descriptor of each SQL entry point seen.  A relcache invalidation
+ * of any of these relations (ALTER TABLE, DROP EXTENSION, a cache reset),
+ * a pg_proc change, or a call from a function of another schema or owner
+ * (a re-created extension) builds it again.
+ *
+ * Callers copy the catalog for the length of their call: a nested call (a
+ * trigger calling idem) may build it again, and the previous build's
+ * memory lives until the end of the transaction.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/genam.h"
+#include "access/relation.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
+#include "optimizer/optimizer.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+
+#include "idem.h"
+#include "catalog.h"
+#include "util.h"
+
+static const IdemColumnSpec record_columns[REC_NCOLS] = {
+	[REC_ID] = {"id", INT8OID, 0, false, false},
+	[REC_OWNER] = {"owner_id", INT8OID, 0, false, false},
+	[REC_OPERATION] = {"operation", VARCHAROID, IDEM_OPERATION_MAX_LEN, false, false},
+	[REC_KEY] = {"idempotency_key", VARCHAROID, IDEM_KEY_MAX_LEN, false, false},
+	[REC_HASH] = {"request_hash", BPCHAROID, IDEM_HASH_HEX_LEN, true, false},
+	[REC_STATUS] = {"status", VARCHAROID, 12, false, false},
+	[REC_HTTP] = {"http_status", INT4OID, 0, false, false},
+	[REC_RESPONSE] = {"response_json", JSONBOID, 0, false, false},
+	[REC_RESOURCE] = {"resource_id", INT8OID, 0, false, false},
+	[REC_CREATED] = {"created_at", TIMESTAMPTZOID, 0, false, false},
+	[REC_UPDATED] = {"updated_at", TIMESTAMPTZOID, 0, false, false},
+	[REC_EXPIRES] = {"expires_at", TIMESTAMPTZOID, 0, false, false},
+	/* 1.3 */
+	[REC_BODY] = {"response_body", JSONOID, 0, false, true},
+	[REC_HEADERS] = {"response_headers", JSONBOID, 0, false, true},
+};
+
+static const IdemTableSpec record_table = {
+	"idempotency_record", "idempotency_record_id_seq", record_columns, REC_NCOLS
+};
+
+/* The tables, by registration number; idempotency_record first. */
+static const IdemTableSpec *table_specs[IDEM_MAX_TABLES] = {&record_table};
+static int	ntable_specs = 1;
+
+static IdemCatalog catalog;
+static MemoryContext catalog_cxt = NULL;
+static uint64 catalog_generation = 0;
+static bool catalog_building = false;
+static bool catalog_build_invalidated = false;
+
+/*
+ * Register a table the catalog looks up along with idempotency_record;
+ * returns its index in IdemCatalog.tables.  Called from _PG_init.
+ */
+int
+idem_catalog_register(const IdemTableSpec *spec)
+{
+	if (ntable_specs >= IDEM_MAX_TABLES)
+		elog(ERROR, "idem: too many tables registered");
+	table_specs[ntable_specs] = spec;
+	return ntable_specs++;
+}
+
+/* Drop the catalog when one of its relations changes. */
+static void
+catalog_relcache_callback(Datum arg, Oid relid)
+{
+	/* while building, any change may concern what was already looked up */
+	if (catalog_building)
+		catalog_build_invalidated = true;
+	if (!catalog.valid)
+		return;
+	if (relid == InvalidOid || relid == catalog.scopeid)
+	{
+		catalog.valid = false;
+		return;
+	}
+	for (int i = 0; i < catalog.ntables; i++)
+		if (relid == catalog.tables[i].relid || relid == catalog.tables[i].seq)
+			catalog.valid = false;
+}
+
+/* Drop the catalog when a function or a type changes (its owner, say). */
+static void
+catalog_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	if (catalog_building)
+		catalog_build_invalidated = true;
+	catalog.valid = false;
+}
+
+/* The OID of relation name in schema nspid, or an error saying it is missing. */
+static Oid
+extension_relation(const char *name, Oid nspid, char relkind)
+{
+	Oid			relid = get_relname_relid(name, nspid);
+
+	if (!OidIsValid(relid) || get_rel_relkind(relid) != relkind)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's relation \"%s\" is missing from schema \"%s\"",
+						name, get_namespace_name(nspid)),
+				 errhint("Drop and re-create the extension idem.")));
+	return relid;
+}
+
+/*
+ * Map spec's columns to attribute numbers of rel, checking that idem's raw
+ * writes fit them: the type, a length limit no shorter than what idem
+ * stores, and no column idem does not know (it would get no default).
+ */
+static void
+map_columns(Relation rel, const IdemColumnSpec *spec, int ncols, AttrNumber *attnums)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			live = 0;
+	int			mapped = 0;
+
+	for (int j = 0; j < desc->natts; j++)
+		if (!TupleDescAttr(desc, j)->attisdropped)
+			live++;
+
+	for (int i = 0; i < ncols; i++)
+	{
+		Form_pg_attribute att = NULL;
+		int32		maxlen;
+
+		for (int j = 0; j < desc->natts; j++)
+		{
+			Form_pg_attribute a = TupleDescAttr(desc, j);
+
+			if (!a->attisdropped && strcmp(NameStr(a->attname), spec[i].name) == 0)
+			{
+				att = a;
+				break;
+			}
+		}
+		if (att == NULL && spec[i].optional)
+		{
+			attnums[i] = InvalidAttrNumber;
+			continue;
+		}
+		maxlen = (att && att->atttypmod >= 0) ? att->atttypmod - VARHDRSZ : -1;
+		if (att == NULL || att->atttypid != spec[i].type ||
+			(spec[i].len > 0 && maxlen >= 0 &&
+			 (spec[i].exact ? maxlen != spec[i].len : maxlen < spec[i].len)))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("idem's table \"%s\" was altered: column \"%s\" is missing or of another type",
+							RelationGetRelationName(rel), spec[i].name),
+					 errhint("Undo the change, or drop and re-create the extension idem.")));
+		attnums[i] = att->attnum;
+		mapped++;
+	}
+	if (live != mapped)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's table \"%s\" was altered: it has columns idem does not write",
+						RelationGetRelationName(rel)),
+				 errhint("Undo the change, or drop and re-create the extension idem.")));
+}
+
+/*
+ * rel's CHECK constraints, parsed and planned as ExecRelCheck does for
+ * every statement; here once per backend.  Only the expression trees are
+ * kept: each call builds its own executable state from them.
+ */
+static Expr **
+plan_checks(Relation rel, int *ncheck)
+{
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+	Expr	  **checks;
+
+	*ncheck = constr ? constr->num_check : 0;
+	if (*ncheck == 0)
+		return NULL;
+	checks = palloc(*ncheck * sizeof(Expr *));
+	for (int i = 0; i < *ncheck; i++)
+		checks[i] = expression_planner((Expr *) stringToNode(constr->check[i].ccbin));
+	return checks;
+}
+
+/* Look up a table and its id sequence in schema nspid, as spec describes them. */
+static void
+load_layout(IdemTableLayout *t, const IdemTableSpec *spec, Oid nspid)
+{
+	Relation	rel;
+
+	t->relid = extension_relation(spec->name, nspid, RELKIND_RELATION);
+	t->seq = extension_relation(spec->seqname, nspid, RELKIND_SEQUENCE);
+	rel = table_open(t->relid, AccessShareLock);
+	t->att = palloc(spec->ncols * sizeof(AttrNumber));
+	map_columns(rel, spec->columns, spec->ncols, t->att);
+	t->natts = RelationGetDescr(rel)->natts;
+	t->checks = plan_checks(rel, &t->ncheck);
+	table_close(rel, NoLock);
+}
+
+/*
+ * Check that uk_idempotency_scope is what the protocol relies on: a valid,
+ * immediate, non-partial unique index on exactly (owner_id, operation,
+ * idempotency_key).
+ */
+static Oid
+load_scope_index(Oid nspid, const IdemTableLayout *record)
+{
+	Oid			indexid = extension_relation("uk_idempotency_scope", nspid, RELKIND_INDEX);
+	Relation	index = index_open(indexid, AccessShareLock);
+	Form_pg_index ind = index->rd_index;
+
+	if (ind->indrelid != record->relid || ind->indnatts != 3 ||
+		!ind->indisunique || !ind->indimmediate || !ind->indisvalid ||
+		!heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL) ||
+		!heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, NULL) ||
+		ind->indkey.values[0] != record->att[REC_OWNER] ||
+		ind->indkey.values[1] != record->att[REC_OPERATION] ||
+		ind->indkey.values[2] != record->att[REC_KEY])
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's index \"uk_idempotency_scope\" is not the unique index on (owner_id, operation, idempotency_key)"),
+				 errdetail("It must be valid, immediate, without a predicate or expressions."),
+				 errhint("Undo the change, or drop and re-create the extension idem.")));
+	index_close(index, NoLock);
+	return indexid;
+}
+
+/* The owner and schema of function fn_oid. */
+static void
+function_owner_schema(Oid fn_oid, Oid *owner, Oid *nspid)
+{
+	HeapTuple	proctup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn_oid));
+	Form_pg_proc proc;
+
+	if (!HeapTupleIsValid(proctup))
+		elog(ERROR, "idem: cache lookup failed for function %u", fn_oid);
+	proc = (Form_pg_proc) GETSTRUCT(proctup);
+	*owner = proc->proowner;
+	*nspid = proc->pronamespace;
+	ReleaseSysCache(proctup);
+}
+
+/* Add the calling function to the entry points of the current build. */
+static void
+add_entry_point(FunctionCallInfo fcinfo)
+{
+	IdemEntryPoint *e;
+	TupleDesc	tupdesc;
+	MemoryContext oldcxt;
+
+	if (catalog.nentries >= IDEM_MAX_ENTRY_POINTS)
+	{
+		/* more entry points than slots: forget them all, keep the rest */
+		catalog.nentries = 0;
+	}
+	e = &catalog.entries[catalog.nentries];
+	e->fn_oid = fcinfo->flinfo->fn_oid;
+	e->result = NULL;
+	oldcxt = MemoryContextSwitchTo(catalog_cxt);
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) == TYPEFUNC_COMPOSITE)
+		e->result = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
+	MemoryContextSwitchTo(oldcxt);
+	catalog.nentries++;
+}
+
+/* Is fn_oid an entry point of the current build? */
+static bool
+known_entry_point(Oid fn_oid)
+{
+	for (int i = 0; i < catalog.nentries; i++)
+		if (catalog.entries[i].fn_oid == fn_oid)
+			return true;
+	return false;
+}
+
+/* Build the catalog for the extension whose function fcinfo calls. */
+static void
+build_catalog(Oid owner, Oid nspid)
+{
+	IdemCatalog cat = {0};
+	MemoryContext oldcxt;
+
+	/*
+	 * A call in progress further up the stack (from a trigger, say) may
+	 * still use the previous build: it is freed with the transaction.
+	 */
+	if (catalog_cxt == NULL)
+	{
+		CacheRegisterRelcacheCallback(catalog_relcache_callback, (Datum) 0);
+		CacheRegisterSyscacheCallback(PROCOID, catalog_syscache_callback, (Datum) 0);
+		CacheRegisterSyscacheCallback(TYPEOID, catalog_syscache_callback, (Datum) 0);
+	}
+	else
+		MemoryContextSetParent(catalog_cxt, TopTransactionContext);
+	catalog_cxt = AllocSetContextCreate(CacheMemoryContext, "idem catalog",
+										ALLOCSET_SMALL_SIZES);
+	catalog.valid = false;
+	catalog_building = true;
+	catalog_build_invalidated = false;
+
+	cat.owner = owner;
+	cat.nspid = nspid;
+	oldcxt = MemoryContextSwitchTo(catalog_cxt);
+	cat.ntables = ntable_specs;
+	for (int i = 0; i < ntable_specs; i++)
+		load_layout(&cat.tables[i], table_specs[i], nspid);
+	cat.scopeid = load_scope_index(nspid, &cat.tables[IDEM_TABLE_RECORD]);
+	cat.result_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+									  CStringGetDatum("idem_result"),
+									  ObjectIdGetDatum(nspid));
+	MemoryContextSwitchTo(oldcxt);
+
+	/*
+	 * The relations are locked now, so what was read is current; but if an
+	 * invalidation came while looking them up, serve this call and look
+	 * again on the next.  (An error above leaves catalog_building set: it
+	 * only makes the next build's check pessimistic.)
+	 */
+	catalog_building = false;
+	cat.generation = ++catalog_generation;
+	cat.valid = !catalog_build_invalidated;
+	catalog = cat;
+}
+
+/*
+ * The catalog for the extension of the function being called, built if
+ * need be.  Callers copy it for the length of their call.
+ */
+const IdemCatalog *
+idem_catalog(FunctionCallInfo fcinfo)
+{
+	Oid			fn_oid = fcinfo->flinfo->fn_oid;
+	Oid			owner;
+	Oid			nspid;
+
+	if (catalog.valid && known_entry_point(fn_oid))
+		return &catalog;
+
+	function_owner_schema(fn_oid, &owner, &nspid);
+	if (!catalog.valid || catalog.nspid != nspid || catalog.owner != owner)
+		build_catalog(owner, nspid);
+	add_entry_point(fcinfo);
+	return &catalog;
+}
+
+/* Is cat still the current, valid build (so its planned CHECKs apply)? */
+bool
+idem_catalog_current(const IdemCatalog *cat)
+{
+	return catalog.valid && catalog.generation == cat->generation;
+}
+
+/* The blessed result descriptor of the entry point fcinfo calls. */
+TupleDesc
+idem_catalog_result(const IdemCatalog *cat, FunctionCallInfo fcinfo)
+{
+	for (int i = 0; i < cat->nentries; i++)
+		if (cat->entries[i].fn_oid == fcinfo->flinfo->fn_oid && cat->entries[i].result)
+			return cat->entries[i].result;
+	elog(ERROR, "idem: function %u must return a composite type", fcinfo->flinfo->fn_oid);
+	return NULL;				/* keep compiler quiet */
+}
+
+void
+idem_row_init(IdemRow *row, const IdemTableLayout *t)
+{
+	row->table = t;
+	row->values = palloc0(t->natts * sizeof(Datum));
+	row->nulls = palloc(t->natts * sizeof(bool));
+	memset(row->nulls, true, t->natts * sizeof(bool));
+}
+
+/*
+ * Set column col (an index into the table's column spec); a column the
+ * table lacks (an optional one, before the version that added it) must be
+ * left NULL.
+ */
+void
+idem_row_set(IdemRow *row, int col, Datum value)
+{
+	AttrNumber	attnum = row->table->att[col];
+
+	if (attnum == InvalidAttrNumber)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's table \"%s\" lacks a column this version of the library writes",
+						get_rel_name(row->table->relid)),
+				 errhint("Update the extension: ALTER EXTENSION idem UPDATE.")));
+	row->values[attnum - 1] = value;
+	row->nulls[attnum - 1] = false;
+}

@@ -1,0 +1,102 @@
+/*-------------------------------------------------------------------------
+ *
+ * catalog.h
+ *	  What idem looks up once per backend: its schema and owner, the
+ *	  layout of idempotency_record and of every registered table, the
+ *	  scope index, the result types.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_CATALOG_H
+#define IDEM_CATALOG_H
+
+#include "access/attnum.h"
+#include "access/tupdesc.h"
+#include "fmgr.h"
+#include "nodes/primnodes.h"
+
+/*
+ * A column idem writes, by name.  Columns are mapped to attribute numbers
+ * once per backend, and a table altered so that idem's raw writes would no
+ * longer fit it is refused with a clear error (55000).
+ */
+typedef struct IdemColumnSpec
+{
+	const char *name;
+	Oid			type;
+	int			len;			/* characters idem may store; 0: any */
+	bool		exact;			/* char(n): the typmod must be exactly len */
+	bool		optional;		/* absent before some version: attnum 0 */
+} IdemColumnSpec;
+
+/* A table idem writes: its name, its id sequence, its columns. */
+typedef struct IdemTableSpec
+{
+	const char *name;
+	const char *seqname;
+	const IdemColumnSpec *columns;
+	int			ncols;
+} IdemTableSpec;
+
+/* A table as this backend found it. */
+typedef struct IdemTableLayout
+{
+	Oid			relid;
+	Oid			seq;			/* the sequence of its id */
+	int			natts;			/* attributes, dropped ones included */
+	AttrNumber *att;			/* by column of its spec; 0: absent */
+	int			ncheck;			/* CHECK constraints, planned */
+	Expr	  **checks;
+} IdemTableLayout;
+
+/* The columns of idempotency_record, in the order of its spec. */
+typedef enum IdemRecordColumn
+{
+	REC_ID, REC_OWNER, REC_OPERATION, REC_KEY, REC_HASH, REC_STATUS, REC_HTTP,
+	REC_RESPONSE, REC_RESOURCE, REC_CREATED, REC_UPDATED, REC_EXPIRES,
+	REC_BODY, REC_HEADERS, REC_NCOLS
+} IdemRecordColumn;
+
+/* idempotency_record is table 0; the others register in _PG_init */
+#define IDEM_TABLE_RECORD		0
+#define IDEM_MAX_TABLES			4
+#define IDEM_MAX_ENTRY_POINTS	8
+
+/* One SQL function this build of the catalog was checked for. */
+typedef struct IdemEntryPoint
+{
+	Oid			fn_oid;
+	TupleDesc	result;			/* blessed, or NULL if not composite */
+} IdemEntryPoint;
+
+typedef struct IdemCatalog
+{
+	bool		valid;
+	Oid			nspid;			/* the extension's schema */
+	Oid			owner;			/* whom the tables are accessed as */
+	Oid			scopeid;		/* uk_idempotency_scope */
+	Oid			result_type;	/* idem_result, InvalidOid before 1.3 */
+	int			ntables;
+	IdemTableLayout tables[IDEM_MAX_TABLES];
+	int			nentries;
+	IdemEntryPoint entries[IDEM_MAX_ENTRY_POINTS];
+	uint64		generation;		/* tells one build from the next */
+} IdemCatalog;
+
+/* A row of one of idem's tables being filled in: every column NULL at first. */
+typedef struct IdemRow
+{
+	const IdemTableLayout *table;
+	Datum	   *values;
+	bool	   *nulls;
+} IdemRow;
+
+extern int	idem_catalog_register(const IdemTableSpec *spec);
+extern const IdemCatalog *idem_catalog(FunctionCallInfo fcinfo);
+extern bool idem_catalog_current(const IdemCatalog *cat);
+extern TupleDesc idem_catalog_result(const IdemCatalog *cat, FunctionCallInfo fcinfo);
+
+extern void idem_row_init(IdemRow *row, const IdemTableLayout *t);
+extern void idem_row_set(IdemRow *row, int col, Datum value);
+
+#endif							/* IDEM_CATALOG_H */

@@ -1,0 +1,120 @@
+/*-------------------------------------------------------------------------
+ *
+ * claim.c
+ *	  The protocol's decision for one call, for every operation: replay,
+ *	  refuse, or claim the key for this transaction.
+ *
+ * Read first: a finished record the snapshot sees is replayed (or refused:
+ * IK001, different request; IK002, still PROCESSING) without a lock or a
+ * write.  Otherwise take the key lock, which waits for an in-flight
+ * original, and look again before executing: under the lock no other
+ * caller writes the key, so a record our read missed can only have been
+ * committed since; a dirty-snapshot probe finds it (and is skipped when no
+ * transaction has ended since the read), and it is read again, or under
+ * REPEATABLE READ and SERIALIZABLE reported as 40001, never replayed
+ * unseen.  An expired record is deleted under the lock.  The caller then
+ * executes and writes the finished record (record.c) before its
+ * transaction ends; the key lock is kept until then.  A caller that
+ * replays after waiting gives the lock back at once.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+
+#include "idem.h"
+#include "claim.h"
+
+/*
+ * How often a call looks at the key's record again: after waiting for the
+ * key lock, after losing a claim, after a record changed under it.
+ */
+#define IDEM_CLAIM_ATTEMPTS		4
+
+/* Is a record of this status replayed (a finished one)? */
+static bool
+replayable(IdemStatus status)
+{
+	return status == IDEM_STATUS_SUCCEEDED || status == IDEM_STATUS_FAILED_FINAL;
+}
+
+/*
+ * Decide the call.  IDEM_REPLAY: claim->rec is the finished record with
+ * the same fingerprint, and no lock is kept.  IDEM_EXECUTE: this
+ * transaction holds the key lock, no record of the key exists for it, and
+ * the caller executes.  Errors: IK001, IK002, 40001.
+ */
+IdemOutcome
+idem_claim(IdemClaim *c)
+{
+	IdemRecord *rec = &c->rec;
+
+	c->locked = false;
+	for (int attempt = 1;; attempt++)
+	{
+		bool		found;
+
+		if (attempt > IDEM_CLAIM_ATTEMPTS)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not claim idempotency key: its record kept changing"),
+					 errhint("Retry the transaction.")));
+
+		found = idem_record_read(c->cat, c->scope, c->now, rec);
+		if (!found || rec->expired)
+		{
+			/* no record, or an expired one: this call may execute */
+			if (!c->locked)
+			{
+				idem_key_locktag(&c->tag, c->scope);
+				if (!idem_lock_key(&c->tag))
+					idem_report_in_flight(c->scope, IDEM_IN_FLIGHT_WAITED);
+				c->locked = true;
+				/* an expired record may have been replaced while we waited */
+				if (found)
+					continue;
+			}
+
+			if (!found)
+			{
+				/*
+				 * A record our snapshot cannot see was committed after it
+				 * was taken (only possible if some transaction ended since):
+				 * read again with a new one, or, where the transaction keeps
+				 * its snapshot, fail as the executor's ON CONFLICT does,
+				 * rather than replay what it cannot see.
+				 */
+				if (idem_transactions_ended_since(rec->completions) &&
+					idem_record_unseen(c->cat, c->scope))
+				{
+					if (IsolationUsesXactSnapshot())
+						ereport(ERROR,
+								(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+								 errmsg("could not serialize access due to concurrent update")));
+					continue;
+				}
+				return IDEM_EXECUTE;
+			}
+
+			/* expired: the key starts afresh, the old record goes */
+			idem_use_safe_search_path(c->identity);
+			if (idem_record_delete_expired(c->cat, rec) != IDEM_RENEW_CHANGED)
+				return IDEM_EXECUTE;
+			continue;			/* changed by another: read again */
+		}
+
+		if (!idem_fingerprints_equal(rec->request_hash, c->fingerprint))
+			idem_report_key_reused(c->scope);
+		if (!replayable(rec->status))
+			idem_report_in_flight(c->scope, IDEM_IN_FLIGHT_RECORDED);
+
+		/* a replay leaves the key to others at once */
+		if (c->locked)
+		{
+			LockRelease(&c->tag, ExclusiveLock, false);
+			c->locked = false;
+		}
+		return IDEM_REPLAY;
+	}
+}

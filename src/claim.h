@@ -1,0 +1,37 @@
+/*-------------------------------------------------------------------------
+ *
+ * claim.h
+ *	  The protocol's decision for one call: replay, refuse, or claim the
+ *	  key for this transaction.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_CLAIM_H
+#define IDEM_CLAIM_H
+
+#include "identity.h"
+#include "record.h"
+
+typedef enum IdemOutcome
+{
+	IDEM_REPLAY,				/* claim->rec holds the finished record */
+	IDEM_EXECUTE				/* the key is this transaction's: execute */
+} IdemOutcome;
+
+typedef struct IdemClaim
+{
+	/* in */
+	const IdemCatalog *cat;
+	const IdemScope *scope;
+	const char *fingerprint;
+	TimestampTz now;
+	IdemIdentity *identity;		/* the owner's: its search_path is pinned before a renewal */
+	/* out */
+	LOCKTAG		tag;
+	bool		locked;			/* the key lock is held */
+	IdemRecord	rec;
+} IdemClaim;
+
+extern IdemOutcome idem_claim(IdemClaim *claim);
+
+#endif							/* IDEM_CLAIM_H */

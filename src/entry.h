@@ -1,0 +1,15 @@
+/*-------------------------------------------------------------------------
+ *
+ * entry.h
+ *	  Start-up of the SQL entry-point modules (order.c, api.c), for
+ *	  _PG_init.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_ENTRY_H
+#define IDEM_ENTRY_H
+
+extern void idem_order_init(void);
+extern void idem_api_init(void);
+
+#endif							/* IDEM_ENTRY_H */

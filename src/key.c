@@ -1,0 +1,269 @@
+/*-------------------------------------------------------------------------
+ *
+ * key.c
+ *	  The scope of a claim: checks of the key and the operation name, the
+ *	  key lock, and the errors that refuse a key (IK001, IK002).
+ *
+ * Callers of one (owner, operation, key) meet on a transaction-scoped
+ * heavyweight lock derived from the three: the "key lock" (an advisory
+ * lock tag with field4 = IDEM_LOCK_CLASS, visible in pg_locks).  A caller
+ * that executes keeps it until its transaction ends, so a duplicate, which
+ * cannot see the uncommitted record, waits for the original to commit or
+ * abort, at most idem.wait_timeout.  The wait is an ordinary lock wait: it
+ * shows in pg_blocking_pids and takes part in deadlock detection.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "access/xact.h"
+#include "common/hashfn.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+
+#include "idem.h"
+#include "key.h"
+
+/* locktag_field4 of idem's key locks: tells them from user advisory locks */
+#define IDEM_LOCK_CLASS			478
+
+/* GUC variables */
+int			idem_wait_timeout = 5000;
+
+/* Define the GUC of this module. */
+void
+idem_key_init(void)
+{
+	DefineCustomIntVariable("idem.wait_timeout",
+							"How long a duplicate request waits for the in-flight original.",
+							"After this long the duplicate fails with SQLSTATE IK002 "
+							"(request still processing). 0 means do not wait.",
+							&idem_wait_timeout,
+							5000, 0, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
+
+/*
+ * Check an idempotency key: 16 to 128 characters from [A-Za-z0-9_-].  The
+ * message never echoes the key itself: it may carry anything, newlines
+ * included, and would end up in logs.
+ */
+void
+idem_check_key(const char *key, int len)
+{
+	int			nchars = pg_mbstrlen_with_len(key, len);
+
+	if (nchars < IDEM_KEY_MIN_LEN || nchars > IDEM_KEY_MAX_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("idempotency key must be %d to %d characters long",
+						IDEM_KEY_MIN_LEN, IDEM_KEY_MAX_LEN),
+				 errdetail("The key has %d characters.", nchars),
+				 errhint("Send one high-entropy key per business intent, such as a UUID or a ULID.")));
+
+	for (int i = 0; i < len; i++)
+	{
+		char		c = key[i];
+
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+			  (c >= '0' && c <= '9') || c == '_' || c == '-'))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("idempotency key may contain only letters A-Z and a-z, digits, \"_\" and \"-\""),
+					 errdetail("Character %d of the key is not allowed.",
+							   pg_mbstrlen_with_len(key, i) + 1),
+					 errhint("Send one high-entropy key per business intent, such as a UUID or a ULID.")));
+	}
+}
+
+/*
+ * Check an operation name: 1 to 64 characters from [A-Za-z0-9_.:-].  Like
+ * the key, it is never echoed when invalid.
+ */
+void
+idem_check_operation(const char *operation, int len)
+{
+	int			nchars = pg_mbstrlen_with_len(operation, len);
+
+	if (nchars < 1 || nchars > IDEM_OPERATION_MAX_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("operation must be 1 to %d characters long", IDEM_OPERATION_MAX_LEN),
+				 errdetail("The operation has %d characters.", nchars)));
+	for (int i = 0; i < len; i++)
+	{
+		char		c = operation[i];
+
+		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+			  (c >= '0' && c <= '9') || c == '_' || c == '.' || c == ':' || c == '-'))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("operation may contain only letters A-Z and a-z, digits, \"_\", \".\", \":\" and \"-\""),
+					 errdetail("Character %d of the operation is not allowed.",
+							   pg_mbstrlen_with_len(operation, i) + 1)));
+	}
+}
+
+/*
+ * Fill scope from text arguments, checking the key and the operation.  The
+ * strings are allocated in the current memory context.
+ */
+void
+idem_scope_init(IdemScope *scope, int64 owner, Datum operation_text, Datum key_text)
+{
+	text	   *op = DatumGetTextPP(operation_text);
+	text	   *key = DatumGetTextPP(key_text);
+
+	scope->owner = owner;
+	scope->operation = text_to_cstring(op);
+	idem_check_operation(scope->operation, VARSIZE_ANY_EXHDR(op));
+	scope->operation_text = PointerGetDatum(op);
+	scope->key = text_to_cstring(key);
+	idem_check_key(scope->key, VARSIZE_ANY_EXHDR(key));
+	scope->key_text = PointerGetDatum(key);
+}
+
+/* The lock tag of one (owner, operation, key) in this database. */
+void
+idem_key_locktag(LOCKTAG *tag, const IdemScope *scope)
+{
+	unsigned char buf[sizeof(int64) + IDEM_OPERATION_MAX_LEN + 1 + IDEM_KEY_MAX_LEN];
+	size_t		oplen = strlen(scope->operation);
+	size_t		keylen = strlen(scope->key);
+	size_t		len = 0;
+	uint64		h;
+
+	Assert(oplen <= IDEM_OPERATION_MAX_LEN && keylen <= IDEM_KEY_MAX_LEN);
+	memcpy(buf, &scope->owner, sizeof(int64));
+	len += sizeof(int64);
+	memcpy(buf + len, scope->operation, oplen + 1);	/* with its NUL, as separator */
+	len += oplen + 1;
+	memcpy(buf + len, scope->key, keylen);
+	len += keylen;
+
+	h = hash_bytes_extended(buf, (int) len, 0);
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 IDEM_LOCK_CLASS);
+}
+
+/* How long a duplicate waits: idem.wait_timeout, or lock_timeout if shorter. */
+static int
+key_wait_ms(void)
+{
+	if (LockTimeout > 0 && LockTimeout < idem_wait_timeout)
+		return LockTimeout;
+	return idem_wait_timeout;
+}
+
+/*
+ * Wait for a key lock another transaction holds, at most idem.wait_timeout
+ * (and at most lock_timeout, if that is shorter).  Returns false when the
+ * time ran out.  On success the lock belongs to the caller's resource owner,
+ * as if taken with a plain LockAcquire.
+ *
+ * The timeout is lock_timeout's own machinery; its error is caught in a
+ * subtransaction, which is only ever started on this slow path.
+ */
+static bool
+wait_for_key_lock(const LOCKTAG *tag)
+{
+	MemoryContext callercxt = CurrentMemoryContext;
+	ResourceOwner callerowner = CurrentResourceOwner;
+	int			saved_lock_timeout = LockTimeout;
+	volatile bool acquired = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(callercxt);
+
+	PG_TRY();
+	{
+		ResourceOwner subowner = CurrentResourceOwner;
+
+		LockTimeout = key_wait_ms();
+		(void) LockAcquire(tag, ExclusiveLock, false, false);
+		LockTimeout = saved_lock_timeout;
+
+		/* hand the lock from the subtransaction to the caller */
+		CurrentResourceOwner = callerowner;
+		(void) LockAcquire(tag, ExclusiveLock, false, true);
+		CurrentResourceOwner = subowner;
+		LockRelease(tag, ExclusiveLock, false);
+
+		ReleaseCurrentSubTransaction();
+		acquired = true;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		LockTimeout = saved_lock_timeout;
+		MemoryContextSwitchTo(callercxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(callercxt);
+		CurrentResourceOwner = callerowner;
+
+		/* only our own timeout means "still in flight" */
+		if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ReThrowError(edata);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+
+	MemoryContextSwitchTo(callercxt);
+	CurrentResourceOwner = callerowner;
+	return acquired;
+}
+
+/* Take the key lock; false if another transaction kept it past the wait. */
+bool
+idem_lock_key(const LOCKTAG *tag)
+{
+	if (LockAcquire(tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+		return true;
+	if (key_wait_ms() <= 0)
+		return false;
+	return wait_for_key_lock(tag);
+}
+
+/* Raise IK002: the original request has not finished. */
+void
+idem_report_in_flight(const IdemScope *scope, IdemInFlight why)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEM_IN_FLIGHT),
+			 errmsg("a request with this idempotency key is still being processed"),
+			 why == IDEM_IN_FLIGHT_WAITED ?
+			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": the first request has not finished within %d ms (idem.wait_timeout, or lock_timeout if shorter).",
+					   scope->owner, scope->operation, scope->key, key_wait_ms()) :
+			 why == IDEM_IN_FLIGHT_RECORDED ?
+			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": the first request is recorded as still processing.",
+					   scope->owner, scope->operation, scope->key) :
+			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": this transaction claimed the key and has not called idem_finish for it.",
+					   scope->owner, scope->operation, scope->key),
+			 errhint("Retry the same request in about a second; an HTTP API answers 409 Conflict with Retry-After: 1.")));
+	pg_unreachable();
+}
+
+/* Raise IK001: the key was first used with another request. */
+void
+idem_report_key_reused(const IdemScope *scope)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEM_KEY_REUSED),
+			 errmsg("idempotency key was already used with a different request"),
+			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": the stored request fingerprint differs from this request's.",
+					   scope->owner, scope->operation, scope->key),
+			 errhint("Send a new idempotency key for a new request; an HTTP API answers 409 Conflict (or 422 Unprocessable Content).")));
+	pg_unreachable();
+}

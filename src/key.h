@@ -1,0 +1,44 @@
+/*-------------------------------------------------------------------------
+ *
+ * key.h
+ *	  The scope of a claim, (owner, operation, key): validation, the key
+ *	  lock, and the errors that refuse a key.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_KEY_H
+#define IDEM_KEY_H
+
+#include "storage/lock.h"
+
+/* One (owner, operation, key): the scope of a claim, of a record. */
+typedef struct IdemScope
+{
+	int64		owner;
+	const char *operation;		/* NUL-terminated */
+	Datum		operation_text; /* the same, as text */
+	const char *key;			/* NUL-terminated, validated */
+	Datum		key_text;		/* the same, as text */
+} IdemScope;
+
+/* Why IK002: where the unfinished original was seen. */
+typedef enum IdemInFlight
+{
+	IDEM_IN_FLIGHT_WAITED,		/* its transaction kept the key lock too long */
+	IDEM_IN_FLIGHT_RECORDED,	/* a committed record still PROCESSING */
+	IDEM_IN_FLIGHT_THIS_XACT	/* claimed by this transaction, not finished */
+} IdemInFlight;
+
+extern int	idem_wait_timeout;
+
+extern void idem_key_init(void);
+extern void idem_check_key(const char *key, int len);
+extern void idem_check_operation(const char *operation, int len);
+extern void idem_scope_init(IdemScope *scope, int64 owner, Datum operation_text,
+							Datum key_text);
+extern void idem_key_locktag(LOCKTAG *tag, const IdemScope *scope);
+extern bool idem_lock_key(const LOCKTAG *tag);
+extern void idem_report_in_flight(const IdemScope *scope, IdemInFlight why) pg_attribute_noreturn();
+extern void idem_report_key_reused(const IdemScope *scope) pg_attribute_noreturn();
+
+#endif							/* IDEM_KEY_H */

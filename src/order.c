@@ -1,0 +1,338 @@
+/*-------------------------------------------------------------------------
+ *
+ * order.c
+ *	  The article's "create an order" flow, idem_create_order: a thin user
+ *	  of the protocol core.
+ *
+ * Operation CREATE_ORDER.  The fingerprint is idem_request_hash of
+ * {"qty": qty, "sku": sku}.  A new key (or an expired one) inserts, in one
+ * IdemRows with the finished record, the order: id from its sequence,
+ * order_no 'ORD-' and the id in at least 12 digits, status CREATED; the
+ * record's response (response_json) is {orderId, orderNo, status} with
+ * HTTP status 201.  A replay decodes that response.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "executor/tuptable.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/numeric.h"
+#include "utils/timestamp.h"
+
+#include "idem.h"
+#include "claim.h"
+#include "entry.h"
+#include "jcs.h"
+#include "util.h"
+
+PG_FUNCTION_INFO_V1(idem_create_order);
+
+#define ORDER_OPERATION		"CREATE_ORDER"
+#define ORDER_HTTP_CREATED	201
+#define ORDER_CREATED		"CREATED"
+#define ORDER_QTY_MIN		1
+#define ORDER_QTY_MAX		100
+/* JSON numbers are doubles: larger integers would fingerprint ambiguously */
+#define ORDER_MAX_SAFE_INTEGER	INT64CONST(9007199254740991)
+
+enum
+{
+	ORD_ID, ORD_NO, ORD_OWNER, ORD_SKU, ORD_QTY, ORD_STATUS, ORD_CREATED, ORD_NCOLS
+};
+
+static const IdemColumnSpec order_columns[ORD_NCOLS] = {
+	[ORD_ID] = {"id", INT8OID, 0, false, false},
+	[ORD_NO] = {"order_no", VARCHAROID, 16, false, false},
+	[ORD_OWNER] = {"owner_id", INT8OID, 0, false, false},
+	[ORD_SKU] = {"sku_id", INT8OID, 0, false, false},
+	[ORD_QTY] = {"quantity", INT4OID, 0, false, false},
+	[ORD_STATUS] = {"status", VARCHAROID, 7, false, false},
+	[ORD_CREATED] = {"created_at", TIMESTAMPTZOID, 0, false, false},
+};
+
+static const IdemTableSpec order_table = {
+	"purchase_order", "purchase_order_id_seq", order_columns, ORD_NCOLS
+};
+
+/* Its index in IdemCatalog.tables. */
+static int	order_table_index = -1;
+
+/* idem_create_order's result columns. */
+enum
+{
+	RES_ORDER_ID, RES_ORDER_NO, RES_STATUS, RES_HTTP, RES_REPLAYED, RES_NCOLS
+};
+
+/* An order call: the request, and the answer. */
+typedef struct OrderCall
+{
+	const IdemCatalog *cat;
+	int64		owner;
+	int64		sku;
+	int32		qty;
+	TimestampTz now;
+	Datum		order_id;		/* drawn before the record is written */
+	Datum		order_no;
+	Datum		values[RES_NCOLS];	/* the answer */
+	bool		nulls[RES_NCOLS];
+} OrderCall;
+
+/* Register the order table with the catalog. */
+void
+idem_order_init(void)
+{
+	order_table_index = idem_catalog_register(&order_table);
+}
+
+/* Push a string (a key or a value) onto a jsonb under construction. */
+static void
+push_jsonb_string(JsonbParseState **state, JsonbIteratorToken token,
+				  const char *str, int len)
+{
+	JsonbValue	v;
+
+	v.type = jbvString;
+	v.val.string.val = (char *) str;
+	v.val.string.len = len;
+	pushJsonbValue(state, token, &v);
+}
+
+/* The response snapshot stored on the record: {orderId, orderNo, status}. */
+static Datum
+order_response(Datum order_id, Datum order_no)
+{
+	JsonbParseState *state = NULL;
+	JsonbValue	id;
+	text	   *no = DatumGetTextPP(order_no);
+
+	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
+	push_jsonb_string(&state, WJB_KEY, "orderId", 7);
+	id.type = jbvNumeric;
+	id.val.numeric = int64_to_numeric(DatumGetInt64(order_id));
+	pushJsonbValue(&state, WJB_VALUE, &id);
+	push_jsonb_string(&state, WJB_KEY, "orderNo", 7);
+	push_jsonb_string(&state, WJB_VALUE, VARDATA_ANY(no), VARSIZE_ANY_EXHDR(no));
+	push_jsonb_string(&state, WJB_KEY, "status", 6);
+	push_jsonb_string(&state, WJB_VALUE, ORDER_CREATED, strlen(ORDER_CREATED));
+	return JsonbPGetDatum(JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL)));
+}
+
+/* The order number of order id: 'ORD-' and the id, zero-padded to 12 digits. */
+static Datum
+order_number(int64 id)
+{
+	char		digits[MAXINT8LEN + 1];
+	char		no[4 + 12 + 1] = "ORD-";
+	int			len = pg_lltoa(id, digits);
+	int			pad = len < 12 ? 12 - len : 0;
+
+	memset(no + 4, '0', pad);
+	memcpy(no + 4 + pad, digits, Min(len, 12));	/* as lpad, which truncates on the right */
+	no[4 + 12] = '\0';
+	return CStringGetTextDatum(no);
+}
+
+/* A text column of the stored order, copied; or NULL. */
+static void
+answer_text(OrderCall *call, int res, TupleTableSlot *slot, AttrNumber attnum)
+{
+	Datum		d = slot_getattr(slot, attnum, &call->nulls[res]);
+
+	call->values[res] = call->nulls[res] ? (Datum) 0 : PointerGetDatum(DatumGetTextPCopy(d));
+}
+
+/*
+ * Insert the order (IdemBusinessWrite callback), and answer with the order
+ * as stored: a BEFORE trigger may have changed it.
+ */
+static void
+order_write(IdemRows *rows, void *arg)
+{
+	OrderCall  *call = (OrderCall *) arg;
+	const IdemTableLayout *t = &call->cat->tables[order_table_index];
+	TupleTableSlot *slot;
+	IdemRow		order;
+
+	idem_row_init(&order, t);
+	idem_row_set(&order, ORD_ID, call->order_id);
+	idem_row_set(&order, ORD_NO, call->order_no);
+	idem_row_set(&order, ORD_OWNER, Int64GetDatum(call->owner));
+	idem_row_set(&order, ORD_SKU, Int64GetDatum(call->sku));
+	idem_row_set(&order, ORD_QTY, Int32GetDatum(call->qty));
+	idem_row_set(&order, ORD_STATUS, CStringGetTextDatum(ORDER_CREATED));
+	idem_row_set(&order, ORD_CREATED, TimestampTzGetDatum(call->now));
+	idem_rows_insert(rows, 1, order.values, order.nulls);
+
+	slot = rows->slots[1];
+	call->values[RES_ORDER_ID] = slot_getattr(slot, t->att[ORD_ID], &call->nulls[RES_ORDER_ID]);
+	answer_text(call, RES_ORDER_NO, slot, t->att[ORD_NO]);
+	answer_text(call, RES_STATUS, slot, t->att[ORD_STATUS]);
+}
+
+/* Execute: draw the order id, write record and order. */
+static void
+order_execute(OrderCall *call, const IdemScope *scope, const char *fingerprint)
+{
+	const IdemTableLayout *t = &call->cat->tables[order_table_index];
+	IdemResult	res = {0};
+	IdemBusinessWrite biz = {order_table_index, order_write, call};
+
+	/* an INSERT's error in a read-only transaction, before nextval's */
+	PreventCommandIfReadOnly("INSERT");
+	/* the order id first, then the record's */
+	call->order_id = Int64GetDatum(nextval_internal(t->seq, true));
+	call->order_no = order_number(DatumGetInt64(call->order_id));
+
+	res.http_status = ORDER_HTTP_CREATED;
+	res.snapshot = order_response(call->order_id, call->order_no);
+	res.resource_id = DatumGetInt64(call->order_id);
+	res.body_isnull = true;
+	res.headers_isnull = true;
+	idem_record_insert(call->cat, scope, fingerprint, IDEM_STATUS_SUCCEEDED, &res,
+					   call->now, idem_record_expiry(IDEM_STATUS_SUCCEEDED, call->now, NULL),
+					   &biz);
+	call->values[RES_HTTP] = Int32GetDatum(ORDER_HTTP_CREATED);
+	call->nulls[RES_HTTP] = false;
+}
+
+/* A text field of a jsonb object as a text Datum; false if absent or not a string. */
+static bool
+jsonb_text_field(Jsonb *jb, const char *name, Datum *result)
+{
+	JsonbValue	v;
+
+	if (!getKeyJsonValueFromContainer(&jb->root, name, strlen(name), &v) ||
+		v.type != jbvString)
+		return false;
+	*result = PointerGetDatum(cstring_to_text_with_len(v.val.string.val, v.val.string.len));
+	return true;
+}
+
+/* Answer with the stored response of a finished record. */
+static void
+order_replay(OrderCall *call, const IdemResult *stored)
+{
+	call->values[RES_HTTP] = Int32GetDatum(stored->http_status);
+	call->nulls[RES_HTTP] = stored->http_isnull;
+	call->nulls[RES_ORDER_ID] = call->nulls[RES_ORDER_NO] = call->nulls[RES_STATUS] = true;
+	if (!stored->snapshot_isnull)
+	{
+		Jsonb	   *jb = DatumGetJsonbP(stored->snapshot);
+		JsonbValue	v;
+
+		if (getKeyJsonValueFromContainer(&jb->root, "orderId", 7, &v) &&
+			v.type == jbvNumeric)
+		{
+			call->values[RES_ORDER_ID] = DirectFunctionCall1(numeric_int8,
+															 NumericGetDatum(v.val.numeric));
+			call->nulls[RES_ORDER_ID] = false;
+		}
+		call->nulls[RES_ORDER_NO] = !jsonb_text_field(jb, "orderNo", &call->values[RES_ORDER_NO]);
+		call->nulls[RES_STATUS] = !jsonb_text_field(jb, "status", &call->values[RES_STATUS]);
+	}
+}
+
+/* Refuse a quantity or sku outside the demo's range (22023). */
+static void
+check_order_request(int64 sku, int32 qty)
+{
+	if (qty < ORDER_QTY_MIN || qty > ORDER_QTY_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("qty must be between %d and %d", ORDER_QTY_MIN, ORDER_QTY_MAX),
+				 errdetail("The request has qty %d.", qty)));
+	if (sku < -ORDER_MAX_SAFE_INTEGER || sku > ORDER_MAX_SAFE_INTEGER)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("sku must be between -9007199254740991 and 9007199254740991"),
+				 errdetail("The request fingerprint holds sku as a JSON number, exact only up to 2^53 - 1.")));
+}
+
+/* The fingerprint: SHA-256 of the canonical {"qty":..,"sku":..} (keys in JCS order). */
+static void
+order_fingerprint(int64 sku, int32 qty, char *fingerprint)
+{
+	StringInfoData request;
+
+	initStringInfo(&request);
+	appendStringInfoString(&request, "{\"qty\":");
+	idem_jcs_append_number(&request, (double) qty);
+	appendStringInfoString(&request, ",\"sku\":");
+	idem_jcs_append_number(&request, (double) sku);
+	appendStringInfoChar(&request, '}');
+	idem_sha256_hex(request.data, request.len, fingerprint);
+	pfree(request.data);
+}
+
+/*
+ * SQL: idem_create_order(owner, key, sku, qty) returns
+ * (order_id, order_no, status, http_status, replayed).
+ */
+Datum
+idem_create_order(PG_FUNCTION_ARGS)
+{
+	IdemCatalog cat;
+	IdemScope	scope;
+	IdemFingerprint fingerprint;
+	IdemIdentity identity = {0};
+	OrderCall	call = {0};
+	IdemClaim	claim = {0};
+	IdemOutcome outcome;
+	text	   *key;
+
+	idem_check_not_null(fcinfo, 0, "owner");
+	idem_check_not_null(fcinfo, 1, "key");
+	idem_check_not_null(fcinfo, 2, "sku");
+	idem_check_not_null(fcinfo, 3, "qty");
+	key = PG_GETARG_TEXT_PP(1);
+	scope.owner = PG_GETARG_INT64(0);
+	scope.operation = ORDER_OPERATION;
+	scope.operation_text = CStringGetTextDatum(ORDER_OPERATION);
+	scope.key = text_to_cstring(key);
+	scope.key_text = PointerGetDatum(key);
+	idem_check_key(scope.key, VARSIZE_ANY_EXHDR(key));
+	call.owner = scope.owner;
+	call.sku = PG_GETARG_INT64(2);
+	call.qty = PG_GETARG_INT32(3);
+	check_order_request(call.sku, call.qty);
+
+	/* a copy: a nested call may build the catalog again under us */
+	cat = *idem_catalog(fcinfo);
+	call.cat = &cat;
+	call.now = GetCurrentTransactionStartTimestamp();
+	order_fingerprint(call.sku, call.qty, fingerprint);
+
+	idem_become_owner(&identity, cat.owner);
+	claim.cat = &cat;
+	claim.scope = &scope;
+	claim.fingerprint = fingerprint;
+	claim.now = call.now;
+	claim.identity = &identity;
+	outcome = idem_claim(&claim);
+	if (outcome == IDEM_EXECUTE)
+	{
+		idem_use_safe_search_path(&identity);
+		order_execute(&call, &scope, fingerprint);
+	}
+	else
+		order_replay(&call, &claim.rec.result);
+	idem_restore_caller(&identity);
+
+	call.values[RES_REPLAYED] = BoolGetDatum(outcome == IDEM_REPLAY);
+	call.nulls[RES_REPLAYED] = false;
+	ereport(DEBUG1,
+			(errmsg_internal("idem: owner " INT64_FORMAT " operation %s key \"%.8s...\" order " INT64_FORMAT " replayed=%s",
+							 scope.owner, scope.operation, scope.key,
+							 call.nulls[RES_ORDER_ID] ? INT64CONST(-1) : DatumGetInt64(call.values[RES_ORDER_ID]),
+							 outcome == IDEM_REPLAY ? "true" : "false")));
+
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(idem_catalog_result(&cat, fcinfo),
+													  call.values, call.nulls)));
+}

@@ -1,0 +1,377 @@
+/*-------------------------------------------------------------------------
+ *
+ * record.c
+ *	  The idempotency_record row, whatever the operation: read through the
+ *	  unique scope index, probed for rows committed since the read, written
+ *	  already finished (with, in the same IdemRows, the business row of an
+ *	  operation that has one), and replaced when it has expired.
+ *
+ * The read is the hot path of every call, replays above all: it costs an
+ * index probe, not an executor start-up.  It reads as a statement of the
+ * caller's transaction would: with a fresh snapshot under READ COMMITTED,
+ * the transaction's under REPEATABLE READ and SERIALIZABLE (the index and
+ * heap access methods take the predicate locks).
+ *
+ * An expired record is replaced, not updated: under the key lock it is
+ * locked and deleted, and the new record is inserted when the caller
+ * finishes.  So the renewal writes exactly the rows a new key writes, and
+ * between idem_begin and idem_finish the cleanup worker cannot take the
+ * old record away (it skips locked rows).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "access/genam.h"
+#include "access/nbtree.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/transam.h"
+#include "access/xact.h"
+#include "commands/sequence.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "idem.h"
+#include "record.h"
+
+/* GUC variables */
+int			idem_ttl = 86400;
+int			idem_failure_ttl = 600;
+int			idem_max_ttl = 30 * 86400;
+
+/* Define the GUCs of this module. */
+void
+idem_record_init(void)
+{
+	DefineCustomIntVariable("idem.ttl",
+							"How long an idempotency record is kept before its key may be used afresh.",
+							NULL,
+							&idem_ttl,
+							86400, 1, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.failure_ttl",
+							"How long a deterministic failure (a 4xx result) is replayed before its key may be used afresh.",
+							NULL,
+							&idem_failure_ttl,
+							600, 1, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("idem.max_ttl",
+							"The longest ttl a call may ask for.",
+							"A longer ttl argument is refused with SQLSTATE 22023.",
+							&idem_max_ttl,
+							30 * 86400, 1, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+}
+
+/* now + ttl, with the interval's own calendar arithmetic. */
+static TimestampTz
+plus_interval(TimestampTz now, const Interval *ttl)
+{
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+												   TimestampTzGetDatum(now),
+												   PointerGetDatum(ttl)));
+}
+
+/* Refuse (22023) a ttl that is not positive or longer than idem.max_ttl. */
+void
+idem_check_ttl(const Interval *ttl, TimestampTz now)
+{
+	TimestampTz expires = plus_interval(now, ttl);
+
+	if (expires <= now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be positive"),
+				 errdetail("The call has ttl %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   PointerGetDatum(ttl))))));
+	if (expires - now > (int64) idem_max_ttl * USECS_PER_SEC)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must not exceed idem.max_ttl (%d seconds)", idem_max_ttl),
+				 errdetail("The call has ttl %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   PointerGetDatum(ttl))))));
+}
+
+/*
+ * When a record written now with status expires: a finished record after
+ * ttl (idem.ttl if NULL), a deterministic failure after idem.failure_ttl.
+ */
+TimestampTz
+idem_record_expiry(IdemStatus status, TimestampTz now, const Interval *ttl)
+{
+	if (status == IDEM_STATUS_FAILED_FINAL)
+		return now + (TimestampTz) idem_failure_ttl * USECS_PER_SEC;
+	if (ttl != NULL)
+		return plus_interval(now, ttl);
+	return now + (TimestampTz) idem_ttl * USECS_PER_SEC;
+}
+
+/*
+ * Scan the unique index for the scope under snapshot and return the first
+ * row it gives in slot; false if none.  The relations stay locked until the
+ * end of the transaction, as a statement's do.
+ */
+static bool
+scan_key(const IdemCatalog *cat, const IdemScope *scope, Snapshot snapshot,
+		 TupleTableSlot **slotp, Relation *heapp)
+{
+	Relation	heap = table_open(cat->tables[IDEM_TABLE_RECORD].relid, AccessShareLock);
+	Relation	index = index_open(cat->scopeid, AccessShareLock);
+	ScanKeyData skey[3];
+	IndexScanDesc scan;
+	TupleTableSlot *slot = table_slot_create(heap, NULL);
+	bool		found;
+
+	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(scope->owner));
+	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[1], F_TEXTEQ, scope->operation_text);
+	ScanKeyEntryInitialize(&skey[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[2], F_TEXTEQ, scope->key_text);
+
+	scan = index_beginscan(heap, index, snapshot, 3, 0);
+	index_rescan(scan, skey, 3, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	index_endscan(scan);
+	index_close(index, NoLock);
+
+	*slotp = slot;
+	*heapp = heap;
+	return found;
+}
+
+/* A varlena column of slot, detoasted and copied into the current context. */
+static Datum
+copy_column(TupleTableSlot *slot, AttrNumber attnum, bool *isnull)
+{
+	Datum		d;
+
+	if (attnum == InvalidAttrNumber)
+	{
+		*isnull = true;
+		return (Datum) 0;
+	}
+	d = slot_getattr(slot, attnum, isnull);
+	return *isnull ? (Datum) 0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(d));
+}
+
+/*
+ * Read the scope's record through the unique index, under the snapshot a
+ * statement of the caller's transaction would use.  Returns false when the
+ * snapshot sees no record.
+ */
+bool
+idem_record_read(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now,
+				 IdemRecord *rec)
+{
+	const AttrNumber *att = cat->tables[IDEM_TABLE_RECORD].att;
+	Snapshot	current = GetTransactionSnapshot();
+	Snapshot	snapshot;
+	TupleTableSlot *slot;
+	Relation	heap;
+	bool		found;
+
+	/* CopySnapshot zeroes the count: take it from the original */
+	rec->completions = current->snapXactCompletionCount;
+	snapshot = RegisterSnapshot(current);
+	found = scan_key(cat, scope, snapshot, &slot, &heap);
+	if (found)
+	{
+		IdemResult *r = &rec->result;
+		bool		isnull;
+		char	   *status;
+		Datum		d;
+
+		rec->tid = slot->tts_tid;
+		d = slot_getattr(slot, att[REC_HASH], &isnull);
+		text_to_cstring_buffer(DatumGetTextPP(d), rec->request_hash, sizeof(IdemFingerprint));
+		status = TextDatumGetCString(slot_getattr(slot, att[REC_STATUS], &isnull));
+		rec->status = idem_status_from_name(status);
+		rec->expired = DatumGetTimestampTz(slot_getattr(slot, att[REC_EXPIRES], &isnull)) < now;
+
+		d = slot_getattr(slot, att[REC_HTTP], &r->http_isnull);
+		r->http_status = r->http_isnull ? 0 : DatumGetInt32(d);
+		d = slot_getattr(slot, att[REC_RESOURCE], &r->resource_isnull);
+		r->resource_id = r->resource_isnull ? 0 : DatumGetInt64(d);
+		r->snapshot = copy_column(slot, att[REC_RESPONSE], &r->snapshot_isnull);
+		r->body = copy_column(slot, att[REC_BODY], &r->body_isnull);
+		r->headers = copy_column(slot, att[REC_HEADERS], &r->headers_isnull);
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(heap, NoLock);
+	UnregisterSnapshot(snapshot);
+	return found;
+}
+
+/*
+ * Has a transaction that may have written anything ended since the read
+ * whose snapshot counted `completions` ended transactions?  If not, what
+ * is committed now was committed then, and the read saw it.
+ *
+ * Asked under the key lock.  A transaction that wrote the key held the key
+ * lock until after its end was counted (ProcArrayEndTransaction comes
+ * before the release of its locks), and our LockAcquire went through the
+ * lock manager's partition lock after that release, so the count we read
+ * here includes its end.  The counter is 64 bits wide and only grows.
+ */
+bool
+idem_transactions_ended_since(uint64 completions)
+{
+	pg_memory_barrier();
+	return ((volatile VariableCacheData *) ShmemVariableCache)->xactCompletionCount != completions;
+}
+
+/*
+ * Is there a record of the scope that the last read could not see?  Asked
+ * under the key lock, before writing a new record.  A dirty snapshot sees
+ * every row not known dead, whatever the caller's snapshot: rows committed
+ * since it was taken, and rows of transactions still running.  No other
+ * caller of idem can be writing the key while we hold its lock, so such a
+ * row is a record committed by the previous holder between our read and
+ * our lock, or a row written around idem.
+ */
+bool
+idem_record_unseen(const IdemCatalog *cat, const IdemScope *scope)
+{
+	SnapshotData dirty;
+	TupleTableSlot *slot;
+	Relation	heap;
+	bool		found;
+
+	InitDirtySnapshot(dirty);
+	found = scan_key(cat, scope, &dirty, &slot, &heap);
+
+	/*
+	 * A row still being inserted (dirty.xmin set) comes from a transaction
+	 * that writes the table without the key lock: the unique index waits
+	 * for it and decides, whether or not this probe ran.
+	 */
+	if (found && TransactionIdIsValid(dirty.xmin))
+		found = false;
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(heap, NoLock);
+	return found;
+}
+
+/*
+ * Delete the expired record rec, under the key lock, so that a new one can
+ * be inserted in its place.  The row is locked first, as a DELETE's would
+ * be: if the cleanup (or anything else) deleted it meanwhile, it is gone
+ * and the key is free; if something changed it, the caller reads again (or,
+ * where the transaction keeps its snapshot, gets 40001, as for a DELETE).
+ */
+IdemRenewal
+idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec)
+{
+	Oid			relid = cat->tables[IDEM_TABLE_RECORD].relid;
+	IdemRows	rows;
+	TupleTableSlot *slot;
+	TM_FailureData tmfd;
+	TM_Result	tmres;
+	ItemPointerData tid = rec->tid;
+	IdemRenewal outcome = IDEM_RENEW_DELETED;
+
+	idem_rows_begin(&rows, &relid, 1, CMD_DELETE);
+	slot = rows.slots[0];
+	tmres = table_tuple_lock(rows.rels[0]->ri_RelationDesc, &tid, GetActiveSnapshot(),
+							 slot, GetCurrentCommandId(false), LockTupleExclusive,
+							 LockWaitBlock, 0, &tmfd);
+	switch (tmres)
+	{
+		case TM_Ok:
+			idem_rows_delete(&rows, 0, slot);
+			break;
+		case TM_Deleted:
+			outcome = IDEM_RENEW_GONE;
+			break;
+		case TM_Updated:
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent update")));
+			outcome = IDEM_RENEW_CHANGED;
+			break;
+		case TM_SelfModified:
+			outcome = IDEM_RENEW_CHANGED;
+			break;
+		default:
+			elog(ERROR, "idem: unexpected result %d locking an expired record", (int) tmres);
+	}
+	idem_rows_end(&rows);
+	return outcome;
+}
+
+/*
+ * Claim a key by inserting its record, already finished and holding res,
+ * and with it, in one IdemRows, the business row biz writes (if any).  The
+ * key lock is held and the last read saw no record.  Whatever else writes
+ * the table, the unique index stays the arbiter: a duplicate raises 23505.
+ */
+void
+idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
+				   const char *fingerprint, IdemStatus status, const IdemResult *res,
+				   TimestampTz now, TimestampTz expires, const IdemBusinessWrite *biz)
+{
+	const IdemTableLayout *rt = &cat->tables[IDEM_TABLE_RECORD];
+	Oid			relids[IDEM_ROWS_MAX_RELS];
+	int			nrels = 0;
+	IdemRows	rows;
+	IdemRow		record;
+
+	relids[nrels++] = rt->relid;
+	if (biz)
+		relids[nrels++] = cat->tables[biz->table].relid;
+	idem_rows_begin(&rows, relids, nrels, CMD_INSERT);
+	/* the tables are locked now: if the catalog is still current, so are its constraints */
+	if (idem_catalog_current(cat))
+	{
+		idem_rows_set_checks(&rows, 0, rt->checks, rt->ncheck);
+		if (biz)
+			idem_rows_set_checks(&rows, 1, cat->tables[biz->table].checks,
+								 cat->tables[biz->table].ncheck);
+	}
+
+	idem_row_init(&record, rt);
+	idem_row_set(&record, REC_ID, Int64GetDatum(nextval_internal(rt->seq, true)));
+	idem_row_set(&record, REC_OWNER, Int64GetDatum(scope->owner));
+	idem_row_set(&record, REC_OPERATION, scope->operation_text);
+	idem_row_set(&record, REC_KEY, scope->key_text);
+	idem_row_set(&record, REC_HASH, CStringGetTextDatum(fingerprint));
+	idem_row_set(&record, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
+	if (!res->http_isnull)
+		idem_row_set(&record, REC_HTTP, Int32GetDatum(res->http_status));
+	if (!res->snapshot_isnull)
+		idem_row_set(&record, REC_RESPONSE, res->snapshot);
+	if (!res->body_isnull)
+		idem_row_set(&record, REC_BODY, res->body);
+	if (!res->headers_isnull)
+		idem_row_set(&record, REC_HEADERS, res->headers);
+	if (!res->resource_isnull)
+		idem_row_set(&record, REC_RESOURCE, Int64GetDatum(res->resource_id));
+	idem_row_set(&record, REC_CREATED, TimestampTzGetDatum(now));
+	idem_row_set(&record, REC_UPDATED, TimestampTzGetDatum(now));
+	idem_row_set(&record, REC_EXPIRES, TimestampTzGetDatum(expires));
+	idem_rows_insert(&rows, 0, record.values, record.nulls);
+
+	if (biz)
+		biz->write(&rows, biz->arg);
+	idem_rows_end(&rows);
+}

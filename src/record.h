@@ -1,0 +1,83 @@
+/*-------------------------------------------------------------------------
+ *
+ * record.h
+ *	  The idempotency_record row: read through the scope index, probed
+ *	  for rows committed since, written (finished), and replaced when
+ *	  expired.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_RECORD_H
+#define IDEM_RECORD_H
+
+#include "datatype/timestamp.h"
+#include "storage/itemptr.h"
+
+#include "catalog.h"
+#include "fingerprint.h"
+#include "key.h"
+#include "rowwrite.h"
+
+/* What a record stores and a replay returns. */
+typedef struct IdemResult
+{
+	int32		http_status;
+	bool		http_isnull;
+	Datum		body;			/* json, as the caller gave it */
+	bool		body_isnull;
+	Datum		snapshot;		/* jsonb: response_json, the order demo's */
+	bool		snapshot_isnull;
+	Datum		headers;		/* jsonb object of strings */
+	bool		headers_isnull;
+	int64		resource_id;
+	bool		resource_isnull;
+} IdemResult;
+
+/* The key's record as a read found it. */
+typedef struct IdemRecord
+{
+	ItemPointerData tid;
+	IdemFingerprint request_hash;
+	IdemStatus	status;
+	bool		expired;		/* expires_at < now */
+	IdemResult	result;			/* the stored response, copied */
+	uint64		completions;	/* the read snapshot's xactCompletionCount */
+} IdemRecord;
+
+/*
+ * A business row written in the same IdemRows as the record, after it:
+ * table is an index into IdemCatalog.tables, write inserts rows->rels[1].
+ */
+typedef struct IdemBusinessWrite
+{
+	int			table;
+	void		(*write) (IdemRows *rows, void *arg);
+	void	   *arg;
+} IdemBusinessWrite;
+
+/* Outcome of replacing an expired record. */
+typedef enum IdemRenewal
+{
+	IDEM_RENEW_DELETED,			/* deleted by us: insert the new record */
+	IDEM_RENEW_GONE,			/* deleted by someone else: likewise */
+	IDEM_RENEW_CHANGED			/* changed by someone else: read again */
+} IdemRenewal;
+
+extern int	idem_ttl;
+extern int	idem_failure_ttl;
+extern int	idem_max_ttl;
+
+extern void idem_record_init(void);
+extern TimestampTz idem_record_expiry(IdemStatus status, TimestampTz now, const Interval *ttl);
+extern void idem_check_ttl(const Interval *ttl, TimestampTz now);
+extern bool idem_record_read(const IdemCatalog *cat, const IdemScope *scope,
+							 TimestampTz now, IdemRecord *rec);
+extern bool idem_transactions_ended_since(uint64 completions);
+extern bool idem_record_unseen(const IdemCatalog *cat, const IdemScope *scope);
+extern IdemRenewal idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec);
+extern void idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
+							   const char *fingerprint, IdemStatus status,
+							   const IdemResult *res, TimestampTz now,
+							   TimestampTz expires, const IdemBusinessWrite *biz);
+
+#endif							/* IDEM_RECORD_H */

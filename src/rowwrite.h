@@ -1,0 +1,30 @@
+/*-------------------------------------------------------------------------
+ *
+ * rowwrite.h
+ *	  Inserts and deletes on idem's tables without planning a statement.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_ROWWRITE_H
+#define IDEM_ROWWRITE_H
+
+#include "nodes/execnodes.h"
+
+#define IDEM_ROWS_MAX_RELS 2
+
+typedef struct IdemRows
+{
+	EState	   *estate;
+	int			nrels;
+	ResultRelInfo *rels[IDEM_ROWS_MAX_RELS];
+	TupleTableSlot *slots[IDEM_ROWS_MAX_RELS];
+	bool		snapshot_pushed;	/* for the triggers */
+} IdemRows;
+
+extern void idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels, CmdType cmd);
+extern void idem_rows_set_checks(IdemRows *rows, int i, Expr **checks, int ncheck);
+extern void idem_rows_insert(IdemRows *rows, int i, const Datum *values, const bool *nulls);
+extern void idem_rows_delete(IdemRows *rows, int i, TupleTableSlot *locked);
+extern void idem_rows_end(IdemRows *rows);
+
+#endif							/* IDEM_ROWWRITE_H */
