@@ -9,13 +9,13 @@ OBJS = idem.o \
 	src/cleanup.o src/worker.o
 
 EXTENSION = idem
-DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql
+DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql idem--1.2--1.3.sql
 
 PG_CPPFLAGS = -I$(srcdir)/src
 # -Wextra less unused-parameter, which PostgreSQL 15's own headers raise (bufpage.h, ilist.h)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
-REGRESS = jcs jcs_numbers encoding order cleanup security upgrade writes
+REGRESS = jcs jcs_numbers encoding order cleanup security upgrade writes api
 REGRESS_OPTS = --load-extension=idem --load-extension=pgcrypto
 
 ISOLATION = claim-race-2 claim-race-3 in-flight-timeout repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint bypass-writer
