@@ -61,8 +61,10 @@ SELECT owner_id, operation, status FROM idempotency_record
 WHERE idempotency_key = 'begin-finish-key-0001' ORDER BY owner_id, operation;
 
 -- a record of the order demo replays through idem_begin, its response as body
-SELECT order_no FROM idem_create_order(5, 'order-via-begin-00001', 9, 2);
-SELECT replayed, http_status, body, resource_id = (body->>'orderId')::bigint AS resource_ok
+SELECT replayed FROM idem_create_order(5, 'order-via-begin-00001', 9, 2);
+SELECT replayed, http_status, body->>'status' AS status,
+       body->>'orderNo' = 'ORD-' || lpad(resource_id::text, 12, '0') AS order_no_ok,
+       resource_id = (body->>'orderId')::bigint AS resource_ok
 FROM idem_begin(5, 'CREATE_ORDER', 'order-via-begin-00001', '{"sku": 9, "qty": 2}');
 
 -- A deterministic failure (4xx) is finished too: FAILED_FINAL, replayed like

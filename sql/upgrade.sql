@@ -1,49 +1,108 @@
 --
--- ALTER EXTENSION idem UPDATE from 1.0 gives what a fresh install gives,
--- and keeps the 1.0 data.  The 1.0 definitions run with this library too.
+-- ALTER EXTENSION idem UPDATE from 1.0, 1.1 and 1.2 gives what a fresh
+-- install gives (members, grants, function security and settings, table
+-- columns, constraints, indexes, types), and keeps the data.  The older
+-- definitions run with this library too.
 --
 
--- The extension's member objects, with the grants, the security and the
--- settings of its functions.
-CREATE TEMP VIEW idem_members AS
-SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS member,
-       coalesce(p.proacl::text, '') AS acl,
-       coalesce(p.prosecdef::text, '') AS secdef,
-       coalesce(p.proconfig::text, '') AS config
+-- What the extension consists of, as text rows (functions, not views: a
+-- view would depend on the tables and block DROP EXTENSION).
+CREATE FUNCTION pg_temp.idem_catalog() RETURNS TABLE (kind text, item text, detail text)
+LANGUAGE sql AS $$
+SELECT 'member' AS kind, pg_describe_object(d.classid, d.objid, d.objsubid) AS item,
+       concat_ws(' ', p.proacl::text, p.prosecdef::text, p.proconfig::text) AS detail
 FROM pg_depend d
 LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
 WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
-  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idem');
+  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idem')
+UNION ALL
+SELECT 'column', c.relname || '.' || a.attname,
+       concat_ws(' ', format_type(a.atttypid, a.atttypmod), a.attnotnull::text,
+                 pg_get_expr(ad.adbin, ad.adrelid), a.attnum::text)
+FROM pg_attribute a
+JOIN pg_class c ON c.oid = a.attrelid
+LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
+WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'c')
+  AND c.relname IN ('idempotency_record', 'purchase_order', 'idem_result', 'idem_outcome')
+  AND a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'constraint', conrelid::regclass || '.' || conname, pg_get_constraintdef(oid)
+FROM pg_constraint
+WHERE conrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass)
+UNION ALL
+SELECT 'index', indexrelid::regclass::text, pg_get_indexdef(indexrelid)
+FROM pg_index
+WHERE indrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass)
+UNION ALL
+SELECT 'acl', relname, relacl::text
+FROM pg_class WHERE relname IN ('idempotency_record', 'purchase_order')
+  AND relnamespace = 'public'::regnamespace
+$$;
 
 -- What a fresh install (default_version) holds.
-CREATE TEMP TABLE fresh_install AS SELECT * FROM idem_members;
 SELECT extversion FROM pg_extension WHERE extname = 'idem';
+CREATE TEMP TABLE fresh_install AS SELECT * FROM pg_temp.idem_catalog();
+SELECT kind, count(*) FROM fresh_install GROUP BY kind ORDER BY kind;
+SELECT item, detail FROM fresh_install
+WHERE item IN ('idempotency_record.ck_idempotency_status', 'idempotency_record.response_body');
 
+-- Differences between fresh_install and what idem_catalog shows now.
+CREATE FUNCTION pg_temp.catalog_diff() RETURNS TABLE (side text, kind text, item text, detail text)
+LANGUAGE sql AS $$
+(SELECT 'only fresh', * FROM fresh_install EXCEPT SELECT 'only fresh', * FROM pg_temp.idem_catalog())
+UNION ALL
+(SELECT 'only updated', * FROM pg_temp.idem_catalog() EXCEPT SELECT 'only updated', * FROM fresh_install)
+$$;
+
+-- From 1.0: a record and an order written by the 1.0 definitions replay
+-- after the update, through idem_create_order and through idem_begin.
 DROP EXTENSION idem;
 CREATE EXTENSION idem VERSION '1.0';
-SELECT extversion FROM pg_extension WHERE extname = 'idem';
 SELECT order_id, replayed FROM idem_create_order(301, 'upgrade-key-0000001', 4, 2);
-
 ALTER EXTENSION idem UPDATE;
 SELECT extversion FROM pg_extension WHERE extname = 'idem';
-
--- the same members with the same grants; the script's helper is gone
-CREATE TEMP TABLE updated AS SELECT * FROM idem_members;
-(SELECT 'only fresh' AS side, * FROM fresh_install EXCEPT SELECT 'only fresh', * FROM updated)
-UNION ALL
-(SELECT 'only updated', * FROM updated EXCEPT SELECT 'only updated', * FROM fresh_install);
-SELECT count(*) AS members FROM updated;
+SELECT * FROM pg_temp.catalog_diff();
 SELECT count(*) AS leftover_helpers FROM pg_proc WHERE proname = 'idem_cleanup_worker_notice';
-
--- idem_create_order switches to its owner itself (1.2)
-SELECT p.prosecdef, p.proconfig FROM pg_proc p
-WHERE p.oid = 'idem_create_order(bigint, text, bigint, integer)'::regprocedure;
-
--- the 1.0 record replays; the new function answers
 SELECT order_id, replayed FROM idem_create_order(301, 'upgrade-key-0000001', 4, 2);
+SELECT replayed, http_status, body FROM idem_begin(301, 'CREATE_ORDER', 'upgrade-key-0000001', '{"sku": 4, "qty": 2}');
+
+-- From 1.1 and from 1.2.
+DROP EXTENSION idem;
+CREATE EXTENSION idem VERSION '1.1';
+SELECT order_id, replayed FROM idem_create_order(302, 'upgrade-key-0000002', 4, 2);
+ALTER EXTENSION idem UPDATE;
+SELECT * FROM pg_temp.catalog_diff();
+SELECT order_id, replayed FROM idem_create_order(302, 'upgrade-key-0000002', 4, 2);
+
+DROP EXTENSION idem;
+CREATE EXTENSION idem VERSION '1.2';
+SELECT order_id, replayed FROM idem_create_order(303, 'upgrade-key-0000003', 4, 2);
+-- the generic API does not exist before 1.3
+SELECT count(*) AS generic_api FROM pg_proc WHERE proname IN ('idem_begin', 'idem_finish', 'idem_run');
+ALTER EXTENSION idem UPDATE;
+SELECT * FROM pg_temp.catalog_diff();
+SELECT order_id, replayed FROM idem_create_order(303, 'upgrade-key-0000003', 4, 2);
+BEGIN;
+SELECT replayed FROM idem_begin(303, 'DEBIT', 'upgrade-key-0000004', '{"amount": 1}');
+SELECT idem_finish(303, 'DEBIT', 'upgrade-key-0000004', 422, '{"error": "declined"}');
+COMMIT;
+SELECT status FROM idempotency_record WHERE idempotency_key = 'upgrade-key-0000004';
+
+-- the status constraint now refuses what idem never writes
+\set VERBOSITY terse
+INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+VALUES (303, 'DEBIT', 'upgrade-key-0000005', repeat('0', 64), 'DONE', now());
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+
+-- the worker's status and its grants
 SELECT count(*) >= 0 AS status_answers FROM idem_cleanup_status();
 SELECT has_function_privilege('public', 'idem_cleanup_status()', 'EXECUTE') AS public_may,
        has_function_privilege('pg_monitor', 'idem_cleanup_status()', 'EXECUTE') AS monitor_may;
 
 -- a version that does not exist
 ALTER EXTENSION idem UPDATE TO '9.9';
+
+-- leave a fresh install for the tests that follow
+DROP EXTENSION idem;
+CREATE EXTENSION idem;
