@@ -402,3 +402,10 @@ FROM idem_run(10, 'DEBIT', 'article-6-key-0000001', '{"account": 1, "amount": 10
 SELECT replayed FROM idem_run(11, 'DEBIT', 'article-1-key-0000001', '{"account": 2, "amount": 100}', 'debit_handler(jsonb)');
 SELECT replayed FROM idem_run(12, 'DEBIT', 'article-1-key-0000001', '{"account": 2, "amount": 100}', 'debit_handler(jsonb)');
 SELECT account_id, count(*) AS debits, sum(amount) FROM debit GROUP BY account_id ORDER BY account_id;
+
+-- The handlers depend on idem_result: drop them with their tables.
+DROP FUNCTION debit_handler(jsonb), flaky_handler(jsonb), status_handler(jsonb),
+    null_handler(jsonb), text_handler(text), two_arg_handler(jsonb, int),
+    int_handler(jsonb), set_handler(jsonb), nested_handler(jsonb), whoami_handler(jsonb);
+DROP PROCEDURE proc_handler(jsonb);
+DROP TABLE account, debit, flaky, handler_seen;
