@@ -34,6 +34,8 @@
 #include "utils/memutils.h"
 #include "utils/regproc.h"
 #include "utils/syscache.h"
+#include "utils/typcache.h"
+#include "utils/inval.h"
 #include "utils/timestamp.h"
 
 #include "idem.h"
@@ -72,6 +74,28 @@ typedef struct PendingClaim
 } PendingClaim;
 
 static PendingClaim *pending = NULL;
+
+/*
+ * The handlers idem_run checked, with their FmgrInfo, kept for the backend
+ * (a prepared statement's own FmgrInfo lives for one execution, so PL/pgSQL
+ * would look its compiled function up again on every call).  Entries are
+ * never changed in place, since a call in progress may be using one: a
+ * pg_proc change, or a full cache, starts a new context, and the old one
+ * goes with the transaction.
+ */
+#define HANDLER_CACHE_SIZE	16
+
+typedef struct HandlerEntry
+{
+	Oid			handler;
+	Oid			result_type;	/* the idem_result it was checked against */
+	FmgrInfo	flinfo;
+} HandlerEntry;
+
+static HandlerEntry *handler_cache = NULL;	/* HANDLER_CACHE_SIZE entries */
+static int	handler_count = 0;
+static bool handler_cache_stale = false;
+static MemoryContext handler_cxt = NULL;
 
 /* ---------- the transaction's claims ---------- */
 
@@ -463,18 +487,61 @@ check_handler(Oid handler, Oid result_type)
 	ReleaseSysCache(tup);
 }
 
+/* Forget the cached handlers when any function changes. */
+static void
+handler_cache_callback(Datum arg, int cacheid, uint32 hashvalue)
+{
+	handler_cache_stale = true;
+}
+
+/* The FmgrInfo of handler, checked (check_handler) when it is not cached. */
+static FmgrInfo *
+handler_fmgr(Oid handler, Oid result_type)
+{
+	HandlerEntry *e;
+
+	if (!handler_cache_stale)
+		for (int i = 0; i < handler_count; i++)
+			if (handler_cache[i].handler == handler &&
+				handler_cache[i].result_type == result_type)
+				return &handler_cache[i].flinfo;
+
+	check_handler(handler, result_type);
+	if (handler_cxt == NULL)
+		CacheRegisterSyscacheCallback(PROCOID, handler_cache_callback, (Datum) 0);
+	if (handler_cxt == NULL || handler_cache_stale || handler_count == HANDLER_CACHE_SIZE)
+	{
+		if (handler_cxt != NULL)
+			MemoryContextSetParent(handler_cxt, TopTransactionContext);
+		handler_cxt = AllocSetContextCreate(TopMemoryContext, "idem handlers",
+											ALLOCSET_SMALL_SIZES);
+		handler_cache = MemoryContextAllocZero(handler_cxt,
+											   HANDLER_CACHE_SIZE * sizeof(HandlerEntry));
+		handler_count = 0;
+		handler_cache_stale = false;
+	}
+	e = &handler_cache[handler_count];
+	fmgr_info_cxt(handler, &e->flinfo, handler_cxt);
+	e->handler = handler;
+	e->result_type = result_type;
+	handler_count++;
+	return &e->flinfo;
+}
+
 /*
  * Call handler(request) as the current user, who must be allowed to
  * execute it, and read its idem_result into res.
  */
 static IdemStatus
-call_handler(FunctionCallInfo fcinfo, Oid handler, Jsonb *request, IdemResult *res)
+call_handler(FmgrInfo *flinfo, Jsonb *request, IdemResult *res)
 {
-	FmgrInfo   *flinfo = (FmgrInfo *) fcinfo->flinfo->fn_extra;
+	Oid			handler = flinfo->fn_oid;
 	LOCAL_FCINFO(hfcinfo, 1);
 	AclResult	aclresult;
 	Datum		result;
-	HeapTupleHeader tuple;
+	HeapTupleHeader th;
+	HeapTupleData tuple;
+	TupleDesc	desc;
 	bool		isnull[4];
 	Datum		values[4];
 
@@ -482,13 +549,6 @@ call_handler(FunctionCallInfo fcinfo, Oid handler, Jsonb *request, IdemResult *r
 	if (aclresult != ACLCHECK_OK)
 		aclcheck_error(aclresult, OBJECT_FUNCTION, get_func_name(handler));
 
-	/* the handler's FmgrInfo, kept for the call site */
-	if (flinfo == NULL || flinfo->fn_oid != handler)
-	{
-		flinfo = MemoryContextAllocZero(fcinfo->flinfo->fn_mcxt, sizeof(FmgrInfo));
-		fmgr_info_cxt(handler, flinfo, fcinfo->flinfo->fn_mcxt);
-		fcinfo->flinfo->fn_extra = flinfo;
-	}
 	InitFunctionCallInfoData(*hfcinfo, flinfo, 1, InvalidOid, NULL, NULL);
 	hfcinfo->args[0].value = JsonbPGetDatum(request);
 	hfcinfo->args[0].isnull = false;
@@ -499,9 +559,19 @@ call_handler(FunctionCallInfo fcinfo, Oid handler, Jsonb *request, IdemResult *r
 				 errmsg("handler %s returned null", format_procedure(handler)),
 				 errhint("Return an idem_result: a 4xx http_status for a deterministic failure.")));
 
-	tuple = DatumGetHeapTupleHeader(result);
-	for (int i = 0; i < 4; i++)
-		values[i] = GetAttributeByNum(tuple, i + 1, &isnull[i]);
+	th = DatumGetHeapTupleHeader(result);
+	desc = lookup_rowtype_tupdesc(HeapTupleHeaderGetTypeId(th), HeapTupleHeaderGetTypMod(th));
+	if (desc->natts != 4)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's type idem_result was altered: it must have 4 attributes"),
+				 errhint("Drop and re-create the extension idem.")));
+	tuple.t_len = HeapTupleHeaderGetDatumLength(th);
+	ItemPointerSetInvalid(&tuple.t_self);
+	tuple.t_tableOid = InvalidOid;
+	tuple.t_data = th;
+	heap_deform_tuple(&tuple, desc, values, isnull);
+	ReleaseTupleDesc(desc);
 	return make_result(res, isnull[RESULT_HTTP - 1], DatumGetInt32(values[RESULT_HTTP - 1]),
 					   isnull[RESULT_BODY - 1], values[RESULT_BODY - 1],
 					   isnull[RESULT_HEADERS - 1], values[RESULT_HEADERS - 1],
@@ -529,6 +599,7 @@ idem_run(PG_FUNCTION_ARGS)
 	Interval   *ttl;
 	Jsonb	   *request;
 	Oid			handler;
+	FmgrInfo   *hflinfo;
 
 	scope_args(fcinfo, &scope);
 	idem_check_not_null(fcinfo, 3, "request");
@@ -538,7 +609,7 @@ idem_run(PG_FUNCTION_ARGS)
 	handler = PG_GETARG_OID(4);
 
 	cat = *idem_catalog(fcinfo);
-	check_handler(handler, cat.result_type);
+	hflinfo = handler_fmgr(handler, cat.result_type);
 	idem_fingerprint_jsonb(request, fingerprint);
 	if (pending != NULL)
 		check_not_claimed(&scope, fingerprint);
@@ -558,7 +629,7 @@ idem_run(PG_FUNCTION_ARGS)
 
 	/* the handler runs as the caller; a nested call of the key is IK002 */
 	p = add_claim(&scope, fingerprint, ttl);
-	status = call_handler(fcinfo, handler, request, &res);
+	status = call_handler(hflinfo, request, &res);
 
 	idem_become_owner(&identity, cat.owner);
 	idem_use_safe_search_path(&identity);

@@ -35,6 +35,24 @@ sql -c "SELECT count(*) FROM generate_series(1, 1000) i,
 	-c "SELECT count(*) FROM generate_series(1, 1000) i,
 	LATERAL peer.create_order(1, 'replay-' || lpad(i::text, 12, '0'), 1001, 1)" >/dev/null
 
+# The generic API: a handler inserting one row, its limit's record table
+# with the columns idem_finish writes, 1,000 finished keys to replay.
+sql <<'SQL' >/dev/null
+CREATE TABLE bench.item (id bigserial PRIMARY KEY, sku bigint NOT NULL, qty integer NOT NULL);
+CREATE FUNCTION bench.item_handler(request jsonb) RETURNS public.idem_result
+LANGUAGE plpgsql AS $$
+DECLARE i bigint;
+BEGIN
+    INSERT INTO bench.item (sku, qty) VALUES ((request->>'sku')::bigint, (request->>'qty')::int)
+    RETURNING id INTO i;
+    RETURN ROW(201, '{"status": "CREATED"}', NULL, i)::public.idem_result;
+END $$;
+ALTER TABLE lim.idempotency_record ADD COLUMN response_body json, ADD COLUMN response_headers jsonb;
+SELECT count(*) FROM generate_series(1, 1000) i,
+    LATERAL public.idem_run(1, 'BENCH_ITEM', 'runrep-' || lpad(i::text, 12, '0'),
+                            '{"sku": 1001, "qty": 1}', 'bench.item_handler(jsonb)');
+SQL
+
 W=$IDEM_TMP/bench
 mkdir -p "$W"
 chmod 777 "$W"
@@ -67,6 +85,26 @@ cat >"$W/limit_replay.sql" <<'SQL'
 \set i random(1, 1000)
 SELECT http_status, response_json FROM public.idempotency_record WHERE owner_id = 1 AND operation = 'CREATE_ORDER' AND idempotency_key = 'replay-' || lpad(:i::text, 12, '0');
 SQL
+cat >"$W/run_fresh.sql" <<SQL
+$RANDKEY
+SELECT * FROM public.idem_run(:client_id, 'BENCH_ITEM', 'run-' || lpad(:k::text, 16, '0'), '{"sku": 1001, "qty": 1}', 'bench.item_handler(jsonb)');
+SQL
+cat >"$W/limit_run_fresh.sql" <<SQL
+$RANDKEY
+WITH h AS (SELECT * FROM bench.item_handler('{"sku": 1001, "qty": 1}')) INSERT INTO lim.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, http_status, response_body, response_headers, resource_id, expires_at) SELECT :client_id, 'BENCH_ITEM', 'limrun-' || lpad(:k::text, 16, '0'), '$HASH', 'SUCCEEDED', h.http_status, h.body, h.headers, h.resource_id, now() + interval '1 day' FROM h;
+SQL
+cat >"$W/run_replay.sql" <<'SQL'
+\set i random(1, 1000)
+SELECT * FROM public.idem_run(1, 'BENCH_ITEM', 'runrep-' || lpad(:i::text, 12, '0'), '{"sku": 1001, "qty": 1}', 'bench.item_handler(jsonb)');
+SQL
+cat >"$W/begin_replay.sql" <<'SQL'
+\set i random(1, 1000)
+SELECT * FROM public.idem_begin(1, 'BENCH_ITEM', 'runrep-' || lpad(:i::text, 12, '0'), '{"sku": 1001, "qty": 1}');
+SQL
+cat >"$W/limit_run_replay.sql" <<'SQL'
+\set i random(1, 1000)
+SELECT http_status, response_body, response_headers, resource_id FROM public.idempotency_record WHERE owner_id = 1 AND operation = 'BENCH_ITEM' AND idempotency_key = 'runrep-' || lpad(:i::text, 12, '0');
+SQL
 cat >"$W/mix_mismatch.sql" <<'SQL'
 \set i random(1, 1000)
 SELECT bench.expect_key_reused(1, 'replay-' || lpad(:i::text, 12, '0'));
@@ -91,7 +129,7 @@ run_pgbench() {
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
 
-VARIANTS="idem_fresh idem_replay plpgsql_fresh plpgsql_replay client_fresh limit_fresh limit_replay"
+VARIANTS="idem_fresh idem_replay plpgsql_fresh plpgsql_replay client_fresh limit_fresh limit_replay run_fresh limit_run_fresh run_replay begin_replay limit_run_replay"
 declare -A TPS
 log "main runs: $REPS x $VARIANTS, $SECONDS_PER_RUN s each, 8 clients"
 for rep in $(seq 1 "$REPS"); do
@@ -166,6 +204,11 @@ row plpgsql_replay "3. PL/pgSQL replay" limit_replay ""
 row client_fresh "4. client-driven fresh" limit_fresh ""
 row limit_fresh "5. limit: one statement, both rows" "" ""
 row limit_replay "6. limit: prepared SELECT" "" ""
+row run_fresh "7. idem_run fresh, PL/pgSQL handler inserting a row" limit_run_fresh ""
+row run_replay "8. idem_run replay" limit_run_replay ""
+row begin_replay "8. idem_begin replay" limit_run_replay ""
+row limit_run_fresh "9. limit: one statement, handler + finished record" "" ""
+row limit_run_replay "10. limit: prepared SELECT of the stored result" "" ""
 echo
 echo "| mixed (80 % replay, 15 % fresh, 5 % IK001) | TPS | p50 ms | p99 ms | IK001 answers |"
 echo "|---|---|---|---|---|"
