@@ -128,5 +128,38 @@ SELECT * FROM idem_create_order(404, 'altered-table-00002', 8, 1);
 ALTER TABLE idempotency_record ALTER COLUMN idempotency_key TYPE varchar(128);
 SELECT replayed FROM idem_create_order(404, 'altered-table-00002', 8, 1);
 
+-- The arbiter must be what the protocol relies on: a valid, immediate unique
+-- index on exactly (owner_id, operation, idempotency_key).  A partial one
+-- would let one key execute once per status, an expression index compares
+-- something else, a deferrable one decides only at commit: all refused
+-- (55000), nothing written, through every entry point.
+ALTER TABLE idempotency_record DROP CONSTRAINT uk_idempotency_scope;
+CREATE UNIQUE INDEX uk_idempotency_scope ON idempotency_record (owner_id, operation, idempotency_key)
+    WHERE status = 'PROCESSING';
+SELECT * FROM idem_create_order(405, 'scope-index-key-0001', 8, 1);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT * FROM idem_begin(405, 'DEBIT', 'scope-index-key-0001', '{}');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+DROP INDEX uk_idempotency_scope;
+CREATE UNIQUE INDEX uk_idempotency_scope ON idempotency_record (owner_id, lower(operation), idempotency_key);
+SELECT * FROM idem_create_order(405, 'scope-index-key-0001', 8, 1);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+DROP INDEX uk_idempotency_scope;
+ALTER TABLE idempotency_record ADD CONSTRAINT uk_idempotency_scope
+    UNIQUE (owner_id, operation, idempotency_key) DEFERRABLE;
+SELECT * FROM idem_create_order(405, 'scope-index-key-0001', 8, 1);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+ALTER TABLE idempotency_record DROP CONSTRAINT uk_idempotency_scope;
+CREATE UNIQUE INDEX uk_idempotency_scope ON idempotency_record (owner_id, idempotency_key, operation);
+SELECT * FROM idem_create_order(405, 'scope-index-key-0001', 8, 1);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+DROP INDEX uk_idempotency_scope;
+SELECT count(*) AS records FROM idempotency_record WHERE owner_id = 405;
+-- put back as installed: calls work again
+ALTER TABLE idempotency_record ADD CONSTRAINT uk_idempotency_scope
+    UNIQUE (owner_id, operation, idempotency_key);
+SELECT replayed FROM idem_create_order(405, 'scope-index-key-0001', 8, 1);
+SELECT replayed FROM idem_create_order(405, 'scope-index-key-0001', 8, 1);
+
 DROP TABLE order_audit, sku;
 DROP FUNCTION order_audit_row(), order_flag_row(), order_refuse_row(), order_seen_row();

@@ -393,13 +393,7 @@ idem_begin(PG_FUNCTION_ARGS)
 		check_not_claimed(&scope, fingerprint);
 
 	cat = *idem_catalog(fcinfo);
-	idem_become_owner(&identity, cat.owner);
-	claim.cat = &cat;
-	claim.scope = &scope;
-	claim.fingerprint = fingerprint;
-	claim.now = now;
-	claim.identity = &identity;
-	outcome = idem_claim(&claim);
+	outcome = idem_claim(&claim, &cat, &scope, fingerprint, now, &identity);
 	idem_restore_caller(&identity);
 
 	if (outcome == IDEM_EXECUTE)
@@ -614,13 +608,7 @@ idem_run(PG_FUNCTION_ARGS)
 	if (pending != NULL)
 		check_not_claimed(&scope, fingerprint);
 
-	idem_become_owner(&identity, cat.owner);
-	claim.cat = &cat;
-	claim.scope = &scope;
-	claim.fingerprint = fingerprint;
-	claim.now = now;
-	claim.identity = &identity;
-	if (idem_claim(&claim) == IDEM_REPLAY)
+	if (idem_claim(&claim, &cat, &scope, fingerprint, now, &identity) == IDEM_REPLAY)
 	{
 		idem_restore_caller(&identity);
 		PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, true, &claim.rec.result));

@@ -40,17 +40,27 @@ replayable(IdemStatus status)
 }
 
 /*
- * Decide the call.  IDEM_REPLAY: claim->rec is the finished record with
- * the same fingerprint, and no lock is kept.  IDEM_EXECUTE: this
- * transaction holds the key lock, no record of the key exists for it, and
- * the caller executes.  Errors: IK001, IK002, 40001.
+ * Decide the call for scope and its request's fingerprint, as the
+ * extension's owner: identity is switched to it here, and the caller
+ * restores it (idem_restore_caller) when its own work as the owner is done.
+ * IDEM_REPLAY: claim->rec is the finished record with the same fingerprint,
+ * and no lock is kept.  IDEM_EXECUTE: this transaction holds the key lock,
+ * no record of the key exists for it, and the caller executes.  Errors:
+ * IK001, IK002, 40001.
  */
 IdemOutcome
-idem_claim(IdemClaim *c)
+idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
+		   const char *fingerprint, TimestampTz now, IdemIdentity *identity)
 {
 	IdemRecord *rec = &c->rec;
 
+	c->cat = cat;
+	c->scope = scope;
+	c->fingerprint = fingerprint;
+	c->now = now;
+	c->identity = identity;
 	c->locked = false;
+	idem_become_owner(identity, cat->owner);
 	for (int attempt = 1;; attempt++)
 	{
 		bool		found;

@@ -20,18 +20,18 @@ typedef enum IdemOutcome
 
 typedef struct IdemClaim
 {
-	/* in */
 	const IdemCatalog *cat;
 	const IdemScope *scope;
 	const char *fingerprint;
 	TimestampTz now;
-	IdemIdentity *identity;		/* the owner's: its search_path is pinned before a renewal */
-	/* out */
+	IdemIdentity *identity;		/* switched to the owner by idem_claim */
 	LOCKTAG		tag;
 	bool		locked;			/* the key lock is held */
 	IdemRecord	rec;
 } IdemClaim;
 
-extern IdemOutcome idem_claim(IdemClaim *claim);
+extern IdemOutcome idem_claim(IdemClaim *claim, const IdemCatalog *cat,
+							   const IdemScope *scope, const char *fingerprint,
+							   TimestampTz now, IdemIdentity *identity);
 
 #endif							/* IDEM_CLAIM_H */

@@ -364,6 +364,27 @@ jcs_append_numeric(StringInfo out, Numeric num)
 	char	   *text = DatumGetCString(DirectFunctionCall1(numeric_out,
 														   NumericGetDatum(num)));
 	double		d;
+	int			ndigits = 0;
+	const char *p = text;
+
+	/*
+	 * An integer of at most 15 digits (below 2^53) is exact as a double and
+	 * ECMAScript prints it as its digits: numeric_out's text already is the
+	 * canonical form (it writes no leading zeros and no "-0").
+	 */
+	if (*p == '-')
+		p++;
+	while (*p >= '0' && *p <= '9')
+	{
+		p++;
+		ndigits++;
+	}
+	if (*p == '\0' && ndigits > 0 && ndigits <= 15)
+	{
+		appendStringInfoString(out, text);
+		pfree(text);
+		return;
+	}
 
 	errno = 0;
 	d = strtod(text, NULL);

@@ -309,13 +309,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 	call.now = GetCurrentTransactionStartTimestamp();
 	order_fingerprint(call.sku, call.qty, fingerprint);
 
-	idem_become_owner(&identity, cat.owner);
-	claim.cat = &cat;
-	claim.scope = &scope;
-	claim.fingerprint = fingerprint;
-	claim.now = call.now;
-	claim.identity = &identity;
-	outcome = idem_claim(&claim);
+	outcome = idem_claim(&claim, &cat, &scope, fingerprint, call.now, &identity);
 	if (outcome == IDEM_EXECUTE)
 	{
 		idem_use_safe_search_path(&identity);

@@ -92,6 +92,40 @@ sql -c "SELECT count(*) AS expired_2s_later FROM idempotency_record WHERE expire
     -c "SELECT datname, last_run_deleted, total_deleted, runs, last_error FROM idem_cleanup_status()"
 echo "-> the worker deleted it by itself; idem_cleanup_status() shows what it did."
 
+say "9. Any operation: an account debited exactly once (idem_begin / idem_finish, idem_run)"
+sql_script <<'SQL'
+CREATE TABLE account (id bigint PRIMARY KEY, balance numeric NOT NULL);
+INSERT INTO account VALUES (7, 1000);
+BEGIN;
+SELECT * FROM idem_begin(42, 'DEBIT', '01JZ6Q4X7M9K8P2A6T3B5C1D20', '{"account": 7, "amount": 100}');
+UPDATE account SET balance = balance - 100 WHERE id = 7;
+SELECT idem_finish(42, 'DEBIT', '01JZ6Q4X7M9K8P2A6T3B5C1D20', 201, '{"debited": 100,  "account": 7}');
+COMMIT;
+SELECT * FROM idem_begin(42, 'DEBIT', '01JZ6Q4X7M9K8P2A6T3B5C1D20', '{"amount": 100, "account": 7}');
+CREATE FUNCTION debit_handler(request jsonb) RETURNS idem_result LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE public.account SET balance = balance - (request->>'amount')::numeric
+    WHERE id = (request->>'account')::bigint AND balance >= (request->>'amount')::numeric;
+    IF NOT FOUND THEN
+        RETURN ROW(422, '{"error": "insufficient funds"}', NULL, NULL)::idem_result;
+    END IF;
+    RETURN ROW(201, json_build_object('debited', request->'amount'), '{"Location": "/accounts/7"}', NULL)::idem_result;
+END $$;
+SELECT * FROM idem_run(42, 'DEBIT', '01JZ6Q4X7M9K8P2A6T3B5C1D21', '{"account": 7, "amount": 100}', 'debit_handler(jsonb)');
+SELECT * FROM idem_run(42, 'DEBIT', '01JZ6Q4X7M9K8P2A6T3B5C1D21', '{"account": 7, "amount": 100}', 'debit_handler(jsonb)');
+SELECT * FROM idem_run(42, 'DEBIT', '01JZ6Q4X7M9K8P2A6T3B5C1D22', '{"account": 7, "amount": 5000}', 'debit_handler(jsonb)');
+SELECT balance FROM account WHERE id = 7;
+BEGIN;
+SELECT replayed FROM idem_begin(42, 'DEBIT', '01JZ6Q4X7M9K8P2A6T3B5C1D23', '{"account": 7, "amount": 100}');
+UPDATE account SET balance = balance - 100 WHERE id = 7;
+COMMIT;
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT balance FROM account WHERE id = 7;
+SQL
+echo "-> each key debited once; the replays returned the stored body byte for byte (and headers);"
+echo "   a 4xx result (insufficient funds) is stored and replayed too; a claim without idem_finish"
+echo "   cannot commit (IK005), so its debit rolled back."
+
 say "Fingerprints: RFC 8785 canonical JSON, then SHA-256"
 sql -c "SELECT idem_canonical_json('{\"sku\": 1001, \"qty\": 2.0}') AS canonical,
                idem_request_hash('{\"qty\":2,\"sku\":1001}') = idem_request_hash('{\"sku\": 1001, \"qty\": 2.0}') AS same_hash"

@@ -10,6 +10,8 @@
 #
 #   bash test/bench/bench.sh                 # everything
 #   IDEM_BENCH_QUICK=1 bash test/bench/bench.sh   # 1 repetition of 3 s, 1M records
+#   IDEM_BENCH_ONLY="run_fresh limit_run_fresh" IDEM_BENCH_REPS=9 bash test/bench/bench.sh
+#                        # only those variants, interleaved, then their table rows
 source "$(dirname "$0")/../lib.sh"
 
 SECONDS_PER_RUN=10
@@ -19,6 +21,8 @@ MEMORY_CALLS=1000000
 if [ -n "${IDEM_BENCH_QUICK:-}" ]; then
 	SECONDS_PER_RUN=3 REPS=1 BIG_RECORDS=1000000 MEMORY_CALLS=100000
 fi
+REPS=${IDEM_BENCH_REPS:-$REPS}
+SECONDS_PER_RUN=${IDEM_BENCH_SECONDS:-$SECONDS_PER_RUN}
 
 ensure_packages
 build_install
@@ -129,7 +133,7 @@ run_pgbench() {
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
 
-VARIANTS="idem_fresh idem_replay plpgsql_fresh plpgsql_replay client_fresh limit_fresh limit_replay run_fresh limit_run_fresh run_replay begin_replay limit_run_replay"
+VARIANTS=${IDEM_BENCH_ONLY:-"idem_fresh idem_replay plpgsql_fresh plpgsql_replay client_fresh limit_fresh limit_replay run_fresh limit_run_fresh run_replay begin_replay limit_run_replay"}
 declare -A TPS
 log "main runs: $REPS x $VARIANTS, $SECONDS_PER_RUN s each, 8 clients"
 for rep in $(seq 1 "$REPS"); do
@@ -141,6 +145,28 @@ for rep in $(seq 1 "$REPS"); do
 done
 declare -A MED
 for v in $VARIANTS; do MED[$v]=$(echo "${TPS[$v]}" | median); done
+
+# Only some variants: their medians, per-repetition ratios, and stop.
+if [ -n "${IDEM_BENCH_ONLY:-}" ]; then
+	echo
+	echo "## idem benchmark, variants $VARIANTS: $(date -u +%Y-%m-%d), $(nproc) cores, -c 8 -j 2 -T $SECONDS_PER_RUN, $REPS interleaved repetitions"
+	for v in $VARIANTS; do
+		printf '%s: median %.0f TPS (runs%s)\n' "$v" "${MED[$v]}" "${TPS[$v]}"
+	done
+	pair() {	# pair VARIANT LIMIT: ratio of medians and the median of per-repetition ratios
+		[[ " $VARIANTS " == *" $1 "* && " $VARIANTS " == *" $2 "* ]] || return 0
+		local per
+		per=$(paste -d' ' <(echo "${TPS[$1]}" | tr ' ' '\n' | grep -v '^$') \
+			<(echo "${TPS[$2]}" | tr ' ' '\n' | grep -v '^$') | awk '{printf "%.2f ", $1 / $2}')
+		echo "$1 / $2: ratio of medians $(ratio "${MED[$1]}" "${MED[$2]}"), per repetition: $per(median $(echo "$per" | median))"
+	}
+	pair run_fresh limit_run_fresh
+	pair run_replay limit_run_replay
+	pair begin_replay limit_run_replay
+	pair idem_fresh limit_fresh
+	pair idem_replay limit_replay
+	exit 0
+fi
 
 # The mixed workload: 80 % replays, 15 % fresh, 5 % mismatched keys (IK001).
 mixed() {
