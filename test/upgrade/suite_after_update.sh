@@ -15,7 +15,7 @@ trap 'rm -rf "$OUT"' EXIT
 
 for version in 1.0 1.1 1.2; do
 	db=idem_from_${version/./_}
-	"$PG_BINDIR/dropdb" --if-exists "$db"
+	"$PG_BINDIR/dropdb" --if-exists "$db" 2>/dev/null
 	"$PG_BINDIR/createdb" --template=template0 "$db"
 	"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$db" \
 		-c "CREATE EXTENSION pgcrypto" \
