@@ -36,6 +36,149 @@
 
 /* GUC variables */
 int			idem_wait_timeout = 5000;
+static char *idem_allowed_owners = NULL;
+
+/*
+ * idem.allowed_owners, parsed: the owners a role may act for, as ranges.
+ * NULL (an empty setting) binds nothing.
+ */
+typedef struct OwnerRanges
+{
+	int			n;
+	struct
+	{
+		int64		lo;
+		int64		hi;
+	}			r[FLEXIBLE_ARRAY_MEMBER];
+} OwnerRanges;
+
+static OwnerRanges *allowed_owners = NULL;
+
+/* Parse an optionally signed decimal int64 at *p; false if there is none. */
+static bool
+parse_owner(const char **p, int64 *value)
+{
+	const char *s = *p;
+	bool		neg = false;
+	uint64		v = 0;
+
+	if (*s == '-')
+	{
+		neg = true;
+		s++;
+	}
+	if (*s < '0' || *s > '9')
+		return false;
+	while (*s >= '0' && *s <= '9')
+	{
+		if (v > (PG_UINT64_MAX - 9) / 10)
+			return false;
+		v = v * 10 + (*s++ - '0');
+	}
+	if (v > (uint64) PG_INT64_MAX + (neg ? 1 : 0))
+		return false;
+	*value = neg ? (int64) (0 - v) : (int64) v;
+	*p = s;
+	return true;
+}
+
+/*
+ * Check hook of idem.allowed_owners: a comma-separated list of owners and
+ * ranges ("7", "7,9", "100-199", "-5..5"); builds the parsed ranges.
+ */
+static bool
+check_allowed_owners(char **newval, void **extra, GucSource source)
+{
+	const char *p = *newval;
+	int			cap = 1;
+	OwnerRanges *ranges;
+
+	for (const char *c = p; *c; c++)
+		if (*c == ',')
+			cap++;
+	/* PostgreSQL 15's GUC code frees extra with free() */
+	ranges = malloc(offsetof(OwnerRanges, r) + cap * sizeof(ranges->r[0]));
+	if (ranges == NULL)
+	{
+		GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);
+		return false;
+	}
+	ranges->n = 0;
+	while (*p == ' ')
+		p++;
+	while (*p != '\0')
+	{
+		int64		lo;
+		int64		hi;
+
+		if (!parse_owner(&p, &lo))
+			goto bad;
+		hi = lo;
+		if (p[0] == '.' && p[1] == '.')
+		{
+			p += 2;
+			if (!parse_owner(&p, &hi))
+				goto bad;
+		}
+		else if (p[0] == '-')
+		{
+			p += 1;
+			if (!parse_owner(&p, &hi))
+				goto bad;
+		}
+		if (hi < lo)
+			goto bad;
+		ranges->r[ranges->n].lo = lo;
+		ranges->r[ranges->n].hi = hi;
+		ranges->n++;
+		while (*p == ' ')
+			p++;
+		if (*p == ',')
+		{
+			p++;
+			while (*p == ' ')
+				p++;
+			if (*p == '\0')
+				goto bad;
+		}
+		else if (*p != '\0')
+			goto bad;
+	}
+	*extra = ranges;
+	return true;
+
+bad:
+	free(ranges);
+	GUC_check_errdetail("Give owners and ranges separated by commas, such as \"7\", \"7,9\" or \"100-199\".");
+	return false;
+}
+
+static void
+assign_allowed_owners(const char *newval, void *extra)
+{
+	OwnerRanges *ranges = (OwnerRanges *) extra;
+
+	allowed_owners = (ranges != NULL && ranges->n > 0) ? ranges : NULL;
+}
+
+/*
+ * Refuse (42501) an owner outside idem.allowed_owners, the owners the
+ * current role is bound to; an empty setting binds nothing.
+ */
+void
+idem_check_owner(int64 owner)
+{
+	if (allowed_owners == NULL)
+		return;
+	for (int i = 0; i < allowed_owners->n; i++)
+		if (owner >= allowed_owners->r[i].lo && owner <= allowed_owners->r[i].hi)
+			return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("owner " INT64_FORMAT " is not one this session may act for", owner),
+			 errdetail("idem.allowed_owners is \"%s\".", idem_allowed_owners),
+			 errhint("A superuser binds a role to its owners with ALTER ROLE ... SET idem.allowed_owners.")));
+}
 
 /* Define the GUC of this module. */
 void
@@ -50,6 +193,16 @@ idem_key_init(void)
 							PGC_USERSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("idem.allowed_owners",
+							   "The owners this session may act for: a list of owners and ranges.",
+							   "Set by a superuser, typically per role (ALTER ROLE ... SET); "
+							   "empty means any owner.",
+							   &idem_allowed_owners,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   check_allowed_owners, assign_allowed_owners, NULL);
 }
 
 /*
@@ -123,6 +276,7 @@ idem_scope_init(IdemScope *scope, int64 owner, Datum operation_text, Datum key_t
 	text	   *op = DatumGetTextPP(operation_text);
 	text	   *key = DatumGetTextPP(key_text);
 
+	idem_check_owner(owner);
 	scope->owner = owner;
 	scope->operation = text_to_cstring(op);
 	idem_check_operation(scope->operation, VARSIZE_ANY_EXHDR(op));

@@ -293,6 +293,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 	idem_check_not_null(fcinfo, 3, "qty");
 	key = PG_GETARG_TEXT_PP(1);
 	scope.owner = PG_GETARG_INT64(0);
+	idem_check_owner(scope.owner);
 	scope.operation = ORDER_OPERATION;
 	scope.operation_text = CStringGetTextDatum(ORDER_OPERATION);
 	scope.key = text_to_cstring(key);
