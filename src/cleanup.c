@@ -5,89 +5,174 @@
  *
  * One huge DELETE would hold many row locks and flood WAL at once, so
  * expired records go in batches of at most batch_size rows, oldest expiry
- * first.  Rows another transaction holds (a caller renewing an expired key,
- * say) are skipped, never waited for, and a row is deleted only while its
- * expires_at is in the past: the row lock is taken on its newest version.
+ * first.  Rows another transaction holds (a caller replacing an expired
+ * record, say) are skipped, never waited for, and a row is deleted only
+ * while its expires_at is in the past: the row lock is taken on its newest
+ * version and the expiry checked again there, as SELECT ... FOR UPDATE SKIP
+ * LOCKED followed by a DELETE would.
+ *
+ * No statement is involved: the table and its expires_at index are found
+ * by OID in the extension's schema (found by OID too), scanned directly and
+ * rows deleted through rowwrite.c (row triggers fire, statement triggers do
+ * not).  A kept SQL statement would name the schema, and PostgreSQL parses
+ * such a statement again after any schema change, by name: renaming
+ * schemas could then point it at a look-alike table.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/nbtree.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/pg_am.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
-#include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "idem.h"
 #include "cleanup.h"
+#include "rowwrite.h"
 #include "util.h"
 
 PG_FUNCTION_INFO_V1(idem_cleanup_expired);
 
-/* The kept plan of one batch, for one extension schema. */
-static Oid	cleanup_nspid = InvalidOid;
-static SPIPlanPtr cleanup_plan = NULL;
-
-/* Prepare the batch DELETE for the schema nspid. */
-static void
-prepare_cleanup_plan(Oid nspid)
+/* idempotency_record in schema nspid, checked to be a table. */
+static Oid
+record_relation(Oid nspid)
 {
-	char	   *s;
-	Oid			types[2] = {TIMESTAMPTZOID, INT4OID};
+	Oid			relid = get_relname_relid("idempotency_record", nspid);
 
-	if (cleanup_nspid == nspid)
-		return;
-
-	cleanup_nspid = InvalidOid;
-	idem_free_kept(&cleanup_plan);
-	s = idem_quoted_schema(nspid);
-
-	/*
-	 * $1 now, $2 batch size.  The subquery locks the rows, rechecking
-	 * expires_at on the newest version of a row updated meanwhile, and nobody
-	 * can change them before we commit; the DELETE then finds them by ctid,
-	 * a TID scan whatever the statistics say.  (Looking them up by id let a
-	 * generic plan test every row of the table against the whole batch.)  A
-	 * row whose ctid moved on is not matched and waits for the next batch.
-	 */
-	cleanup_plan = idem_prepare_kept(psprintf(
-		"DELETE FROM %s.idempotency_record AS r"
-		" WHERE r.ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-		"  SELECT e.ctid FROM %s.idempotency_record e"
-		"  WHERE e.expires_at OPERATOR(pg_catalog.<) $1"
-		"  ORDER BY e.expires_at LIMIT $2"
-		"  FOR UPDATE SKIP LOCKED))", s, s), 2, types);
-	cleanup_nspid = nspid;
+	if (!OidIsValid(relid) || get_rel_relkind(relid) != RELKIND_RELATION)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's relation \"idempotency_record\" is missing from schema \"%s\"",
+						get_namespace_name(nspid)),
+				 errhint("Drop and re-create the extension idem.")));
+	return relid;
 }
 
 /*
- * Delete expired records in batches of at most batch_size rows, at most
- * max_batches batches (all of them if max_batches < 0), all in the current
- * transaction.  Returns how many rows were deleted.  The caller is connected
- * to SPI.  idem_cleanup_expired() and the cleanup worker both come here.
+ * A valid, non-partial B-tree index of heap whose first column is
+ * expires_at (idx_idempotency_expire as installed), opened.
+ */
+static Relation
+open_expiry_index(Relation heap, AttrNumber expires)
+{
+	List	   *indexes = RelationGetIndexList(heap);
+	ListCell   *lc;
+
+	foreach(lc, indexes)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index ind = index->rd_index;
+
+		if (index->rd_rel->relam == BTREE_AM_OID && ind->indisvalid &&
+			ind->indkey.values[0] == expires && RelationGetIndexPredicate(index) == NIL)
+		{
+			list_free(indexes);
+			return index;
+		}
+		index_close(index, AccessShareLock);
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("idem's table \"idempotency_record\" has no B-tree index on expires_at"),
+			 errhint("CREATE INDEX idx_idempotency_expire ON idempotency_record (expires_at).")));
+	return NULL;				/* keep compiler quiet */
+}
+
+/*
+ * Delete at most batch_size records of relid that expired before now,
+ * oldest first, skipping rows other transactions hold.  Returns how many.
+ */
+static int64
+delete_batch(Oid relid, TimestampTz now, int batch_size)
+{
+	IdemRows	rows;
+	Relation	heap;
+	Relation	index;
+	AttrNumber	expires;
+	ScanKeyData skey;
+	IndexScanDesc scan;
+	TupleTableSlot *found;
+	TupleTableSlot *locked;
+	Snapshot	snapshot;
+	int64		deleted = 0;
+
+	idem_rows_begin(&rows, &relid, 1, CMD_DELETE);
+	heap = rows.rels[0]->ri_RelationDesc;
+	locked = rows.slots[0];
+	expires = get_attnum(relid, "expires_at");
+	if (expires == InvalidAttrNumber ||
+		TupleDescAttr(RelationGetDescr(heap), expires - 1)->atttypid != TIMESTAMPTZOID)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's table \"idempotency_record\" was altered: column \"expires_at\" is missing or of another type"),
+				 errhint("Undo the change, or drop and re-create the extension idem.")));
+	index = open_expiry_index(heap, expires);
+
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	found = table_slot_create(heap, NULL);
+	ScanKeyInit(&skey, 1, BTLessStrategyNumber, F_TIMESTAMPTZ_LT, TimestampTzGetDatum(now));
+	scan = index_beginscan(heap, index, snapshot, 1, 0);
+	index_rescan(scan, &skey, 1, NULL, 0);
+	while (deleted < batch_size && index_getnext_slot(scan, ForwardScanDirection, found))
+	{
+		ItemPointerData tid = found->tts_tid;
+		TM_FailureData tmfd;
+		bool		isnull;
+		Datum		d;
+
+		CHECK_FOR_INTERRUPTS();
+		if (table_tuple_lock(heap, &tid, snapshot, locked, GetCurrentCommandId(false),
+							 LockTupleExclusive, LockWaitSkip,
+							 TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd) != TM_Ok)
+			continue;			/* held by another, or gone */
+		d = slot_getattr(locked, expires, &isnull);
+		if (isnull || DatumGetTimestampTz(d) >= now)
+			continue;			/* renewed meanwhile: it stays */
+		idem_rows_delete(&rows, 0, locked);
+		deleted++;
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(found);
+	UnregisterSnapshot(snapshot);
+	index_close(index, NoLock);
+	idem_rows_end(&rows);
+	return deleted;
+}
+
+/*
+ * Delete expired records of the extension in schema nspid in batches of at
+ * most batch_size rows, at most max_batches batches (all of them if
+ * max_batches < 0), all in the current transaction.  Returns how many rows
+ * were deleted.  idem_cleanup_expired() and the cleanup worker both come
+ * here.
  */
 int64
 idem_cleanup_batches(Oid nspid, int batch_size, int max_batches)
 {
+	Oid			relid = record_relation(nspid);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	int64		total = 0;
-	Datum		args[2];
-
-	prepare_cleanup_plan(nspid);
-	args[0] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-	args[1] = Int32GetDatum(batch_size);
 
 	for (int batch = 0; max_batches < 0 || batch < max_batches; batch++)
 	{
-		int			rc;
+		int64		n;
 
 		CHECK_FOR_INTERRUPTS();
-		rc = SPI_execute_plan(cleanup_plan, args, NULL, false, 0);
-		if (rc != SPI_OK_DELETE)
-			elog(ERROR, "idem: cleanup batch failed: %s", SPI_result_code_string(rc));
-		total += SPI_processed;
+		n = delete_batch(relid, now, batch_size);
+		total += n;
 		/* a short batch: nothing expired is left, or only rows others hold */
-		if (SPI_processed < (uint64) batch_size)
+		if (n < batch_size)
 			break;
 	}
 	return total;
@@ -99,7 +184,6 @@ idem_cleanup_expired(PG_FUNCTION_ARGS)
 {
 	int32		batch_size;
 	int32		max_batches = -1;
-	int64		deleted;
 
 	idem_check_not_null(fcinfo, 0, "batch_size");
 	batch_size = PG_GETARG_INT32(0);
@@ -118,10 +202,5 @@ idem_cleanup_expired(PG_FUNCTION_ARGS)
 					 errdetail("The call has max_batches %d.", max_batches)));
 	}
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "idem: SPI_connect failed");
-	deleted = idem_cleanup_batches(idem_extension_schema(fcinfo), batch_size, max_batches);
-	SPI_finish();
-
-	PG_RETURN_INT64(deleted);
+	PG_RETURN_INT64(idem_cleanup_batches(idem_extension_schema(fcinfo), batch_size, max_batches));
 }
