@@ -161,5 +161,17 @@ ALTER TABLE idempotency_record ADD CONSTRAINT uk_idempotency_scope
 SELECT replayed FROM idem_create_order(405, 'scope-index-key-0001', 8, 1);
 SELECT replayed FROM idem_create_order(405, 'scope-index-key-0001', 8, 1);
 
+-- Past 10^12 orders the number keeps every digit: no two orders share one
+-- (lpad would truncate 1000000000000 to the number of order 100000000000).
+SELECT last_value AS saved_order_id FROM purchase_order_id_seq \gset
+SELECT setval('purchase_order_id_seq', 999999999998);
+SELECT order_no, replayed FROM idem_create_order(4060, 'wide-order-no-key-001', 1, 1);
+SELECT order_no, replayed FROM idem_create_order(4060, 'wide-order-no-key-002', 1, 1);
+SELECT order_no, replayed FROM idem_create_order(4060, 'wide-order-no-key-002', 1, 1);
+SELECT order_no = 'ORD-' || id::text AS whole_id FROM purchase_order WHERE owner_id = 4060 ORDER BY id;
+DELETE FROM purchase_order WHERE owner_id = 4060;
+DELETE FROM idempotency_record WHERE owner_id = 4060;
+SELECT setval('purchase_order_id_seq', :saved_order_id) = :saved_order_id AS restored;
+
 DROP TABLE order_audit, sku;
 DROP FUNCTION order_audit_row(), order_flag_row(), order_refuse_row(), order_seen_row();

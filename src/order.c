@@ -49,7 +49,7 @@ enum
 
 static const IdemColumnSpec order_columns[ORD_NCOLS] = {
 	[ORD_ID] = {"id", INT8OID, 0, false, false},
-	[ORD_NO] = {"order_no", VARCHAROID, 16, false, false},
+	[ORD_NO] = {"order_no", VARCHAROID, 4 + MAXINT8LEN, false, false},
 	[ORD_OWNER] = {"owner_id", INT8OID, 0, false, false},
 	[ORD_SKU] = {"sku_id", INT8OID, 0, false, false},
 	[ORD_QTY] = {"quantity", INT4OID, 0, false, false},
@@ -124,18 +124,21 @@ order_response(Datum order_id, Datum order_no)
 	return JsonbPGetDatum(JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL)));
 }
 
-/* The order number of order id: 'ORD-' and the id, zero-padded to 12 digits. */
+/*
+ * The order number of order id: 'ORD-' and the id, zero-padded to 12
+ * digits; an id of more digits is written whole (never truncated, so two
+ * orders never share a number).
+ */
 static Datum
 order_number(int64 id)
 {
 	char		digits[MAXINT8LEN + 1];
-	char		no[4 + 12 + 1] = "ORD-";
+	char		no[4 + MAXINT8LEN + 1] = "ORD-";
 	int			len = pg_lltoa(id, digits);
 	int			pad = len < 12 ? 12 - len : 0;
 
 	memset(no + 4, '0', pad);
-	memcpy(no + 4 + pad, digits, Min(len, 12));	/* as lpad, which truncates on the right */
-	no[4 + 12] = '\0';
+	memcpy(no + 4 + pad, digits, len + 1);
 	return CStringGetTextDatum(no);
 }
 
