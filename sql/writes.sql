@@ -35,9 +35,10 @@ SELECT r.idempotency_key, r.operation, r.status, r.http_status,
 FROM idempotency_record r JOIN purchase_order o ON o.id = r.resource_id
 WHERE r.owner_id = 401 ORDER BY r.idempotency_key;
 
--- Row triggers fire: BEFORE can change the order (the answer shows it, the
--- replay shows what the record stored), AFTER sees the row.  They run inside
--- idem_create_order, so under its search_path: they qualify their names.
+-- Row triggers fire: BEFORE can change the order, and the first answer and
+-- every replay show the order as stored (the record's response is built from
+-- the stored row); AFTER sees the row.  They run inside idem_create_order,
+-- so under its search_path: they qualify their names.
 CREATE TABLE order_audit (order_id bigint, order_no text, status text);
 CREATE FUNCTION order_audit_row() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -57,6 +58,8 @@ CREATE TRIGGER order_flag BEFORE INSERT ON purchase_order
     FOR EACH ROW EXECUTE FUNCTION order_flag_row();
 SELECT status, replayed FROM idem_create_order(402, 'trigger-key-0000001', 7, 42);
 SELECT status, replayed FROM idem_create_order(402, 'trigger-key-0000001', 7, 42);
+SELECT r.response_json->>'status' AS stored_status, r.response_json->>'orderNo' = o.order_no AS stored_no
+FROM idempotency_record r JOIN purchase_order o ON o.id = r.resource_id WHERE r.owner_id = 402;
 SELECT a.order_no = o.order_no AS audited, a.status
 FROM order_audit a JOIN purchase_order o ON o.id = a.order_id WHERE o.owner_id = 402;
 

@@ -104,23 +104,46 @@ push_jsonb_string(JsonbParseState **state, JsonbIteratorToken token,
 	pushJsonbValue(state, token, &v);
 }
 
-/* The response snapshot stored on the record: {orderId, orderNo, status}. */
+/* Push a text Datum, or JSON null, as a value. */
+static void
+push_jsonb_text(JsonbParseState **state, Datum value, bool isnull)
+{
+	JsonbValue	v;
+
+	if (isnull)
+	{
+		v.type = jbvNull;
+		pushJsonbValue(state, WJB_VALUE, &v);
+		return;
+	}
+	push_jsonb_string(state, WJB_VALUE, VARDATA_ANY(DatumGetTextPP(value)),
+					  VARSIZE_ANY_EXHDR(DatumGetTextPP(value)));
+}
+
+/*
+ * The response snapshot stored on the record, from the answer:
+ * {orderId, orderNo, status}, a NULL column as JSON null.
+ */
 static Datum
-order_response(Datum order_id, Datum order_no)
+order_response(const OrderCall *call)
 {
 	JsonbParseState *state = NULL;
-	JsonbValue	id;
-	text	   *no = DatumGetTextPP(order_no);
+	JsonbValue	v;
 
 	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
 	push_jsonb_string(&state, WJB_KEY, "orderId", 7);
-	id.type = jbvNumeric;
-	id.val.numeric = int64_to_numeric(DatumGetInt64(order_id));
-	pushJsonbValue(&state, WJB_VALUE, &id);
+	if (call->nulls[RES_ORDER_ID])
+		v.type = jbvNull;
+	else
+	{
+		v.type = jbvNumeric;
+		v.val.numeric = int64_to_numeric(DatumGetInt64(call->values[RES_ORDER_ID]));
+	}
+	pushJsonbValue(&state, WJB_VALUE, &v);
 	push_jsonb_string(&state, WJB_KEY, "orderNo", 7);
-	push_jsonb_string(&state, WJB_VALUE, VARDATA_ANY(no), VARSIZE_ANY_EXHDR(no));
+	push_jsonb_text(&state, call->values[RES_ORDER_NO], call->nulls[RES_ORDER_NO]);
 	push_jsonb_string(&state, WJB_KEY, "status", 6);
-	push_jsonb_string(&state, WJB_VALUE, ORDER_CREATED, strlen(ORDER_CREATED));
+	push_jsonb_text(&state, call->values[RES_STATUS], call->nulls[RES_STATUS]);
 	return JsonbPGetDatum(JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL)));
 }
 
@@ -153,10 +176,11 @@ answer_text(OrderCall *call, int res, TupleTableSlot *slot, AttrNumber attnum)
 
 /*
  * Insert the order (IdemBusinessWrite callback), and answer with the order
- * as stored: a BEFORE trigger may have changed it.
+ * as stored, a BEFORE trigger may have changed it: the record's response
+ * is built from the same row, so every replay answers what this call did.
  */
 static void
-order_write(IdemRows *rows, void *arg)
+order_write(IdemRows *rows, void *arg, IdemResult *res)
 {
 	OrderCall  *call = (OrderCall *) arg;
 	const IdemTableLayout *t = &call->cat->tables[order_table_index];
@@ -177,6 +201,10 @@ order_write(IdemRows *rows, void *arg)
 	call->values[RES_ORDER_ID] = slot_getattr(slot, t->att[ORD_ID], &call->nulls[RES_ORDER_ID]);
 	answer_text(call, RES_ORDER_NO, slot, t->att[ORD_NO]);
 	answer_text(call, RES_STATUS, slot, t->att[ORD_STATUS]);
+	res->snapshot = order_response(call);
+	res->snapshot_isnull = false;
+	res->resource_isnull = call->nulls[RES_ORDER_ID];
+	res->resource_id = call->nulls[RES_ORDER_ID] ? 0 : DatumGetInt64(call->values[RES_ORDER_ID]);
 }
 
 /* Execute: draw the order id, write record and order. */
@@ -194,8 +222,6 @@ order_execute(OrderCall *call, const IdemScope *scope, const char *fingerprint)
 	call->order_no = order_number(DatumGetInt64(call->order_id));
 
 	res.http_status = ORDER_HTTP_CREATED;
-	res.snapshot = order_response(call->order_id, call->order_no);
-	res.resource_id = DatumGetInt64(call->order_id);
 	res.body_isnull = true;
 	res.headers_isnull = true;
 	idem_record_insert(call->cat, scope, fingerprint, IDEM_STATUS_SUCCEEDED, &res,

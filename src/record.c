@@ -321,13 +321,14 @@ idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec)
 
 /*
  * Claim a key by inserting its record, already finished and holding res,
- * and with it, in one IdemRows, the business row biz writes (if any).  The
+ * and with it, in one IdemRows, the business row biz writes (if any),
+ * first, so that biz can complete res from the row as stored.  The
  * key lock is held and the last read saw no record.  Whatever else writes
  * the table, the unique index stays the arbiter: a duplicate raises 23505.
  */
 void
 idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
-				   const char *fingerprint, IdemStatus status, const IdemResult *res,
+				   const char *fingerprint, IdemStatus status, IdemResult *res,
 				   TimestampTz now, TimestampTz expires, const IdemBusinessWrite *biz)
 {
 	const IdemTableLayout *rt = &cat->tables[IDEM_TABLE_RECORD];
@@ -348,6 +349,9 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 			idem_rows_set_checks(&rows, 1, cat->tables[biz->table].checks,
 								 cat->tables[biz->table].ncheck);
 	}
+
+	if (biz)
+		biz->write(&rows, biz->arg, res);
 
 	idem_row_init(&record, rt);
 	idem_row_set(&record, REC_ID, Int64GetDatum(nextval_internal(rt->seq, true)));
@@ -370,8 +374,5 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	idem_row_set(&record, REC_UPDATED, TimestampTzGetDatum(now));
 	idem_row_set(&record, REC_EXPIRES, TimestampTzGetDatum(expires));
 	idem_rows_insert(&rows, 0, record.values, record.nulls);
-
-	if (biz)
-		biz->write(&rows, biz->arg);
 	idem_rows_end(&rows);
 }

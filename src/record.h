@@ -45,13 +45,15 @@ typedef struct IdemRecord
 } IdemRecord;
 
 /*
- * A business row written in the same IdemRows as the record, after it:
- * table is an index into IdemCatalog.tables, write inserts rows->rels[1].
+ * A business row written in the same IdemRows as the record, before it:
+ * table is an index into IdemCatalog.tables; write inserts rows->rels[1]
+ * and completes the result from the row as stored (a BEFORE trigger may
+ * have changed it), so that the record stores what the call answers.
  */
 typedef struct IdemBusinessWrite
 {
 	int			table;
-	void		(*write) (IdemRows *rows, void *arg);
+	void		(*write) (IdemRows *rows, void *arg, IdemResult *res);
 	void	   *arg;
 } IdemBusinessWrite;
 
@@ -77,7 +79,7 @@ extern bool idem_record_unseen(const IdemCatalog *cat, const IdemScope *scope);
 extern IdemRenewal idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec);
 extern void idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 							   const char *fingerprint, IdemStatus status,
-							   const IdemResult *res, TimestampTz now,
+							   IdemResult *res, TimestampTz now,
 							   TimestampTz expires, const IdemBusinessWrite *biz);
 
 #endif							/* IDEM_RECORD_H */
