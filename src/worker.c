@@ -50,6 +50,7 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
 
@@ -96,6 +97,7 @@ static int	idem_cleanup_batch_size = 1000;
 static int	idem_cleanup_max_batches = 0;
 static int	idem_cleanup_batch_delay = 50;
 static char *idem_cleanup_databases = NULL;
+static int	idem_cleanup_database_timeout = 600000;	/* ms */
 
 static bool idem_check_cleanup_databases(char **newval, void **extra, GucSource source);
 
@@ -205,6 +207,16 @@ idem_worker_define_gucs(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("idem.cleanup_database_timeout",
+							"How long the cleanup launcher lets one database's worker run per round.",
+							"After this long the launcher stops the worker and goes on with "
+							"the next database. 0 means no limit.",
+							&idem_cleanup_database_timeout,
+							600000, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
 	DefineCustomStringVariable("idem.cleanup_databases",
 							   "The databases the cleanup worker visits.",
 							   "A comma-separated list of names; empty means every "
@@ -303,6 +315,24 @@ status_end_run(const char *error)
 	if (error != NULL)
 	{
 		st->last_error_at = st->last_run_finished;
+		strlcpy(st->last_error, error, IDEM_ERROR_LEN);
+	}
+	LWLockRelease(idem_shared->lock);
+}
+
+/* Record an error for database datid from the launcher, if it is tracked. */
+static void
+status_record_error(Oid datid, const char *error)
+{
+	IdemDbStatus *st;
+
+	LWLockAcquire(idem_shared->lock, LW_EXCLUSIVE);
+	st = hash_search(idem_status, &datid, HASH_FIND, NULL);
+	if (st != NULL)
+	{
+		st->last_error_at = GetCurrentTimestamp();
+		if (st->last_run_finished == 0)
+			st->last_run_finished = st->last_error_at;
 		strlcpy(st->last_error, error, IDEM_ERROR_LEN);
 	}
 	LWLockRelease(idem_shared->lock);
@@ -495,6 +525,20 @@ cleanup_database(void)
 	status_end_run(NULL);
 }
 
+/* What the worker pins, whatever the database's settings say. */
+static const char *const worker_settings[][2] = {
+	{"lock_timeout", IDEM_CLEANUP_LOCK_TIMEOUT},
+	{"default_transaction_isolation", "read committed"},
+	{"default_transaction_read_only", "off"},
+	{"default_transaction_deferrable", "off"},
+	{"statement_timeout", "0"},
+	{"idle_in_transaction_session_timeout", "0"},
+	{"idle_session_timeout", "0"},
+	{"search_path", "pg_catalog, pg_temp"},
+	{"session_replication_role", "origin"},
+	{"synchronous_commit", "local"},
+};
+
 /* Entry point of the per-database worker; main_arg is the database's OID. */
 void
 idem_cleanup_worker_main(Datum main_arg)
@@ -508,8 +552,17 @@ idem_cleanup_worker_main(Datum main_arg)
 	/* the bootstrap superuser; deletes run as the extension's owner */
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 
-	/* a table held by ACCESS EXCLUSIVE delays us, never the reverse */
-	SetConfigOption("lock_timeout", IDEM_CLEANUP_LOCK_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
+	/*
+	 * Settings of the database (ALTER DATABASE ... SET, its owner's to make)
+	 * must neither block nor fail us: a SERIALIZABLE READ ONLY DEFERRABLE
+	 * default would wait for a safe snapshot for as long as any serializable
+	 * writer runs, a read-only default would fail every batch, a short
+	 * statement_timeout every slow one.  A table held by ACCESS EXCLUSIVE
+	 * delays us (lock_timeout), never the reverse.
+	 */
+	for (size_t i = 0; i < lengthof(worker_settings); i++)
+		SetConfigOption(worker_settings[i][0], worker_settings[i][1],
+						PGC_SUSET, PGC_S_OVERRIDE);
 
 	if (!RecoveryInProgress())
 		cleanup_database();
@@ -597,12 +650,78 @@ list_databases(void)
 	return result;
 }
 
+/* Does database dboid still exist (it may have been dropped during the round)? */
+static bool
+database_exists(Oid dboid)
+{
+	bool		exists;
+
+	StartTransactionCommand();
+	exists = SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dboid));
+	CommitTransactionCommand();
+	return exists;
+}
+
+/*
+ * Wait for a worker to exit, at most idem.cleanup_database_timeout: then
+ * stop it, record why, and wait for it to be gone.
+ */
+static void
+wait_for_worker(BackgroundWorkerHandle *handle, IdemDatabase *db)
+{
+	TimestampTz started = GetCurrentTimestamp();
+	bool		terminated = false;
+
+	for (;;)
+	{
+		pid_t		pid;
+		BgwHandleStatus status = GetBackgroundWorkerPid(handle, &pid);
+		long		wait_ms = 1000;
+
+		if (status == BGWH_STOPPED)
+			return;
+		if (status == BGWH_POSTMASTER_DIED)
+			proc_exit(1);
+		reload_config_if_asked();
+		if (!terminated && idem_cleanup_database_timeout > 0)
+		{
+			long		left = idem_cleanup_database_timeout -
+				TimestampDifferenceMilliseconds(started, GetCurrentTimestamp());
+
+			if (left <= 0)
+			{
+				char		msg[IDEM_ERROR_LEN];
+
+				snprintf(msg, sizeof(msg),
+						 "stopped after idem.cleanup_database_timeout (%d ms)",
+						 idem_cleanup_database_timeout);
+				ereport(LOG,
+						(errmsg("idem: the cleanup worker for database \"%s\" %s",
+								NameStr(db->name), msg)));
+				status_record_error(db->oid, msg);
+				TerminateBackgroundWorker(handle);
+				terminated = true;
+			}
+			else
+				wait_ms = Min(wait_ms, left);
+		}
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 wait_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
 /* Start the worker for one database and wait until it has exited. */
 static void
 run_worker(IdemDatabase *db)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
+
+	/* dropped since the round began: no worker, no FATAL in the log */
+	if (!database_exists(db->oid))
+		return;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
@@ -625,8 +744,7 @@ run_worker(IdemDatabase *db)
 						 "for its launcher and one for a worker.")));
 		return;
 	}
-	if (WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
-		proc_exit(1);
+	wait_for_worker(handle, db);
 	pfree(handle);
 }
 

@@ -1,0 +1,86 @@
+# A database's owner cannot stall the cleanup of the other databases
+# (issue 10, D3).  The worker pins every setting that could block or fail it
+# (ALTER DATABASE ... SET default_transaction_isolation = serializable,
+# read_only, deferrable, statement_timeout), so an open SERIALIZABLE writer
+# no longer makes it wait for a safe snapshot; and the launcher gives each
+# database idem.cleanup_database_timeout, after which it stops that worker
+# and goes on.
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use IdemTest;
+
+my $node = idem_node('hostile');
+$node->start;
+# created in this order, so that a round visits them in it
+for my $db ('hostile_db', 'other_db', 'slow_db', 'late_db')
+{
+	$node->safe_psql('postgres', "CREATE DATABASE $db");
+	$node->safe_psql($db, 'CREATE EXTENSION idem');
+}
+
+# --- the reproduction: defaults that would park the worker, and a writer ---
+add_records($node, 'hostile_db', 'old', 200, '-1 second');
+$node->safe_psql('postgres', q{
+	ALTER DATABASE hostile_db SET default_transaction_isolation = 'serializable';
+	ALTER DATABASE hostile_db SET default_transaction_read_only = on;
+	ALTER DATABASE hostile_db SET default_transaction_deferrable = on;
+	ALTER DATABASE hostile_db SET statement_timeout = '1ms';
+	ALTER DATABASE hostile_db SET search_path = nowhere;});
+my $writer = $node->background_psql('hostile_db');
+$writer->query_safe(q{SET statement_timeout = 0});
+$writer->query_safe(q{BEGIN ISOLATION LEVEL SERIALIZABLE READ WRITE});
+$writer->query_safe(q{SELECT count(*) FROM public.idempotency_record});
+add_records($node, 'other_db', 'old', 200, '-1 second');
+
+# read hostile_db with its defaults turned off for the session
+my $plain = q{SET default_transaction_deferrable = off; SET statement_timeout = 0; SET search_path = public; };
+my $waited = wait_until($node, 'other_db',
+	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 20);
+ok(defined $waited, sprintf('another database is cleaned while hostile_db has a serializable writer and hostile defaults (%.1f s)', $waited // -1));
+$waited = wait_until($node, 'hostile_db',
+	$plain . 'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 20);
+ok(defined $waited, sprintf('hostile_db itself is cleaned: the worker pins isolation, read-only, deferrable, timeouts, search_path (%.1f s)', $waited // -1));
+is($node->safe_psql('other_db', q{
+	SELECT coalesce(last_error, '') FROM idem_cleanup_status() WHERE datname = 'hostile_db'}), '',
+	'no error is recorded for hostile_db');
+$writer->query_safe('COMMIT');
+$writer->quit;
+
+# --- a worker past idem.cleanup_database_timeout is stopped ---
+$node->safe_psql('slow_db', q{
+	CREATE FUNCTION public.slow_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN PERFORM pg_catalog.pg_sleep(0.2); RETURN OLD; END $$;
+	CREATE TRIGGER slow_delete BEFORE DELETE ON idempotency_record
+	FOR EACH ROW EXECUTE FUNCTION public.slow_delete();});
+add_records($node, 'slow_db', 'old', 100, '-1 second');
+$node->safe_psql('postgres', q{ALTER SYSTEM SET idem.cleanup_database_timeout = '2s'});
+$node->reload;
+my $log_offset = -s $node->logfile;
+add_records($node, 'late_db', 'old', 200, '-1 second');
+$waited = wait_until($node, 'late_db',
+	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 12);
+ok(defined $waited, sprintf('a database whose worker needs 20 s does not hold up the next one: cleaned in %.1f s', $waited // -1));
+ok(defined wait_until($node, 'other_db', q{
+	SELECT last_error FROM idem_cleanup_status() WHERE datname = 'slow_db'},
+	'stopped after idem.cleanup_database_timeout (2000 ms)', 30),
+	'idem_cleanup_status() shows that slow_db was stopped');
+like(slurp_file($node->logfile, $log_offset),
+	qr/idem: the cleanup worker for database "slow_db" stopped after idem.cleanup_database_timeout/,
+	'the launcher logs it');
+$node->safe_psql('postgres', q{ALTER SYSTEM RESET idem.cleanup_database_timeout});
+$node->safe_psql('slow_db', q{DROP TRIGGER slow_delete ON idempotency_record});
+$node->reload;
+ok(defined wait_until($node, 'slow_db',
+	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 30),
+	'without the slow trigger and the short budget, slow_db is cleaned');
+
+$node->stop;
+done_testing();
