@@ -18,7 +18,11 @@ CREATE TABLE @extschema@.idempotency_record (
     updated_at      TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP,
     expires_at      TIMESTAMPTZ NOT NULL,
     CONSTRAINT uk_idempotency_scope UNIQUE (owner_id, operation, idempotency_key),
-    CONSTRAINT ck_idempotency_status CHECK (status IN ('PROCESSING', 'SUCCEEDED'))
+    -- pg_catalog's operator by name: an = for varchar planted in the target
+    -- schema would otherwise win over pg_catalog's text = text
+    CONSTRAINT ck_idempotency_status CHECK (
+        status::pg_catalog.text OPERATOR(pg_catalog.=)
+            ANY (ARRAY['PROCESSING', 'SUCCEEDED']::pg_catalog.text[]))
 );
 CREATE INDEX idx_idempotency_expire ON @extschema@.idempotency_record (expires_at);
 

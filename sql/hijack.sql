@@ -32,14 +32,16 @@ SELECT idem_finish(1, 'PING', 'planted-operator-0002', 422, '{}');
 COMMIT;
 SELECT rolsuper AS dbo_is_superuser FROM pg_roles WHERE rolname = 'regress_idem_dbo';
 SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'ck_idempotency_status';
--- an install made at each released version with the operator planted,
--- then updated: repaired before any record is written by the new version
+-- an install made at 1.0 with the operator planted, used, then updated
 DROP EXTENSION idem;
 CREATE EXTENSION idem VERSION '1.0';
 SELECT count(*) AS planted_operator_in_constraint FROM pg_depend d
 JOIN pg_constraint c ON d.classid = 'pg_constraint'::regclass AND d.objid = c.oid
 WHERE c.conname = 'ck_idempotency_status' AND d.refclassid = 'pg_operator'::regclass
   AND d.refobjid = 'public.=(varchar, varchar)'::regoperator;
+-- the 1.0 script names pg_catalog's operator too: a record written at 1.0
+SELECT replayed FROM idem_create_order(1, 'planted-operator-0004', 1, 1);
+SELECT rolsuper AS dbo_is_superuser FROM pg_roles WHERE rolname = 'regress_idem_dbo';
 ALTER EXTENSION idem UPDATE;
 SELECT count(*) AS planted_operator_in_constraint FROM pg_depend d
 JOIN pg_constraint c ON d.classid = 'pg_constraint'::regclass AND d.objid = c.oid

@@ -1,0 +1,130 @@
+--
+-- Install and update scripts fail closed (issue 10 §2): a non-superuser
+-- who owns the target schema, or has CREATE on public, plants every object
+-- name idem's scripts create or resolve; CREATE EXTENSION idem and ALTER
+-- EXTENSION idem UPDATE from every released version either fail with an
+-- error or ignore the object: never adopt it (make it a member) and never
+-- run it.  Each attempt runs in a subtransaction and is rolled back.
+--
+\set SHOW_CONTEXT never
+\set VERBOSITY terse
+\set su :USER
+\set regress_db :DBNAME
+CREATE ROLE regress_evil;
+CREATE DATABASE regress_idem_scripts;
+\c regress_idem_scripts :su
+CREATE SCHEMA regress_evil_schema AUTHORIZATION regress_evil;
+GRANT CREATE ON SCHEMA public TO regress_evil;
+-- what every planted function does when someone else runs it
+CREATE FUNCTION public.pwn() RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) THEN
+        ALTER ROLE regress_evil SUPERUSER;
+    END IF;
+    RETURN true;
+END $$;
+GRANT EXECUTE ON FUNCTION public.pwn() TO regress_evil;
+
+-- One attempt: (optionally install an old version cleanly,) plant as
+-- regress_evil in schema s, install or update as superuser, exercise the
+-- result, and report: the error, or what got adopted and whether pwn ran.
+CREATE FUNCTION pg_temp.attempt(s text, plant text, from_version text DEFAULT NULL)
+RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    outcome text;
+BEGIN
+    BEGIN
+        IF from_version IS NOT NULL THEN
+            EXECUTE format('CREATE EXTENSION idem VERSION %L SCHEMA %I', from_version, s);
+        END IF;
+        SET LOCAL ROLE regress_evil;
+        EXECUTE format('SET LOCAL search_path = %I', s);
+        EXECUTE plant;
+        RESET ROLE;
+        RESET search_path;
+        IF from_version IS NULL THEN
+            EXECUTE format('CREATE EXTENSION idem SCHEMA %I', s);
+        ELSE
+            ALTER EXTENSION idem UPDATE;
+        END IF;
+        -- use it: every write path and the cleanup
+        EXECUTE format('SELECT %I.idem_create_order(1, %L, 1, 1)', s, 'scripts-key-00000001');
+        EXECUTE format('CREATE FUNCTION pg_temp.scripts_handler(request jsonb) RETURNS %1$I.idem_result
+                        LANGUAGE sql AS $h$ SELECT ROW(200, NULL, NULL, NULL)::%1$I.idem_result $h$', s);
+        EXECUTE format('SELECT %I.idem_run(1, %L, %L, %L, %L)', s, 'PING', 'scripts-key-00000002',
+                       '{}', 'pg_temp.scripts_handler(jsonb)');
+        EXECUTE format('UPDATE %I.idempotency_record SET expires_at = now() - interval %L', s, '1 day');
+        EXECUTE format('SELECT %I.idem_cleanup_expired()', s);
+        SELECT format('installed %s; members owned by regress_evil: %s; regress_evil superuser: %s',
+                      (SELECT extversion FROM pg_extension WHERE extname = 'idem'),
+                      (SELECT count(*) FROM pg_depend d
+                       WHERE d.deptype = 'e'
+                         AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idem')
+                         AND 'regress_evil'::regrole IN (
+                             (SELECT relowner FROM pg_class WHERE d.classid = 'pg_class'::regclass AND oid = d.objid),
+                             (SELECT proowner FROM pg_proc WHERE d.classid = 'pg_proc'::regclass AND oid = d.objid),
+                             (SELECT typowner FROM pg_type WHERE d.classid = 'pg_type'::regclass AND oid = d.objid),
+                             (SELECT oprowner FROM pg_operator WHERE d.classid = 'pg_operator'::regclass AND oid = d.objid))),
+                      (SELECT rolsuper FROM pg_roles WHERE rolname = 'regress_evil'))
+            INTO outcome;
+        RAISE EXCEPTION USING ERRCODE = 'P0099', MESSAGE = outcome;
+    EXCEPTION WHEN OTHERS THEN
+        outcome := CASE WHEN SQLSTATE = 'P0099' THEN SQLERRM ELSE 'refused: ' || SQLERRM END;
+    END;
+    RETURN outcome;
+END $fn$;
+
+-- The planted objects.
+CREATE TEMP TABLE plants (name text, stmt text, since text);
+INSERT INTO plants VALUES
+ ('table idempotency_record', 'CREATE TABLE idempotency_record (id int)', '1.0'),
+ ('table purchase_order', 'CREATE TABLE purchase_order (id int)', '1.0'),
+ ('sequence idempotency_record_id_seq', 'CREATE SEQUENCE idempotency_record_id_seq', '1.0'),
+ ('sequence purchase_order_id_seq', 'CREATE SEQUENCE purchase_order_id_seq', '1.0'),
+ ('index name uk_idempotency_scope', 'CREATE TABLE evil_t1 (a int CONSTRAINT uk_idempotency_scope UNIQUE)', '1.0'),
+ ('index name idx_idempotency_expire', 'CREATE TABLE evil_t2 (a int); CREATE INDEX idx_idempotency_expire ON evil_t2 (a)', '1.0'),
+ ('function idem_request_hash(jsonb)', 'CREATE FUNCTION idem_request_hash(request jsonb) RETURNS text LANGUAGE sql AS $$ SELECT public.pwn()::text $$', '1.0'),
+ ('function idem_canonical_json(jsonb)', 'CREATE FUNCTION idem_canonical_json(request jsonb) RETURNS text LANGUAGE sql AS $$ SELECT public.pwn()::text $$', '1.0'),
+ ('function idem_create_order', 'CREATE FUNCTION idem_create_order(bigint, text, bigint, integer) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.0'),
+ ('function idem_cleanup_expired', 'CREATE FUNCTION idem_cleanup_expired(integer DEFAULT 1000, integer DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.0'),
+ ('function idem_cleanup_status', 'CREATE FUNCTION idem_cleanup_status() RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.1'),
+ ('function idem_cleanup_worker_notice', 'CREATE FUNCTION idem_cleanup_worker_notice() RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.1'),
+ ('type idem_result', 'CREATE TYPE idem_result AS (http_status integer)', '1.3'),
+ ('type idem_outcome', 'CREATE TYPE idem_outcome AS (replayed boolean)', '1.3'),
+ ('function idem_begin', 'CREATE FUNCTION idem_begin(bigint, text, text, jsonb, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
+ ('function idem_finish', 'CREATE FUNCTION idem_finish(bigint, text, text, integer, json, bigint DEFAULT NULL, jsonb DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
+ ('function idem_run', 'CREATE FUNCTION idem_run(bigint, text, text, jsonb, regprocedure, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
+ ('operators and functions idem compares or calls',
+  $p$CREATE FUNCTION evil_cat(text, text) RETURNS text LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN $1 END $$;
+     CREATE FUNCTION evil_vc(varchar, varchar) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$;
+     CREATE FUNCTION evil_bp(bpchar, bpchar) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$;
+     CREATE FUNCTION evil_ts(timestamptz, timestamptz) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$;
+     CREATE FUNCTION evil_i8(bigint, bigint) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$;
+     CREATE OPERATOR = (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = evil_vc);
+     CREATE OPERATOR = (LEFTARG = bpchar, RIGHTARG = bpchar, FUNCTION = evil_bp);
+     CREATE OPERATOR < (LEFTARG = timestamptz, RIGHTARG = timestamptz, FUNCTION = evil_ts);
+     CREATE OPERATOR = (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = evil_i8);
+     CREATE OPERATOR || (LEFTARG = text, RIGHTARG = text, FUNCTION = evil_cat);
+     CREATE FUNCTION now() RETURNS timestamptz LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN pg_catalog.now() END $$;
+     CREATE FUNCTION nextval(regclass) RETURNS bigint LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN 1 END $$;
+     CREATE FUNCTION lpad(text, integer, text) RETURNS text LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN 'x' END $$$p$,
+  'always');
+
+-- Fresh installs, in a schema regress_evil owns and in public.
+SELECT s AS schema, name, pg_temp.attempt(s, stmt) AS outcome
+FROM plants, (VALUES ('regress_evil_schema'), ('public')) v(s)
+ORDER BY s, name;
+-- Updates from every released version: plant what a later script creates
+-- (or resolves), then ALTER EXTENSION idem UPDATE.
+SELECT v.version AS from_version, s AS schema, name, pg_temp.attempt(s, stmt, v.version) AS outcome
+FROM plants, (VALUES ('1.0'), ('1.1'), ('1.2')) v(version),
+     (VALUES ('regress_evil_schema'), ('public')) w(s)
+WHERE since = 'always' OR since > v.version
+ORDER BY v.version, s, name;
+-- nothing was left behind, and regress_evil never became superuser
+SELECT count(*) AS extensions FROM pg_extension WHERE extname = 'idem';
+SELECT rolsuper AS evil_is_superuser FROM pg_roles WHERE rolname = 'regress_evil';
+
+\c :regress_db :su
+DROP DATABASE regress_idem_scripts;
+DROP ROLE regress_evil;
