@@ -571,29 +571,58 @@ idem_cleanup_worker_main(Datum main_arg)
 
 /* ---- the launcher -------------------------------------------------------- */
 
-/* Is the database named in idem.cleanup_databases (or is the list empty)? */
+/*
+ * Is the database named in idem.cleanup_databases (or is the list empty)?
+ * A quoted name matches exactly; an unquoted one ignoring case, so that
+ * MyDb finds the database "MyDb" (SQL would fold it to mydb, which would
+ * silently match nothing).
+ */
 static bool
 database_selected(const char *name)
 {
-	char	   *raw;
-	List	   *names;
-	ListCell   *lc;
-	bool		selected = false;
+	const char *p = idem_cleanup_databases;
 
-	if (idem_cleanup_databases == NULL || idem_cleanup_databases[0] == '\0')
+	if (p == NULL || *p == '\0')
 		return true;
-	raw = pstrdup(idem_cleanup_databases);
-	/* the check hook has accepted the syntax */
-	if (!SplitIdentifierString(raw, ',', &names))
-		return false;
-	foreach(lc, names)
+	while (*p != '\0')
 	{
-		if (strcmp((char *) lfirst(lc), name) == 0)
-			selected = true;
+		StringInfoData item;
+		bool		quoted = false;
+
+		initStringInfo(&item);
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p == '"')
+		{
+			quoted = true;
+			for (p++; *p != '\0'; p++)
+			{
+				if (*p == '"' && p[1] == '"')
+					appendStringInfoChar(&item, *p++);
+				else if (*p == '"')
+				{
+					p++;
+					break;
+				}
+				else
+					appendStringInfoChar(&item, *p);
+			}
+		}
+		else
+			for (; *p != '\0' && *p != ',' && *p != ' ' && *p != '\t'; p++)
+				appendStringInfoChar(&item, *p);
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p == ',')
+			p++;
+		if (quoted ? strcmp(item.data, name) == 0 : pg_strcasecmp(item.data, name) == 0)
+		{
+			pfree(item.data);
+			return true;
+		}
+		pfree(item.data);
 	}
-	list_free(names);
-	pfree(raw);
-	return selected;
+	return false;
 }
 
 /* Check hook of idem.cleanup_databases: a comma-separated list of names. */

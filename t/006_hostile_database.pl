@@ -82,5 +82,21 @@ ok(defined wait_until($node, 'slow_db',
 	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 30),
 	'without the slow trigger and the short budget, slow_db is cleaned');
 
+# --- idem.cleanup_databases: an unquoted mixed-case name finds its database ---
+$node->safe_psql('postgres', 'CREATE DATABASE "MixedCase"');
+$node->safe_psql('MixedCase', 'CREATE EXTENSION idem');
+$node->safe_psql('postgres', q{ALTER SYSTEM SET idem.cleanup_databases = 'MixedCase, "other_db"'});
+$node->reload;
+sleep(3);	# rounds of 1 s: any round begun before the reload is over
+add_records($node, 'MixedCase', 'old', 50, '-1 second');
+add_records($node, 'late_db', 'skipped', 50, '-1 second');
+ok(defined wait_until($node, 'MixedCase',
+	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 15),
+	'idem.cleanup_databases = \'MixedCase, "other_db"\' cleans the database "MixedCase"');
+sleep(2);
+is(count_records($node, 'late_db'), '50', 'and not a database it does not name');
+$node->safe_psql('postgres', q{ALTER SYSTEM RESET idem.cleanup_databases});
+$node->reload;
+
 $node->stop;
 done_testing();
