@@ -24,6 +24,7 @@
 #include "postgres.h"
 
 #include "access/table.h"
+#include "catalog/namespace.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "commands/trigger.h"
@@ -37,6 +38,38 @@
 
 #include "idem.h"
 #include "rowwrite.h"
+
+/*
+ * Refuse to fire user-defined triggers of rel as its owner for a caller
+ * whose session has a temporary schema.  Such triggers run under search_path
+ * pg_catalog, pg_temp, so a name they do not qualify resolves to the
+ * caller's temporary table of that name, whose own triggers would then run
+ * with the owner's rights; no search_path keeps pg_temp out of relation
+ * lookups.  Internal triggers (foreign keys) name everything by OID.
+ */
+static void
+check_trigger_identity(Relation rel, TriggerDesc *trigdesc)
+{
+	Oid			temp_nspid;
+	Oid			temp_toast_nspid;
+	bool		user_triggers = false;
+
+	if (trigdesc == NULL || GetOuterUserId() == GetUserId())
+		return;
+	for (int t = 0; t < trigdesc->numtriggers; t++)
+		if (!trigdesc->triggers[t].tgisinternal)
+			user_triggers = true;
+	if (!user_triggers)
+		return;
+	GetTempNamespaceState(&temp_nspid, &temp_toast_nspid);
+	if (OidIsValid(temp_nspid))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("idem does not fire the triggers of its table \"%s\" as its owner for a session with temporary tables",
+						RelationGetRelationName(rel)),
+				 errdetail("A name the triggers do not qualify would resolve to this session's temporary table of that name."),
+				 errhint("Call idem from a session that has created no temporary table, or drop the triggers.")));
+}
 
 /*
  * Open the tables relids[0..nrels-1] for cmd (CMD_INSERT or CMD_DELETE),
@@ -93,6 +126,7 @@ idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels, CmdType cmd)
 							 RelationGetRelationName(rel))));
 
 		InitResultRelInfo(rri, rel, i + 1, NULL, 0);
+		check_trigger_identity(rel, rri->ri_TrigDesc);
 		ExecOpenIndices(rri, false);
 		rows->estate->es_opened_result_relations =
 			lappend(rows->estate->es_opened_result_relations, rri);

@@ -75,12 +75,68 @@ ok(defined wait_until($node, 'other_db', q{
 like(slurp_file($node->logfile, $log_offset),
 	qr/idem: the cleanup worker for database "slow_db" stopped after idem.cleanup_database_timeout/,
 	'the launcher logs it');
+# --- a database dropped while the round is busy elsewhere is skipped ---
+$node->safe_psql('postgres', 'CREATE DATABASE doomed_db');
+# a worker in slow_db of a round begun after doomed_db existed: the slow_db
+# worker seen first may belong to an older round, so wait for the next one
+my $first = '';
+wait_until($node, 'postgres', q{SELECT count(*) > 0 FROM pg_stat_activity
+	WHERE backend_type = 'idem cleanup worker' AND datname = 'slow_db'}, 't', 30);
+$first = worker_pids($node, 'slow_db');
+ok(defined wait_until($node, 'postgres', qq{
+	SELECT count(*) > 0 FROM pg_stat_activity
+	WHERE backend_type = 'idem cleanup worker' AND datname = 'slow_db'
+	  AND pid::text <> '@{[ $first || 0 ]}'}, 't', 30),
+	'the worker is busy in slow_db, in a round that listed doomed_db');
+$log_offset = -s $node->logfile;
+$node->safe_psql('postgres', 'DROP DATABASE doomed_db');
+# the rest of the round (slow_db's 2 s budget, late_db, doomed_db's turn)
+# and the next round's start
+sleep(5);
+add_records($node, 'late_db', 'after-drop', 10, '-1 second');
+ok(defined wait_until($node, 'late_db',
+	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 15),
+	'the rounds go on after the drop');
+unlike(slurp_file($node->logfile, $log_offset), qr/FATAL:  database \d+ does not exist/,
+	'no worker was started for it: no FATAL "database ... does not exist" in the log');
+
 $node->safe_psql('postgres', q{ALTER SYSTEM RESET idem.cleanup_database_timeout});
 $node->safe_psql('slow_db', q{DROP TRIGGER slow_delete ON idempotency_record});
 $node->reload;
 ok(defined wait_until($node, 'slow_db',
 	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 30),
 	'without the slow trigger and the short budget, slow_db is cleaned');
+
+# --- schemas renamed between rounds: the worker keeps to the extension's own ---
+$node->safe_psql('other_db', q{
+	CREATE SCHEMA trap;
+	CREATE TABLE trap.fired (what text, who name);
+	CREATE FUNCTION trap.fire() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN INSERT INTO trap.fired VALUES (TG_OP || ' ' || TG_LEVEL, current_user); RETURN NULL; END $$;
+	CREATE SCHEMA lookalike;
+	CREATE TABLE lookalike.idempotency_record (LIKE public.idempotency_record INCLUDING ALL);
+	INSERT INTO lookalike.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+	VALUES (1, 'test', 'lookalike-1', repeat('0', 64), 'SUCCEEDED', now() - interval '1 hour');
+	CREATE TRIGGER fire_stmt BEFORE DELETE ON lookalike.idempotency_record
+		FOR EACH STATEMENT EXECUTE FUNCTION trap.fire();
+	CREATE TRIGGER fire_row BEFORE DELETE ON lookalike.idempotency_record
+		FOR EACH ROW EXECUTE FUNCTION trap.fire();
+	ALTER SCHEMA public RENAME TO real_idem;
+	ALTER SCHEMA lookalike RENAME TO public;});
+$node->safe_psql('other_db', q{
+	INSERT INTO real_idem.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+	SELECT 1, 'test', 'renamed-' || g, repeat('0', 64), 'SUCCEEDED', now() - interval '1 second'
+	FROM generate_series(1, 100) g});
+ok(defined wait_until($node, 'other_db',
+	'SELECT count(*) FROM real_idem.idempotency_record WHERE expires_at < now()', '0', 15),
+	'after ALTER SCHEMA ... RENAME the worker cleans the extension\'s table under its new name');
+is($node->safe_psql('other_db', 'SELECT count(*) FROM trap.fired'), '0',
+	'and never touches the look-alike renamed into the old name (its DELETE triggers never fired)');
+is($node->safe_psql('other_db', 'SELECT count(*) FROM public.idempotency_record'), '1',
+	'the look-alike keeps its expired row');
+$node->safe_psql('other_db', q{
+	ALTER SCHEMA public RENAME TO lookalike;
+	ALTER SCHEMA real_idem RENAME TO public;});
 
 # --- idem.cleanup_databases: an unquoted mixed-case name finds its database ---
 $node->safe_psql('postgres', 'CREATE DATABASE "MixedCase"');
