@@ -134,7 +134,8 @@ SELECT replayed FROM idem_create_order(404, 'altered-table-00002', 8, 1);
 -- The arbiter must be what the protocol relies on: a valid, immediate unique
 -- index on exactly (owner_id, operation, idempotency_key).  A partial one
 -- would let one key execute once per status, an expression index compares
--- something else, a deferrable one decides only at commit: all refused
+-- something else, a deferrable one decides only at commit, an invalid one is
+-- not maintained: all refused
 -- (55000), nothing written, through every entry point.
 ALTER TABLE idempotency_record DROP CONSTRAINT uk_idempotency_scope;
 CREATE UNIQUE INDEX uk_idempotency_scope ON idempotency_record (owner_id, operation, idempotency_key)
@@ -157,6 +158,16 @@ CREATE UNIQUE INDEX uk_idempotency_scope ON idempotency_record (owner_id, idempo
 SELECT * FROM idem_create_order(405, 'scope-index-key-0001', 8, 1);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 DROP INDEX uk_idempotency_scope;
+-- an invalid one: CREATE UNIQUE INDEX CONCURRENTLY that failed on duplicates
+INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+SELECT 405, 'DUP', 'duplicate-key-000001', repeat('0', 64), 'SUCCEEDED', now() + interval '1 hour'
+FROM generate_series(1, 2);
+CREATE UNIQUE INDEX CONCURRENTLY uk_idempotency_scope ON idempotency_record (owner_id, operation, idempotency_key);
+SELECT indisvalid FROM pg_index WHERE indexrelid = 'uk_idempotency_scope'::regclass;
+SELECT * FROM idem_create_order(405, 'scope-index-key-0001', 8, 1);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+DROP INDEX uk_idempotency_scope;
+DELETE FROM idempotency_record WHERE owner_id = 405 AND operation = 'DUP';
 SELECT count(*) AS records FROM idempotency_record WHERE owner_id = 405;
 -- put back as installed: calls work again
 ALTER TABLE idempotency_record ADD CONSTRAINT uk_idempotency_scope
