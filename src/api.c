@@ -232,6 +232,25 @@ add_claim(const IdemScope *scope, const char *fingerprint, const Interval *ttl)
 	return p;
 }
 
+/*
+ * Store the result of this transaction's claim p as the extension's owner:
+ * the finished record, expiring as its status says, then mark p finished.
+ */
+static void
+finish_claim(const IdemCatalog *cat, const IdemScope *scope, PendingClaim *p,
+			 IdemStatus status, IdemResult *res, TimestampTz now)
+{
+	IdemIdentity identity = {0};
+
+	idem_become_owner(&identity, cat->owner);
+	idem_use_safe_search_path(&identity);
+	idem_record_insert(cat, scope, p->fingerprint, status, res, now,
+					   idem_record_expiry(status, now, p->has_ttl ? &p->ttl : NULL),
+					   NULL);
+	idem_restore_caller(&identity);
+	p->finished_subid = GetCurrentSubTransactionId();
+}
+
 /* ---------- results ---------- */
 
 /* The record status of an HTTP status: 2xx/3xx done, 4xx a final failure; else 22023. */
@@ -413,7 +432,6 @@ idem_finish(PG_FUNCTION_ARGS)
 {
 	IdemScope	scope;
 	IdemCatalog cat;
-	IdemIdentity identity = {0};
 	IdemResult	res;
 	IdemStatus	status;
 	PendingClaim *p;
@@ -439,13 +457,7 @@ idem_finish(PG_FUNCTION_ARGS)
 				 errhint("Call idem_begin first, in the same transaction, and finish only when it returned replayed = false.")));
 
 	cat = *idem_catalog(fcinfo);
-	idem_become_owner(&identity, cat.owner);
-	idem_use_safe_search_path(&identity);
-	idem_record_insert(&cat, &scope, p->fingerprint, status, &res, now,
-					   idem_record_expiry(status, now, p->has_ttl ? &p->ttl : NULL),
-					   NULL);
-	idem_restore_caller(&identity);
-	p->finished_subid = GetCurrentSubTransactionId();
+	finish_claim(&cat, &scope, p, status, &res, now);
 	PG_RETURN_VOID();
 }
 
@@ -619,11 +631,6 @@ idem_run(PG_FUNCTION_ARGS)
 	p = add_claim(&scope, fingerprint, ttl);
 	status = call_handler(hflinfo, request, &res);
 
-	idem_become_owner(&identity, cat.owner);
-	idem_use_safe_search_path(&identity);
-	idem_record_insert(&cat, &scope, fingerprint, status, &res, now,
-					   idem_record_expiry(status, now, ttl), NULL);
-	idem_restore_caller(&identity);
-	p->finished_subid = GetCurrentSubTransactionId();
+	finish_claim(&cat, &scope, p, status, &res, now);
 	PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, false, &res));
 }
