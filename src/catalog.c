@@ -275,11 +275,7 @@ add_entry_point(FunctionCallInfo fcinfo)
 	TupleDesc	tupdesc;
 	MemoryContext oldcxt;
 
-	if (catalog.nentries >= IDEM_MAX_ENTRY_POINTS)
-	{
-		/* more entry points than slots: forget them all, keep the rest */
-		catalog.nentries = 0;
-	}
+	Assert(catalog.nentries < IDEM_MAX_ENTRY_POINTS);
 	e = &catalog.entries[catalog.nentries];
 	e->fn_oid = fcinfo->flinfo->fn_oid;
 	e->result = NULL;
@@ -364,7 +360,9 @@ idem_catalog(FunctionCallInfo fcinfo)
 		return &catalog;
 
 	function_owner_schema(fn_oid, &owner, &nspid);
-	if (!catalog.valid || catalog.nspid != nspid || catalog.owner != owner)
+	/* a full table of entry points starts a new build, in a new context */
+	if (!catalog.valid || catalog.nspid != nspid || catalog.owner != owner ||
+		catalog.nentries >= IDEM_MAX_ENTRY_POINTS)
 		build_catalog(owner, nspid);
 	add_entry_point(fcinfo);
 	return &catalog;
