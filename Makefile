@@ -5,11 +5,11 @@ OBJS = idem.o \
 	src/util.o src/identity.o src/jcs.o src/rowwrite.o \
 	src/fingerprint.o src/key.o src/catalog.o \
 	src/record.o src/claim.o \
-	src/order.o src/api.o \
+	src/order.o src/api.o src/outbox.o src/inbox.o \
 	src/cleanup.o src/worker.o
 
 EXTENSION = idem
-DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql idem--1.2--1.3.sql
+DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql idem--1.2--1.3.sql idem--1.3--1.4.sql
 
 PG_CPPFLAGS = -I$(srcdir)/src
 # -Wextra less unused-parameter, which PostgreSQL 15's own headers raise (bufpage.h, ilist.h)

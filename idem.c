@@ -9,7 +9,8 @@
  *	 L1  fingerprint (jcs), key, catalog
  *	 L2  record (catalog, rowwrite, key, fingerprint)
  *	 L3  claim (record, identity)
- *	 L4  order (idem_create_order), api (idem_begin/finish/run)
+ *	 L4  order (idem_create_order), api (idem_begin/finish/run),
+ *	     outbox (idem_outbox_emit), inbox (idem_consume)
  *	 side: cleanup (util) <- worker (the background cleanup)
  *
  *-------------------------------------------------------------------------
@@ -45,6 +46,8 @@ _PG_init(void)
 
 	idem_order_init();
 	idem_api_init();
+	idem_outbox_init();
+	idem_inbox_init();
 
 	/* pg_upgrade must not start workers */
 	if (process_shared_preload_libraries_in_progress && !IsBinaryUpgrade)

@@ -55,6 +55,10 @@ BEGIN
                        '{}', 'pg_temp.scripts_handler(jsonb)');
         EXECUTE format('UPDATE %I.idempotency_record SET expires_at = now() - interval %L', s, '1 day');
         EXECUTE format('SELECT %I.idem_cleanup_expired()', s);
+        EXECUTE format('SELECT %I.idem_outbox_emit(%L, %L, %L)', s, 'scripts', '{}', 'k');
+        EXECUTE format('SELECT %I.idem_outbox_ack(ARRAY(SELECT message_id FROM %I.idem_outbox_fetch(%L)))',
+                       s, s, 'scripts');
+        EXECUTE format('SELECT %I.idem_consume(%L, %L)', s, 'scripts', 'm-1');
         SELECT format('installed %s; members owned by regress_evil: %s; regress_evil superuser: %s',
                       (SELECT extversion FROM pg_extension WHERE extname = 'idem'),
                       (SELECT count(*) FROM pg_depend d
@@ -94,6 +98,15 @@ INSERT INTO plants VALUES
  ('function idem_begin', 'CREATE FUNCTION idem_begin(bigint, text, text, jsonb, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
  ('function idem_finish', 'CREATE FUNCTION idem_finish(bigint, text, text, integer, json, bigint DEFAULT NULL, jsonb DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
  ('function idem_run', 'CREATE FUNCTION idem_run(bigint, text, text, jsonb, regprocedure, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
+ ('table idem_outbox', 'CREATE TABLE idem_outbox (id int)', '1.3'),
+ ('table idem_inbox', 'CREATE TABLE idem_inbox (id int)', '1.3'),
+ ('sequence idem_outbox_message_id_seq', 'CREATE SEQUENCE idem_outbox_message_id_seq', '1.3'),
+ ('index name pk_idem_inbox', 'CREATE TABLE evil_t3 (a int CONSTRAINT pk_idem_inbox UNIQUE)', '1.3'),
+ ('index name idem_outbox_pending', 'CREATE TABLE evil_t4 (a int); CREATE INDEX idem_outbox_pending ON evil_t4 (a)', '1.3'),
+ ('function idem_outbox_emit', 'CREATE FUNCTION idem_outbox_emit(text, jsonb, text DEFAULT NULL, jsonb DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
+ ('function idem_outbox_fetch', 'CREATE FUNCTION idem_outbox_fetch(text, integer DEFAULT 100, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
+ ('function idem_outbox_ack', 'CREATE FUNCTION idem_outbox_ack(bigint[]) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
+ ('function idem_consume', 'CREATE FUNCTION idem_consume(text, text, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
  ('operators and functions idem compares or calls',
   $p$CREATE FUNCTION evil_cat(text, text) RETURNS text LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN $1 END $$;
      CREATE FUNCTION evil_vc(varchar, varchar) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$;
@@ -107,7 +120,10 @@ INSERT INTO plants VALUES
      CREATE OPERATOR || (LEFTARG = text, RIGHTARG = text, FUNCTION = evil_cat);
      CREATE FUNCTION now() RETURNS timestamptz LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN pg_catalog.now() END $$;
      CREATE FUNCTION nextval(regclass) RETURNS bigint LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN 1 END $$;
-     CREATE FUNCTION lpad(text, integer, text) RETURNS text LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN 'x' END $$$p$,
+     CREATE FUNCTION lpad(text, integer, text) RETURNS text LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN 'x' END $$;
+     CREATE FUNCTION evil_re(text, text) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$;
+     CREATE OPERATOR !~ (LEFTARG = text, RIGHTARG = text, FUNCTION = evil_re);
+     CREATE FUNCTION clock_timestamp() RETURNS timestamptz LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN pg_catalog.now() END $$$p$,
   'always');
 
 -- Fresh installs, in a schema regress_evil owns and in public.
@@ -117,7 +133,7 @@ ORDER BY s, name;
 -- Updates from every released version: plant what a later script creates
 -- (or resolves), then ALTER EXTENSION idem UPDATE.
 SELECT v.version AS from_version, s AS schema, name, pg_temp.attempt(s, stmt, v.version) AS outcome
-FROM plants, (VALUES ('1.0'), ('1.1'), ('1.2')) v(version),
+FROM plants, (VALUES ('1.0'), ('1.1'), ('1.2'), ('1.3')) v(version),
      (VALUES ('regress_evil_schema'), ('public')) w(s)
 WHERE since = 'always' OR since > v.version
 ORDER BY v.version, s, name;

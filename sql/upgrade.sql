@@ -1,5 +1,5 @@
 --
--- ALTER EXTENSION idem UPDATE from 1.0, 1.1 and 1.2 gives what a fresh
+-- ALTER EXTENSION idem UPDATE from 1.0, 1.1, 1.2 and 1.3 gives what a fresh
 -- install gives (members, grants, function security and settings, table
 -- columns, constraints, indexes, types), and keeps the data.  The older
 -- definitions run with this library too.
@@ -23,19 +23,23 @@ FROM pg_attribute a
 JOIN pg_class c ON c.oid = a.attrelid
 LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
 WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'c')
-  AND c.relname IN ('idempotency_record', 'purchase_order', 'idem_result', 'idem_outcome')
+  AND c.relname IN ('idempotency_record', 'purchase_order', 'idem_result', 'idem_outcome',
+                    'idem_outbox', 'idem_inbox')
   AND a.attnum > 0 AND NOT a.attisdropped
 UNION ALL
 SELECT 'constraint', conrelid::regclass || '.' || conname, pg_get_constraintdef(oid)
 FROM pg_constraint
-WHERE conrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass)
+WHERE conrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass,
+                   to_regclass('idem_outbox'), to_regclass('idem_inbox'))
 UNION ALL
 SELECT 'index', indexrelid::regclass::text, pg_get_indexdef(indexrelid)
 FROM pg_index
-WHERE indrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass)
+WHERE indrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass,
+                   to_regclass('idem_outbox'), to_regclass('idem_inbox'))
 UNION ALL
 SELECT 'acl', relname, relacl::text
-FROM pg_class WHERE relname IN ('idempotency_record', 'purchase_order')
+FROM pg_class WHERE relname IN ('idempotency_record', 'purchase_order', 'idem_outbox',
+                                'idem_inbox', 'idem_outbox_message_id_seq')
   AND relnamespace = 'public'::regnamespace
 $$;
 
@@ -99,6 +103,27 @@ VALUES (303, 'DEBIT', 'upgrade-key-0000005', repeat('0', 64), 'DONE', now());
 SELECT count(*) >= 0 AS status_answers FROM idem_cleanup_status();
 SELECT has_function_privilege('public', 'idem_cleanup_status()', 'EXECUTE') AS public_may,
        has_function_privilege('pg_monitor', 'idem_cleanup_status()', 'EXECUTE') AS monitor_may;
+
+-- From 1.3: the outbox and the inbox do not exist before 1.4; a library
+-- that knows them serves a 1.3 database, whose generic API keeps working.
+DROP EXTENSION idem;
+CREATE EXTENSION idem VERSION '1.3';
+SELECT count(*) AS outbox_inbox FROM pg_proc
+WHERE proname IN ('idem_outbox_emit', 'idem_outbox_fetch', 'idem_outbox_ack', 'idem_consume');
+BEGIN;
+SELECT replayed FROM idem_begin(304, 'NOOP', 'upgrade-key-0000006', '{}');
+SELECT idem_finish(304, 'NOOP', 'upgrade-key-0000006', 200, '{"done": true}');
+COMMIT;
+SELECT idem_cleanup_expired();
+ALTER EXTENSION idem UPDATE;
+SELECT * FROM pg_temp.catalog_diff();
+SELECT replayed, body FROM idem_begin(304, 'NOOP', 'upgrade-key-0000006', '{}');
+BEGIN;
+SELECT idem_outbox_emit('upgrade', '{"n": 1}', 'k') > 0 AS emitted;
+SELECT idem_consume('upgrade', 'm-1') AS first_time;
+COMMIT;
+SELECT msg_key, payload FROM idem_outbox_fetch('upgrade');
+SELECT idem_consume('upgrade', 'm-1') AS redelivered;
 
 -- a version that does not exist
 ALTER EXTENSION idem UPDATE TO '9.9';

@@ -63,7 +63,8 @@ static const IdemColumnSpec record_columns[REC_NCOLS] = {
 };
 
 static const IdemTableSpec record_table = {
-	"idempotency_record", "idempotency_record_id_seq", record_columns, REC_NCOLS
+	"idempotency_record", "idempotency_record_id_seq", record_columns, REC_NCOLS,
+	NULL, 0, false
 };
 
 /* The tables, by registration number; idempotency_record first. */
@@ -104,7 +105,8 @@ catalog_relcache_callback(Datum arg, Oid relid)
 		return;
 	}
 	for (int i = 0; i < catalog.ntables; i++)
-		if (relid == catalog.tables[i].relid || relid == catalog.tables[i].seq)
+		if (relid == catalog.tables[i].relid || relid == catalog.tables[i].seq ||
+			relid == catalog.tables[i].keyindex)
 			catalog.valid = false;
 }
 
@@ -208,19 +210,60 @@ plan_checks(Relation rel, int *ncheck)
 	return checks;
 }
 
-/* Look up a table and its id sequence in schema nspid, as spec describes them. */
+/*
+ * Check that index indexid is a valid, immediate, non-partial unique index
+ * of t on exactly the attributes attnums[0..nkey-1], in that order: what a
+ * read through it relies on to find at most one row.
+ */
+static void
+check_key_index(Oid indexid, Oid relid, const AttrNumber *attnums, int nkey)
+{
+	Relation	index = index_open(indexid, AccessShareLock);
+	Form_pg_index ind = index->rd_index;
+	bool		ok;
+
+	ok = ind->indrelid == relid && ind->indnatts == nkey &&
+		ind->indisunique && ind->indimmediate && ind->indisvalid &&
+		heap_attisnull(index->rd_indextuple, Anum_pg_index_indpred, NULL) &&
+		heap_attisnull(index->rd_indextuple, Anum_pg_index_indexprs, NULL);
+	for (int i = 0; ok && i < nkey; i++)
+		ok = ind->indkey.values[i] == attnums[i];
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's index \"%s\" is not the unique index idem reads \"%s\" through",
+						RelationGetRelationName(index), get_rel_name(relid)),
+				 errdetail("It must be valid, immediate, without a predicate or expressions."),
+				 errhint("Undo the change, or drop and re-create the extension idem.")));
+	index_close(index, NoLock);
+}
+
+/*
+ * Look up a table, its id sequence and its key index in schema nspid, as
+ * spec describes them.  An optional table that is absent (a database not
+ * yet updated to the version that adds it) is left with relid 0.
+ */
 static void
 load_layout(IdemTableLayout *t, const IdemTableSpec *spec, Oid nspid)
 {
 	Relation	rel;
 
+	memset(t, 0, sizeof(IdemTableLayout));
+	if (spec->optional && !OidIsValid(get_relname_relid(spec->name, nspid)))
+		return;
 	t->relid = extension_relation(spec->name, nspid, RELKIND_RELATION);
-	t->seq = extension_relation(spec->seqname, nspid, RELKIND_SEQUENCE);
+	if (spec->seqname)
+		t->seq = extension_relation(spec->seqname, nspid, RELKIND_SEQUENCE);
 	rel = table_open(t->relid, AccessShareLock);
 	t->att = palloc(spec->ncols * sizeof(AttrNumber));
 	map_columns(rel, spec->columns, spec->ncols, t->att);
 	t->natts = RelationGetDescr(rel)->natts;
 	t->checks = plan_checks(rel, &t->ncheck);
+	if (spec->keyname)
+	{
+		t->keyindex = extension_relation(spec->keyname, nspid, RELKIND_INDEX);
+		check_key_index(t->keyindex, t->relid, t->att, spec->nkey);
+	}
 	table_close(rel, NoLock);
 }
 
@@ -384,6 +427,24 @@ idem_catalog_result(const IdemCatalog *cat, FunctionCallInfo fcinfo)
 			return cat->entries[i].result;
 	elog(ERROR, "idem: function %u must return a composite type", fcinfo->flinfo->fn_oid);
 	return NULL;				/* keep compiler quiet */
+}
+
+/*
+ * Table number `table` of cat; an optional table this database lacks is an
+ * error telling to update the extension.
+ */
+const IdemTableLayout *
+idem_catalog_table(const IdemCatalog *cat, int table)
+{
+	const IdemTableLayout *t = &cat->tables[table];
+
+	if (!OidIsValid(t->relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's table \"%s\" is missing from schema \"%s\"",
+						table_specs[table]->name, get_namespace_name(cat->nspid)),
+				 errhint("Update the extension: ALTER EXTENSION idem UPDATE.")));
+	return t;
 }
 
 void

@@ -29,20 +29,28 @@ typedef struct IdemColumnSpec
 	bool		optional;		/* absent before some version: attnum 0 */
 } IdemColumnSpec;
 
-/* A table idem writes: its name, its id sequence, its columns. */
+/*
+ * A table idem writes: its name, its id sequence (or NULL), its columns;
+ * optionally a unique index on its first nkey columns that idem reads
+ * through; and whether it is absent before some version of the extension.
+ */
 typedef struct IdemTableSpec
 {
 	const char *name;
 	const char *seqname;
 	const IdemColumnSpec *columns;
 	int			ncols;
+	const char *keyname;		/* unique index on columns[0..nkey-1], or NULL */
+	int			nkey;
+	bool		optional;		/* absent before some version: relid 0 */
 } IdemTableSpec;
 
 /* A table as this backend found it. */
 typedef struct IdemTableLayout
 {
-	Oid			relid;
-	Oid			seq;			/* the sequence of its id */
+	Oid			relid;			/* InvalidOid: an optional table, absent */
+	Oid			seq;			/* the sequence of its id, if it has one */
+	Oid			keyindex;		/* the spec's unique index, if it has one */
 	int			natts;			/* attributes, dropped ones included */
 	AttrNumber *att;			/* by column of its spec; 0: absent */
 	int			ncheck;			/* CHECK constraints, planned */
@@ -59,7 +67,7 @@ typedef enum IdemRecordColumn
 
 /* idempotency_record is table 0; the others register in _PG_init */
 #define IDEM_TABLE_RECORD		0
-#define IDEM_MAX_TABLES			4
+#define IDEM_MAX_TABLES			6
 #define IDEM_MAX_ENTRY_POINTS	8
 
 /* One SQL function this build of the catalog was checked for. */
@@ -95,6 +103,7 @@ extern int	idem_catalog_register(const IdemTableSpec *spec);
 extern const IdemCatalog *idem_catalog(FunctionCallInfo fcinfo);
 extern bool idem_catalog_current(const IdemCatalog *cat);
 extern TupleDesc idem_catalog_result(const IdemCatalog *cat, FunctionCallInfo fcinfo);
+extern const IdemTableLayout *idem_catalog_table(const IdemCatalog *cat, int table);
 
 extern void idem_row_init(IdemRow *row, const IdemTableLayout *t);
 extern void idem_row_set(IdemRow *row, int col, Datum value);

@@ -1,7 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * cleanup.c
- *	  Batch deletion of expired idempotency records.
+ *	  Batch deletion of expired idempotency records, and of what else
+ *	  idem keeps for a while: expired inbox entries, acknowledged outbox
+ *	  messages.
  *
  * One huge DELETE would hold many row locks and flood WAL at once, so
  * expired records go in batches of at most batch_size rows, oldest expiry
@@ -44,27 +46,47 @@
 
 PG_FUNCTION_INFO_V1(idem_cleanup_expired);
 
-/* idempotency_record in schema nspid, checked to be a table. */
-static Oid
-record_relation(Oid nspid)
+/* What the cleanup deletes: rows of a table whose cutoff column is past. */
+typedef struct CleanupTarget
 {
-	Oid			relid = get_relname_relid("idempotency_record", nspid);
+	const char *table;
+	const char *column;			/* timestamptz; NULL is never deleted */
+	bool		optional;		/* absent before some version */
+	bool		partial_ok;		/* its index may be partial (rows rechecked) */
+} CleanupTarget;
 
+static const CleanupTarget targets[] = {
+	{"idempotency_record", "expires_at", false, false},
+	{"idem_inbox", "expires_at", true, false},	/* 1.4 */
+	{"idem_outbox", "acked_at", true, true},	/* 1.4 */
+};
+
+#define NTARGETS lengthof(targets)
+
+/* Table name in schema nspid, checked to be a table; 0 if optional and absent. */
+static Oid
+target_relation(Oid nspid, const CleanupTarget *target)
+{
+	Oid			relid = get_relname_relid(target->table, nspid);
+
+	if (!OidIsValid(relid) && target->optional)
+		return InvalidOid;
 	if (!OidIsValid(relid) || get_rel_relkind(relid) != RELKIND_RELATION)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("idem's relation \"idempotency_record\" is missing from schema \"%s\"",
-						get_namespace_name(nspid)),
+				 errmsg("idem's relation \"%s\" is missing from schema \"%s\"",
+						target->table, get_namespace_name(nspid)),
 				 errhint("Drop and re-create the extension idem.")));
 	return relid;
 }
 
 /*
- * A valid, non-partial B-tree index of heap whose first column is
- * expires_at (idx_idempotency_expire as installed), opened.
+ * A valid B-tree index of heap whose first column is the target's column
+ * (idx_idempotency_expire as installed, for records), opened; partial only
+ * where the target allows it: every row found is checked again anyway.
  */
 static Relation
-open_expiry_index(Relation heap, AttrNumber expires)
+open_expiry_index(Relation heap, AttrNumber expires, const CleanupTarget *target)
 {
 	List	   *indexes = RelationGetIndexList(heap);
 	ListCell   *lc;
@@ -75,7 +97,8 @@ open_expiry_index(Relation heap, AttrNumber expires)
 		Form_pg_index ind = index->rd_index;
 
 		if (index->rd_rel->relam == BTREE_AM_OID && ind->indisvalid &&
-			ind->indkey.values[0] == expires && RelationGetIndexPredicate(index) == NIL)
+			ind->indkey.values[0] == expires &&
+			(target->partial_ok || RelationGetIndexPredicate(index) == NIL))
 		{
 			list_free(indexes);
 			return index;
@@ -84,17 +107,19 @@ open_expiry_index(Relation heap, AttrNumber expires)
 	}
 	ereport(ERROR,
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("idem's table \"idempotency_record\" has no B-tree index on expires_at"),
-			 errhint("CREATE INDEX idx_idempotency_expire ON idempotency_record (expires_at).")));
+			 errmsg("idem's table \"%s\" has no B-tree index on %s",
+					target->table, target->column),
+			 errhint("CREATE INDEX ON %s (%s).", target->table, target->column)));
 	return NULL;				/* keep compiler quiet */
 }
 
 /*
- * Delete at most batch_size records of relid that expired before now,
- * oldest first, skipping rows other transactions hold.  Returns how many.
+ * Delete at most batch_size rows of relid whose target column is before
+ * now, oldest first, skipping rows other transactions hold.  Returns how
+ * many.
  */
 static int64
-delete_batch(Oid relid, TimestampTz now, int batch_size)
+delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_size)
 {
 	IdemRows	rows;
 	Relation	heap;
@@ -110,14 +135,15 @@ delete_batch(Oid relid, TimestampTz now, int batch_size)
 	idem_rows_begin(&rows, &relid, 1, CMD_DELETE);
 	heap = rows.rels[0]->ri_RelationDesc;
 	locked = rows.slots[0];
-	expires = get_attnum(relid, "expires_at");
+	expires = get_attnum(relid, target->column);
 	if (expires == InvalidAttrNumber ||
 		TupleDescAttr(RelationGetDescr(heap), expires - 1)->atttypid != TIMESTAMPTZOID)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("idem's table \"idempotency_record\" was altered: column \"expires_at\" is missing or of another type"),
+				 errmsg("idem's table \"%s\" was altered: column \"%s\" is missing or of another type",
+						target->table, target->column),
 				 errhint("Undo the change, or drop and re-create the extension idem.")));
-	index = open_expiry_index(heap, expires);
+	index = open_expiry_index(heap, expires, target);
 
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	found = table_slot_create(heap, NULL);
@@ -151,8 +177,9 @@ delete_batch(Oid relid, TimestampTz now, int batch_size)
 }
 
 /*
- * Delete expired records of the extension in schema nspid in batches of at
- * most batch_size rows, at most max_batches batches (all of them if
+ * Delete expired records (and expired inbox entries, acknowledged outbox
+ * messages) of the extension in schema nspid in batches of at most
+ * batch_size rows per table, at most max_batches batches (all of them if
  * max_batches < 0), all in the current transaction.  Returns how many rows
  * were deleted.  idem_cleanup_expired() and the cleanup worker both come
  * here.
@@ -160,19 +187,30 @@ delete_batch(Oid relid, TimestampTz now, int batch_size)
 int64
 idem_cleanup_batches(Oid nspid, int batch_size, int max_batches)
 {
-	Oid			relid = record_relation(nspid);
+	Oid			relids[NTARGETS];
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	int64		total = 0;
 
+	for (int i = 0; i < (int) NTARGETS; i++)
+		relids[i] = target_relation(nspid, &targets[i]);
 	for (int batch = 0; max_batches < 0 || batch < max_batches; batch++)
 	{
-		int64		n;
+		bool		full = false;
 
-		CHECK_FOR_INTERRUPTS();
-		n = delete_batch(relid, now, batch_size);
-		total += n;
-		/* a short batch: nothing expired is left, or only rows others hold */
-		if (n < batch_size)
+		for (int i = 0; i < (int) NTARGETS; i++)
+		{
+			int64		n;
+
+			CHECK_FOR_INTERRUPTS();
+			if (!OidIsValid(relids[i]))
+				continue;
+			n = delete_batch(relids[i], &targets[i], now, batch_size);
+			total += n;
+			/* a short batch: nothing is left, or only rows others hold */
+			if (n == batch_size)
+				full = true;
+		}
+		if (!full)
 			break;
 	}
 	return total;

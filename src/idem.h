@@ -21,6 +21,15 @@
 /* An operation name: ^[A-Za-z0-9_.:-]{1,64}$ */
 #define IDEM_OPERATION_MAX_LEN	64
 
+/*
+ * locktag_field4 of idem's advisory-style locks, telling them from user
+ * advisory locks (visible in pg_locks): a key's claim, an outbox key's
+ * commit order, an inbox message.
+ */
+#define IDEM_LOCK_CLASS_KEY		478
+#define IDEM_LOCK_CLASS_OUTBOX	479
+#define IDEM_LOCK_CLASS_INBOX	480
+
 /* SQLSTATEs of the protocol's own outcomes (class "IK": idempotency key). */
 #define ERRCODE_IDEM_KEY_REUSED			MAKE_SQLSTATE('I','K','0','0','1')
 #define ERRCODE_IDEM_IN_FLIGHT			MAKE_SQLSTATE('I','K','0','0','2')

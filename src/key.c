@@ -6,7 +6,7 @@
  *
  * Callers of one (owner, operation, key) meet on a transaction-scoped
  * heavyweight lock derived from the three: the "key lock" (an advisory
- * lock tag with field4 = IDEM_LOCK_CLASS, visible in pg_locks).  A caller
+ * lock tag with field4 = IDEM_LOCK_CLASS_KEY, visible in pg_locks).  A caller
  * that executes keeps it until its transaction ends, so a duplicate, which
  * cannot see the uncommitted record, waits for the original to commit or
  * abort, at most idem.wait_timeout.  The wait is an ordinary lock wait: it
@@ -30,9 +30,6 @@
 
 #include "idem.h"
 #include "key.h"
-
-/* locktag_field4 of idem's key locks: tells them from user advisory locks */
-#define IDEM_LOCK_CLASS			478
 
 /* GUC variables */
 int			idem_wait_timeout = 5000;
@@ -239,31 +236,38 @@ idem_check_key(const char *key, int len)
 }
 
 /*
- * Check an operation name: 1 to 64 characters from [A-Za-z0-9_.:-].  Like
- * the key, it is never echoed when invalid.
+ * Check a name (an operation, a topic, a consumer): 1 to maxlen characters
+ * from [A-Za-z0-9_.:-].  Like the key, it is never echoed when invalid.
  */
 void
-idem_check_operation(const char *operation, int len)
+idem_check_name(const char *what, const char *name, int len, int maxlen)
 {
-	int			nchars = pg_mbstrlen_with_len(operation, len);
+	int			nchars = pg_mbstrlen_with_len(name, len);
 
-	if (nchars < 1 || nchars > IDEM_OPERATION_MAX_LEN)
+	if (nchars < 1 || nchars > maxlen)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("operation must be 1 to %d characters long", IDEM_OPERATION_MAX_LEN),
-				 errdetail("The operation has %d characters.", nchars)));
+				 errmsg("%s must be 1 to %d characters long", what, maxlen),
+				 errdetail("The %s has %d characters.", what, nchars)));
 	for (int i = 0; i < len; i++)
 	{
-		char		c = operation[i];
+		char		c = name[i];
 
 		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
 			  (c >= '0' && c <= '9') || c == '_' || c == '.' || c == ':' || c == '-'))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("operation may contain only letters A-Z and a-z, digits, \"_\", \".\", \":\" and \"-\""),
-					 errdetail("Character %d of the operation is not allowed.",
-							   pg_mbstrlen_with_len(operation, i) + 1)));
+					 errmsg("%s may contain only letters A-Z and a-z, digits, \"_\", \".\", \":\" and \"-\"", what),
+					 errdetail("Character %d of the %s is not allowed.",
+							   pg_mbstrlen_with_len(name, i) + 1, what)));
 	}
+}
+
+/* Check an operation name: 1 to 64 characters from [A-Za-z0-9_.:-]. */
+void
+idem_check_operation(const char *operation, int len)
+{
+	idem_check_name("operation", operation, len, IDEM_OPERATION_MAX_LEN);
 }
 
 /*
@@ -306,7 +310,7 @@ idem_key_locktag(LOCKTAG *tag, const IdemScope *scope)
 
 	h = hash_bytes_extended(buf, (int) len, 0);
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
-						 IDEM_LOCK_CLASS);
+						 IDEM_LOCK_CLASS_KEY);
 }
 
 /* How long a duplicate waits: idem.wait_timeout, or lock_timeout if shorter. */

@@ -34,6 +34,7 @@ extern int	idem_wait_timeout;
 extern void idem_key_init(void);
 extern void idem_check_owner(int64 owner);
 extern void idem_check_key(const char *key, int len);
+extern void idem_check_name(const char *what, const char *name, int len, int maxlen);
 extern void idem_check_operation(const char *operation, int len);
 extern void idem_scope_init(IdemScope *scope, int64 owner, Datum operation_text,
 							Datum key_text);

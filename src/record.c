@@ -81,8 +81,8 @@ idem_record_init(void)
 }
 
 /* now + ttl, with the interval's own calendar arithmetic. */
-static TimestampTz
-plus_interval(TimestampTz now, const Interval *ttl)
+TimestampTz
+idem_timestamp_plus(TimestampTz now, const Interval *ttl)
 {
 	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
 												   TimestampTzGetDatum(now),
@@ -93,7 +93,7 @@ plus_interval(TimestampTz now, const Interval *ttl)
 void
 idem_check_ttl(const Interval *ttl, TimestampTz now)
 {
-	TimestampTz expires = plus_interval(now, ttl);
+	TimestampTz expires = idem_timestamp_plus(now, ttl);
 
 	if (expires <= now)
 		ereport(ERROR,
@@ -121,7 +121,7 @@ idem_record_expiry(IdemStatus status, TimestampTz now, const Interval *ttl)
 	if (status == IDEM_STATUS_FAILED_FINAL)
 		return now + (TimestampTz) idem_failure_ttl * USECS_PER_SEC;
 	if (ttl != NULL)
-		return plus_interval(now, ttl);
+		return idem_timestamp_plus(now, ttl);
 	return now + (TimestampTz) idem_ttl * USECS_PER_SEC;
 }
 

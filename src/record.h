@@ -71,6 +71,7 @@ extern int	idem_max_ttl;
 
 extern void idem_record_init(void);
 extern TimestampTz idem_record_expiry(IdemStatus status, TimestampTz now, const Interval *ttl);
+extern TimestampTz idem_timestamp_plus(TimestampTz now, const Interval *ttl);
 extern void idem_check_ttl(const Interval *ttl, TimestampTz now);
 extern bool idem_record_read(const IdemCatalog *cat, const IdemScope *scope,
 							 TimestampTz now, IdemRecord *rec);

@@ -1,0 +1,186 @@
+/* idem--1.3--1.4.sql: the transactional outbox and the consumer inbox */
+
+\echo Use "ALTER EXTENSION idem UPDATE TO '1.4'" to load this file. \quit
+
+-- ---------------------------------------------------------------------------
+-- Outbox: messages written in the transaction whose business rows they
+-- announce, delivered by independent publishers.
+--
+-- idem_outbox_emit keeps a message in the transaction's memory and inserts
+-- it when the transaction commits (at PRE_COMMIT), so a row exists exactly
+-- for the messages of committed transactions.  commit_seq is the delivery
+-- order: for a message with a key it is drawn at that moment, under a lock
+-- of (topic, msg_key) held until the commit is done, so that for one key
+-- commit_seq follows commit order; without a key it is the message id.
+-- ---------------------------------------------------------------------------
+CREATE SEQUENCE @extschema@.idem_outbox_message_id_seq;
+
+CREATE TABLE @extschema@.idem_outbox (
+    message_id   bigint PRIMARY KEY,
+    topic        varchar(128) NOT NULL,
+    msg_key      varchar(256),
+    payload      jsonb NOT NULL,
+    headers      jsonb,
+    emitted_at   timestamptz NOT NULL,
+    commit_seq   bigint NOT NULL,
+    attempt      integer NOT NULL,
+    leased_until timestamptz,
+    acked_at     timestamptz
+) WITH (fillfactor = 90);
+
+ALTER SEQUENCE @extschema@.idem_outbox_message_id_seq
+    OWNED BY @extschema@.idem_outbox.message_id;
+
+-- what a fetch scans: the unacknowledged messages of a topic, in order
+CREATE INDEX idem_outbox_pending ON @extschema@.idem_outbox (topic, commit_seq)
+    WHERE acked_at IS NULL;
+-- the head of each key: no message is handed out behind an unacknowledged one
+CREATE INDEX idem_outbox_key_order ON @extschema@.idem_outbox (topic, msg_key, commit_seq)
+    WHERE acked_at IS NULL AND msg_key IS NOT NULL;
+-- what the cleanup deletes: acknowledged messages, oldest first
+CREATE INDEX idem_outbox_acked ON @extschema@.idem_outbox (acked_at)
+    WHERE acked_at IS NOT NULL;
+
+COMMENT ON TABLE @extschema@.idem_outbox IS
+    'idem: messages of committed transactions, leased to publishers by idem_outbox_fetch until idem_outbox_ack';
+
+-- ---------------------------------------------------------------------------
+-- Inbox: one row per (consumer, message_id) a consumer's transaction took
+-- effect for.
+-- ---------------------------------------------------------------------------
+CREATE TABLE @extschema@.idem_inbox (
+    consumer    varchar(64) NOT NULL,
+    message_id  varchar(512) NOT NULL,
+    consumed_at timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    CONSTRAINT pk_idem_inbox PRIMARY KEY (consumer, message_id)
+);
+CREATE INDEX idem_inbox_expires ON @extschema@.idem_inbox (expires_at);
+
+COMMENT ON TABLE @extschema@.idem_inbox IS
+    'idem: the messages each consumer has taken effect for, until they expire';
+
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_outbox_message_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_inbox', '');
+
+REVOKE ALL ON TABLE @extschema@.idem_outbox, @extschema@.idem_inbox FROM PUBLIC;
+REVOKE ALL ON SEQUENCE @extschema@.idem_outbox_message_id_seq FROM PUBLIC;
+
+-- Emit a message with the caller's transaction.
+CREATE FUNCTION @extschema@.idem_outbox_emit(
+    topic text, payload jsonb, msg_key text DEFAULT NULL, headers jsonb DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_outbox_emit'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb) IS
+    'idem: emit a message that exists if and only if the calling transaction commits; returns its id';
+
+-- Lease the deliverable messages of a topic.  A message is deliverable when
+-- it is not acknowledged, not leased (or its lease lapsed), and no earlier
+-- message of its key (by commit_seq) is unacknowledged.  FOR UPDATE SKIP
+-- LOCKED: concurrent fetchers never lease one message; a row leased and
+-- committed meanwhile is checked again on its new version.
+CREATE FUNCTION @extschema@.idem_outbox_fetch(
+    topic text, batch integer DEFAULT 100, lease interval DEFAULT '30 seconds')
+RETURNS TABLE (message_id bigint, msg_key text, payload jsonb, headers jsonb,
+               attempt integer, emitted_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fetch$
+#variable_conflict use_column
+DECLARE
+    t timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF idem_outbox_fetch.topic IS NULL THEN
+        RAISE EXCEPTION 'topic must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF idem_outbox_fetch.topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,128}$' THEN
+        RAISE EXCEPTION 'topic must be 1 to 128 characters from A-Z, a-z, 0-9, "_", ".", ":" and "-"'
+            USING ERRCODE = '22023';
+    END IF;
+    IF batch IS NULL OR batch OPERATOR(pg_catalog.<) 1 OR batch OPERATOR(pg_catalog.>) 10000 THEN
+        RAISE EXCEPTION 'batch must be between 1 and 10000'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has batch %s.', batch);
+    END IF;
+    IF lease IS NULL OR lease OPERATOR(pg_catalog.<=) interval '0' THEN
+        RAISE EXCEPTION 'lease must be a positive interval'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has lease %s.', lease);
+    END IF;
+
+    RETURN QUERY
+    WITH due AS (
+        SELECT o.message_id
+          FROM @extschema@.idem_outbox o
+         WHERE o.topic OPERATOR(pg_catalog.=) idem_outbox_fetch.topic
+           AND o.acked_at IS NULL
+           AND (o.leased_until IS NULL OR o.leased_until OPERATOR(pg_catalog.<=) t)
+           AND (o.msg_key IS NULL OR NOT EXISTS (
+                SELECT 1
+                  FROM @extschema@.idem_outbox e
+                 WHERE e.topic OPERATOR(pg_catalog.=) o.topic
+                   AND e.msg_key OPERATOR(pg_catalog.=) o.msg_key
+                   AND e.acked_at IS NULL
+                   AND e.commit_seq OPERATOR(pg_catalog.<) o.commit_seq))
+         ORDER BY o.commit_seq
+         LIMIT batch
+           FOR UPDATE OF o SKIP LOCKED
+    ), leased AS (
+        UPDATE @extschema@.idem_outbox o
+           SET attempt = o.attempt OPERATOR(pg_catalog.+) 1,
+               leased_until = t OPERATOR(pg_catalog.+) lease
+          FROM due
+         WHERE o.message_id OPERATOR(pg_catalog.=) due.message_id
+        RETURNING o.message_id, o.msg_key, o.payload, o.headers, o.attempt,
+                  o.emitted_at, o.commit_seq
+    )
+    SELECT l.message_id, l.msg_key::pg_catalog.text, l.payload, l.headers,
+           l.attempt, l.emitted_at
+      FROM leased l
+     ORDER BY l.commit_seq;
+END
+$fetch$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_fetch(text, integer, interval) IS
+    'idem: lease up to batch deliverable messages of a topic, in commit order per key';
+
+-- Acknowledge delivered messages; the cleanup worker deletes them later.
+CREATE FUNCTION @extschema@.idem_outbox_ack(message_ids bigint[])
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $ack$
+DECLARE
+    n bigint;
+BEGIN
+    IF message_ids IS NULL THEN
+        RAISE EXCEPTION 'message_ids must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    UPDATE @extschema@.idem_outbox o
+       SET acked_at = pg_catalog.clock_timestamp()
+     WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+       AND o.acked_at IS NULL;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$ack$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_ack(bigint[]) IS
+    'idem: acknowledge delivered messages; returns how many were not acknowledged before';
+
+-- Take effect for a message once per consumer.
+CREATE FUNCTION @extschema@.idem_consume(
+    consumer text, message_id text, ttl interval DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_consume'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_consume(text, text, interval) IS
+    'idem: true the first time consumer takes message_id in a committed transaction, false for every redelivery';
+
+-- Granted by the administrator to producers, publishers and consumers.
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_fetch(text, integer, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_ack(bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_consume(text, text, interval) FROM PUBLIC;

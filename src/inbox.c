@@ -1,0 +1,325 @@
+/*-------------------------------------------------------------------------
+ *
+ * inbox.c
+ *	  The consumer inbox: idem_consume.
+ *
+ * idem_consume(consumer, message_id) runs in the consumer's transaction,
+ * with the effect of the message: it returns true and writes an inbox row
+ * the first time, false once a transaction that consumed the message has
+ * committed.  It is the protocol of a key, without a response to replay:
+ *
+ *	- callers of one (consumer, message_id) meet on a transaction-scoped
+ *	  lock of the two (class IDEM_LOCK_CLASS_INBOX), waited for at most
+ *	  idem.wait_timeout, then IK002: a redelivery racing the first delivery
+ *	  waits, and then sees its row (false) or, after a rollback, none (true);
+ *	- under the lock, the row is looked up with a dirty snapshot: what
+ *	  committed before the lock was granted counts, whatever the caller's
+ *	  snapshot (in REPEATABLE READ too, false is the right answer then);
+ *	- a row past its expires_at is an expired entry: it is deleted and the
+ *	  message taken afresh, as an expired key starts afresh;
+ *	- the unique index on (consumer, message_id) stays the arbiter against
+ *	  writers that bypass idem.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "access/genam.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "idem.h"
+#include "catalog.h"
+#include "entry.h"
+#include "identity.h"
+#include "key.h"
+#include "record.h"
+#include "rowwrite.h"
+#include "util.h"
+
+PG_FUNCTION_INFO_V1(idem_consume);
+
+#define INBOX_CONSUMER_MAX_LEN		64
+#define INBOX_MESSAGE_ID_MAX_LEN	512
+#define INBOX_ATTEMPTS				3
+
+/* GUC variable */
+static int	idem_inbox_ttl = 7 * 86400;
+
+/* The columns of idem_inbox, in the order of its spec (key first). */
+enum
+{
+	IN_CONSUMER, IN_MESSAGE, IN_CONSUMED, IN_EXPIRES, IN_NCOLS
+};
+
+static const IdemColumnSpec inbox_columns[IN_NCOLS] = {
+	[IN_CONSUMER] = {"consumer", VARCHAROID, INBOX_CONSUMER_MAX_LEN, false, false},
+	[IN_MESSAGE] = {"message_id", VARCHAROID, INBOX_MESSAGE_ID_MAX_LEN, false, false},
+	[IN_CONSUMED] = {"consumed_at", TIMESTAMPTZOID, 0, false, false},
+	[IN_EXPIRES] = {"expires_at", TIMESTAMPTZOID, 0, false, false},
+};
+
+/* 1.4 */
+static const IdemTableSpec inbox_table = {
+	"idem_inbox", NULL, inbox_columns, IN_NCOLS,
+	"pk_idem_inbox", 2, true
+};
+
+static int	inbox_table_index = -1;
+
+/* Register the table, define the GUC. */
+void
+idem_inbox_init(void)
+{
+	inbox_table_index = idem_catalog_register(&inbox_table);
+
+	DefineCustomIntVariable("idem.inbox_ttl",
+							"How long the inbox remembers a consumed message.",
+							"A redelivery after that is taken as a new message. "
+							"idem_consume's ttl argument overrides it.",
+							&idem_inbox_ttl,
+							7 * 86400, 1, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+}
+
+/*
+ * Check a message id: 1 to 512 characters of printable text; control
+ * characters (C0, DEL, C1) are refused.  Never echoed when invalid.
+ */
+static void
+check_message_id(const char *s, int len)
+{
+	int			nchars = pg_mbstrlen_with_len(s, len);
+	const unsigned char *p = (const unsigned char *) s;
+	const unsigned char *end = p + len;
+	int			pos = 1;
+
+	if (nchars < 1 || nchars > INBOX_MESSAGE_ID_MAX_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("message_id must be 1 to %d characters long", INBOX_MESSAGE_ID_MAX_LEN),
+				 errdetail("The message_id has %d characters.", nchars)));
+	while (p < end)
+	{
+		int			clen = pg_mblen((const char *) p);
+		pg_wchar	c = *p;
+
+		if (GetDatabaseEncoding() == PG_UTF8 && clen > 1)
+			c = utf8_to_unicode(p);
+		if (c < 0x20 || c == 0x7f || (GetDatabaseEncoding() == PG_UTF8 && c >= 0x80 && c <= 0x9f))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("message_id must not contain control characters"),
+					 errdetail("Character %d of the message_id is a control character.", pos)));
+		p += clen;
+		pos++;
+	}
+}
+
+/* The lock of one (consumer, message_id) in this database. */
+static void
+inbox_locktag(LOCKTAG *tag, const text *consumer, const text *message_id)
+{
+	int			clen = VARSIZE_ANY_EXHDR(consumer);
+	int			mlen = VARSIZE_ANY_EXHDR(message_id);
+	char		buf[INBOX_CONSUMER_MAX_LEN + 1 + INBOX_MESSAGE_ID_MAX_LEN * MAX_MULTIBYTE_CHAR_LEN];
+	uint64		h;
+
+	Assert(clen <= INBOX_CONSUMER_MAX_LEN);
+	memcpy(buf, VARDATA_ANY(consumer), clen);
+	buf[clen] = '\0';
+	memcpy(buf + clen + 1, VARDATA_ANY(message_id), mlen);
+	h = hash_bytes_extended((unsigned char *) buf, clen + 1 + mlen, 0);
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 IDEM_LOCK_CLASS_INBOX);
+}
+
+/* What the probe found. */
+typedef enum InboxEntry
+{
+	INBOX_NONE,					/* no entry: consume */
+	INBOX_LIVE,					/* consumed, not expired: a redelivery */
+	INBOX_EXPIRED				/* an expired entry at *tid: replace it */
+} InboxEntry;
+
+/*
+ * Look (consumer, message_id) up through the key index with a dirty
+ * snapshot, under the message's lock.  A row still being inserted by a
+ * transaction that bypassed the lock is left to the unique index.
+ */
+static InboxEntry
+probe(const IdemTableLayout *t, Datum consumer, Datum message_id,
+	  TimestampTz now, ItemPointer tid)
+{
+	Relation	heap = table_open(t->relid, AccessShareLock);
+	Relation	index = index_open(t->keyindex, AccessShareLock);
+	SnapshotData dirty;
+	ScanKeyData skey[2];
+	IndexScanDesc scan;
+	TupleTableSlot *slot = table_slot_create(heap, NULL);
+	InboxEntry	entry = INBOX_NONE;
+
+	InitDirtySnapshot(dirty);
+	ScanKeyEntryInitialize(&skey[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[0], F_TEXTEQ, consumer);
+	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[1], F_TEXTEQ, message_id);
+	scan = index_beginscan(heap, index, &dirty, 2, 0);
+	index_rescan(scan, skey, 2, NULL, 0);
+	if (index_getnext_slot(scan, ForwardScanDirection, slot) &&
+		!TransactionIdIsValid(dirty.xmin))
+	{
+		bool		isnull;
+		Datum		expires = slot_getattr(slot, t->att[IN_EXPIRES], &isnull);
+
+		if (!isnull && DatumGetTimestampTz(expires) < now)
+		{
+			entry = INBOX_EXPIRED;
+			*tid = slot->tts_tid;
+		}
+		else
+			entry = INBOX_LIVE;
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	index_close(index, NoLock);
+	table_close(heap, NoLock);
+	return entry;
+}
+
+/*
+ * Delete the expired entry at tid; false if it changed meanwhile (read
+ * again).  Gone already (the cleanup took it) is as good as deleted.
+ */
+static bool
+delete_expired(const IdemTableLayout *t, ItemPointer tid)
+{
+	IdemRows	rows;
+	TM_FailureData tmfd;
+	TM_Result	tmres;
+	bool		done = true;
+
+	idem_rows_begin(&rows, &t->relid, 1, CMD_DELETE);
+	tmres = table_tuple_lock(rows.rels[0]->ri_RelationDesc, tid, GetActiveSnapshot(),
+							 rows.slots[0], GetCurrentCommandId(false),
+							 LockTupleExclusive, LockWaitBlock, 0, &tmfd);
+	if (tmres == TM_Ok)
+		idem_rows_delete(&rows, 0, rows.slots[0]);
+	else if (tmres == TM_Updated || tmres == TM_SelfModified)
+	{
+		if (IsolationUsesXactSnapshot())
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent update")));
+		done = false;
+	}
+	else if (tmres != TM_Deleted)
+		elog(ERROR, "idem: unexpected result %d locking an expired inbox entry", (int) tmres);
+	idem_rows_end(&rows);
+	return done;
+}
+
+static void
+insert_entry(const IdemTableLayout *t, Datum consumer, Datum message_id,
+			 TimestampTz now, TimestampTz expires)
+{
+	IdemRows	rows;
+	IdemRow		row;
+
+	idem_rows_begin(&rows, &t->relid, 1, CMD_INSERT);
+	idem_row_init(&row, t);
+	idem_row_set(&row, IN_CONSUMER, consumer);
+	idem_row_set(&row, IN_MESSAGE, message_id);
+	idem_row_set(&row, IN_CONSUMED, TimestampTzGetDatum(now));
+	idem_row_set(&row, IN_EXPIRES, TimestampTzGetDatum(expires));
+	idem_rows_insert(&rows, 0, row.values, row.nulls);
+	idem_rows_end(&rows);
+}
+
+/* SQL: idem_consume(consumer text, message_id text, ttl interval) returns boolean */
+Datum
+idem_consume(PG_FUNCTION_ARGS)
+{
+	IdemCatalog cat;
+	const IdemTableLayout *t;
+	IdemIdentity identity = {0};
+	text	   *consumer;
+	text	   *message_id;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	TimestampTz expires;
+	LOCKTAG		tag;
+	bool		consumed = false;
+
+	idem_check_not_null(fcinfo, 0, "consumer");
+	idem_check_not_null(fcinfo, 1, "message_id");
+	consumer = PG_GETARG_TEXT_PP(0);
+	message_id = PG_GETARG_TEXT_PP(1);
+	idem_check_name("consumer", VARDATA_ANY(consumer), VARSIZE_ANY_EXHDR(consumer),
+					INBOX_CONSUMER_MAX_LEN);
+	check_message_id(VARDATA_ANY(message_id), VARSIZE_ANY_EXHDR(message_id));
+	if (PG_ARGISNULL(2))
+		expires = now + (TimestampTz) idem_inbox_ttl * USECS_PER_SEC;
+	else
+	{
+		idem_check_ttl(PG_GETARG_INTERVAL_P(2), now);
+		expires = idem_timestamp_plus(now, PG_GETARG_INTERVAL_P(2));
+	}
+	PreventCommandIfReadOnly("idem_consume()");
+
+	/* a copy: a nested call may build the catalog again under us */
+	cat = *idem_catalog(fcinfo);
+	t = idem_catalog_table(&cat, inbox_table_index);
+
+	inbox_locktag(&tag, consumer, message_id);
+	if (!idem_lock_key(&tag))
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEM_IN_FLIGHT),
+				 errmsg("another transaction is still consuming this message"),
+				 errdetail("Consumer \"%s\" waited idem.wait_timeout (%d ms) for it.",
+						   text_to_cstring(consumer), idem_wait_timeout),
+				 errhint("Retry the delivery later.")));
+
+	idem_become_owner(&identity, cat.owner);
+	idem_use_safe_search_path(&identity);
+	for (int attempt = 1;; attempt++)
+	{
+		ItemPointerData tid;
+		InboxEntry	entry;
+
+		if (attempt > INBOX_ATTEMPTS)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not consume the message: its inbox entry kept changing"),
+					 errhint("Retry the transaction.")));
+		entry = probe(t, PointerGetDatum(consumer), PointerGetDatum(message_id), now, &tid);
+		if (entry == INBOX_LIVE)
+		{
+			/* a redelivery leaves the message to others at once */
+			LockRelease(&tag, ExclusiveLock, false);
+			break;
+		}
+		if (entry == INBOX_EXPIRED && !delete_expired(t, &tid))
+			continue;
+		insert_entry(t, PointerGetDatum(consumer), PointerGetDatum(message_id), now, expires);
+		consumed = true;
+		break;
+	}
+	idem_restore_caller(&identity);
+	PG_RETURN_BOOL(consumed);
+}

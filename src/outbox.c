@@ -1,0 +1,386 @@
+/*-------------------------------------------------------------------------
+ *
+ * outbox.c
+ *	  The transactional outbox: idem_outbox_emit.
+ *
+ * A message exists if and only if the transaction that emitted it
+ * commits, and for one (topic, msg_key) messages are delivered in the
+ * order their transactions committed.  Both follow from when the row is
+ * written: idem_outbox_emit draws the message id and keeps the message in
+ * the transaction's memory; at PRE_COMMIT (or PRE_PREPARE) every message
+ * of the transaction is inserted, and a keyed one gets its commit_seq then,
+ * under a lock of its (topic, msg_key) that is held until the commit is
+ * done.  So of two transactions emitting for one key, the one that commits
+ * first draws the smaller commit_seq, and its rows are visible before the
+ * other's: a fetcher that sees a message of the key sees every earlier one.
+ * The locks of one transaction are taken in one global order (by hash), so
+ * committing transactions cannot deadlock on them.
+ *
+ * A savepoint rolled back takes its messages with it; the NOTIFY of
+ * idem_outbox (one per topic and transaction, PostgreSQL folds duplicates)
+ * is queued at the call and follows the same rules.
+ *
+ * The fetch and the acknowledgement are SQL (idem--1.3--1.4.sql): one
+ * UPDATE ... FOR UPDATE SKIP LOCKED each, which the executor does well.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/async.h"
+#include "commands/sequence.h"
+#include "common/hashfn.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "idem.h"
+#include "catalog.h"
+#include "entry.h"
+#include "identity.h"
+#include "key.h"
+#include "rowwrite.h"
+#include "util.h"
+
+PG_FUNCTION_INFO_V1(idem_outbox_emit);
+
+#define OUTBOX_TOPIC_MAX_LEN	128
+#define OUTBOX_KEY_MAX_LEN		256
+#define OUTBOX_CHANNEL			"idem_outbox"
+
+/* The columns of idem_outbox, in the order of its spec. */
+enum
+{
+	OB_ID, OB_TOPIC, OB_KEY, OB_PAYLOAD, OB_HEADERS, OB_EMITTED, OB_COMMIT_SEQ,
+	OB_ATTEMPT, OB_LEASED, OB_ACKED, OB_NCOLS
+};
+
+static const IdemColumnSpec outbox_columns[OB_NCOLS] = {
+	[OB_ID] = {"message_id", INT8OID, 0, false, false},
+	[OB_TOPIC] = {"topic", VARCHAROID, OUTBOX_TOPIC_MAX_LEN, false, false},
+	[OB_KEY] = {"msg_key", VARCHAROID, OUTBOX_KEY_MAX_LEN, false, false},
+	[OB_PAYLOAD] = {"payload", JSONBOID, 0, false, false},
+	[OB_HEADERS] = {"headers", JSONBOID, 0, false, false},
+	[OB_EMITTED] = {"emitted_at", TIMESTAMPTZOID, 0, false, false},
+	[OB_COMMIT_SEQ] = {"commit_seq", INT8OID, 0, false, false},
+	[OB_ATTEMPT] = {"attempt", INT4OID, 0, false, false},
+	[OB_LEASED] = {"leased_until", TIMESTAMPTZOID, 0, false, false},
+	[OB_ACKED] = {"acked_at", TIMESTAMPTZOID, 0, false, false},
+};
+
+/* 1.4 */
+static const IdemTableSpec outbox_table = {
+	"idem_outbox", "idem_outbox_message_id_seq", outbox_columns, OB_NCOLS,
+	NULL, 0, true
+};
+
+static int	outbox_table_index = -1;
+
+/* A message this transaction emitted. */
+typedef struct PendingMessage
+{
+	int64		message_id;
+	text	   *topic;
+	text	   *msg_key;		/* NULL: no key */
+	Jsonb	   *payload;
+	Jsonb	   *headers;		/* NULL: none */
+	TimestampTz emitted_at;
+	uint64		keyhash;		/* of (topic, msg_key), if it has a key */
+	SubTransactionId subid;		/* emitted in */
+	struct PendingMessage *next;
+} PendingMessage;
+
+/*
+ * The transaction's messages in emit order, and where to write them: the
+ * outbox as the first emit's catalog found it, all in TopTransactionContext.
+ */
+static PendingMessage *pending = NULL;
+static PendingMessage **pending_tail = &pending;
+static int	npending = 0;
+static IdemTableLayout *target = NULL;
+static Oid	target_owner = InvalidOid;
+
+/* The lock that orders the commits of one (topic, msg_key). */
+static void
+key_locktag(LOCKTAG *tag, uint64 keyhash)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (keyhash >> 32),
+						 (uint32) keyhash, IDEM_LOCK_CLASS_OUTBOX);
+}
+
+/* A hash of (topic, msg_key), the topic's NUL as separator. */
+static uint64
+hash_topic_key(const text *topic, const text *msg_key)
+{
+	int			tlen = VARSIZE_ANY_EXHDR(topic);
+	int			klen = VARSIZE_ANY_EXHDR(msg_key);
+	char	   *buf = palloc(tlen + 1 + klen);
+	uint64		h;
+
+	memcpy(buf, VARDATA_ANY(topic), tlen);
+	buf[tlen] = '\0';
+	memcpy(buf + tlen + 1, VARDATA_ANY(msg_key), klen);
+	h = hash_bytes_extended((unsigned char *) buf, tlen + 1 + klen, 0);
+	pfree(buf);
+	return h;
+}
+
+/* Keyed messages first, by key hash, each key's in emit order. */
+static int
+flush_order(const void *a, const void *b)
+{
+	const PendingMessage *m1 = *(PendingMessage *const *) a;
+	const PendingMessage *m2 = *(PendingMessage *const *) b;
+
+	if ((m1->msg_key == NULL) != (m2->msg_key == NULL))
+		return m1->msg_key == NULL ? 1 : -1;
+	if (m1->msg_key != NULL && m1->keyhash != m2->keyhash)
+		return m1->keyhash < m2->keyhash ? -1 : 1;
+	return m1->message_id < m2->message_id ? -1 : (m1->message_id > m2->message_id);
+}
+
+/*
+ * Insert the transaction's messages, as the extension's owner, each keyed
+ * one under its key's commit-order lock with a commit_seq drawn there.
+ */
+static void
+flush_pending(void)
+{
+	PendingMessage **order;
+	IdemIdentity identity = {0};
+	IdemRows	rows;
+	IdemRow		row;
+	int			n = 0;
+	uint64		locked_hash = 0;
+	bool		locked_any = false;
+
+	order = palloc(npending * sizeof(PendingMessage *));
+	for (PendingMessage *m = pending; m != NULL; m = m->next)
+		order[n++] = m;
+	qsort(order, n, sizeof(PendingMessage *), flush_order);
+
+	/* first every lock, in hash order, so that no two commits deadlock */
+	for (int i = 0; i < n && order[i]->msg_key != NULL; i++)
+	{
+		LOCKTAG		tag;
+
+		if (locked_any && order[i]->keyhash == locked_hash)
+			continue;
+		key_locktag(&tag, order[i]->keyhash);
+		(void) LockAcquire(&tag, ExclusiveLock, false, false);
+		locked_hash = order[i]->keyhash;
+		locked_any = true;
+	}
+
+	idem_become_owner(&identity, target_owner);
+	idem_use_safe_search_path(&identity);
+	PushActiveSnapshot(GetTransactionSnapshot());
+	idem_rows_begin(&rows, &target->relid, 1, CMD_INSERT);
+	idem_row_init(&row, target);
+	for (int i = 0; i < n; i++)
+	{
+		PendingMessage *m = order[i];
+		int64		commit_seq = m->message_id;
+
+		CHECK_FOR_INTERRUPTS();
+		if (m->msg_key != NULL)
+			commit_seq = nextval_internal(target->seq, false);
+		memset(row.nulls, true, target->natts * sizeof(bool));
+		idem_row_set(&row, OB_ID, Int64GetDatum(m->message_id));
+		idem_row_set(&row, OB_TOPIC, PointerGetDatum(m->topic));
+		if (m->msg_key != NULL)
+			idem_row_set(&row, OB_KEY, PointerGetDatum(m->msg_key));
+		idem_row_set(&row, OB_PAYLOAD, JsonbPGetDatum(m->payload));
+		if (m->headers != NULL)
+			idem_row_set(&row, OB_HEADERS, JsonbPGetDatum(m->headers));
+		idem_row_set(&row, OB_EMITTED, TimestampTzGetDatum(m->emitted_at));
+		idem_row_set(&row, OB_COMMIT_SEQ, Int64GetDatum(commit_seq));
+		idem_row_set(&row, OB_ATTEMPT, Int32GetDatum(0));
+		idem_rows_insert(&rows, 0, row.values, row.nulls);
+	}
+	idem_rows_end(&rows);
+	PopActiveSnapshot();
+	idem_restore_caller(&identity);
+	pfree(order);
+}
+
+static void
+forget_pending(void)
+{
+	/* the memory goes with TopTransactionContext */
+	pending = NULL;
+	pending_tail = &pending;
+	npending = 0;
+	target = NULL;
+	target_owner = InvalidOid;
+}
+
+static void
+outbox_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			if (npending > 0)
+				flush_pending();
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			forget_pending();
+			break;
+		default:
+			break;
+	}
+}
+
+/*
+ * A subtransaction that rolls back takes its messages with it; one that
+ * commits hands them to its parent.
+ */
+static void
+outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						SubTransactionId parentSubid, void *arg)
+{
+	PendingMessage **link = &pending;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
+		return;
+	pending_tail = &pending;
+	while (*link != NULL)
+	{
+		PendingMessage *m = *link;
+
+		if (m->subid == mySubid)
+		{
+			if (event == SUBXACT_EVENT_ABORT_SUB)
+			{
+				*link = m->next;
+				npending--;
+				continue;		/* its memory goes with the transaction */
+			}
+			m->subid = parentSubid;
+		}
+		link = &m->next;
+	}
+	pending_tail = link;
+	/* no message left: the next emit takes the outbox as it finds it */
+	if (npending == 0)
+	{
+		target = NULL;
+		target_owner = InvalidOid;
+	}
+}
+
+/* Register the table and the transaction callbacks. */
+void
+idem_outbox_init(void)
+{
+	outbox_table_index = idem_catalog_register(&outbox_table);
+	RegisterXactCallback(outbox_xact_callback, NULL);
+	RegisterSubXactCallback(outbox_subxact_callback, NULL);
+}
+
+/* A copy of varlena d in TopTransactionContext, detoasted. */
+static void *
+keep(Datum d)
+{
+	struct varlena *v = PG_DETOAST_DATUM_PACKED(d);
+	Size		len = VARSIZE_ANY(v);
+	void	   *copy = MemoryContextAlloc(TopTransactionContext, len);
+
+	memcpy(copy, v, len);
+	return copy;
+}
+
+/*
+ * SQL: idem_outbox_emit(topic text, payload jsonb, msg_key text, headers jsonb)
+ * returns bigint
+ */
+Datum
+idem_outbox_emit(PG_FUNCTION_ARGS)
+{
+	const IdemCatalog *cat;
+	const IdemTableLayout *t;
+	text	   *topic;
+	char	   *topic_str;
+	PendingMessage *m;
+	MemoryContext oldcxt;
+
+	idem_check_not_null(fcinfo, 0, "topic");
+	idem_check_not_null(fcinfo, 1, "payload");
+	topic = PG_GETARG_TEXT_PP(0);
+	idem_check_name("topic", VARDATA_ANY(topic), VARSIZE_ANY_EXHDR(topic),
+					OUTBOX_TOPIC_MAX_LEN);
+	if (!PG_ARGISNULL(2))
+	{
+		text	   *key = PG_GETARG_TEXT_PP(2);
+		int			nchars = pg_mbstrlen_with_len(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key));
+
+		if (nchars > OUTBOX_KEY_MAX_LEN)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("msg_key must be at most %d characters long", OUTBOX_KEY_MAX_LEN),
+					 errdetail("The msg_key has %d characters.", nchars)));
+	}
+	if (!PG_ARGISNULL(3) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(3)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("headers must be a JSON object")));
+	PreventCommandIfReadOnly("idem_outbox_emit()");
+	PreventCommandIfParallelMode("idem_outbox_emit()");
+
+	cat = idem_catalog(fcinfo);
+	t = idem_catalog_table(cat, outbox_table_index);
+
+	if (target != NULL && target->relid != t->relid)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's outbox was re-created after this transaction emitted messages"),
+				 errhint("Roll back, and emit the messages in a new transaction.")));
+
+	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
+	if (target == NULL)
+	{
+		target = palloc(sizeof(IdemTableLayout));
+		*target = *t;
+		target->att = palloc(OB_NCOLS * sizeof(AttrNumber));
+		memcpy(target->att, t->att, OB_NCOLS * sizeof(AttrNumber));
+		target->ncheck = 0;
+		target->checks = NULL;
+		target_owner = cat->owner;
+	}
+	m = palloc0(sizeof(PendingMessage));
+	MemoryContextSwitchTo(oldcxt);
+
+	/* the extension's own sequence, drawn for the caller idem_outbox_emit serves */
+	m->message_id = nextval_internal(t->seq, false);
+	m->topic = keep(PG_GETARG_DATUM(0));
+	m->msg_key = PG_ARGISNULL(2) ? NULL : keep(PG_GETARG_DATUM(2));
+	m->payload = keep(PG_GETARG_DATUM(1));
+	m->headers = PG_ARGISNULL(3) ? NULL : keep(PG_GETARG_DATUM(3));
+	m->emitted_at = GetCurrentTransactionStartTimestamp();
+	if (m->msg_key != NULL)
+		m->keyhash = hash_topic_key(m->topic, m->msg_key);
+	m->subid = GetCurrentSubTransactionId();
+	*pending_tail = m;
+	pending_tail = &m->next;
+	npending++;
+
+	topic_str = text_to_cstring(topic);
+	Async_Notify(OUTBOX_CHANNEL, topic_str);
+	pfree(topic_str);
+
+	PG_RETURN_INT64(m->message_id);
+}
