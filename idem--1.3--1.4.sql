@@ -93,18 +93,21 @@ AS $fetch$
 DECLARE
     t timestamptz := pg_catalog.clock_timestamp();
 BEGIN
-    IF idem_outbox_fetch.topic IS NULL THEN
-        RAISE EXCEPTION 'topic must not be NULL' USING ERRCODE = '22004';
+    IF idem_outbox_fetch.topic IS NULL OR batch IS NULL OR lease IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null',
+            CASE WHEN idem_outbox_fetch.topic IS NULL THEN 'topic'
+                 WHEN batch IS NULL THEN 'batch' ELSE 'lease' END
+            USING ERRCODE = '22004';
     END IF;
     IF idem_outbox_fetch.topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,128}$' THEN
         RAISE EXCEPTION 'topic must be 1 to 128 characters from A-Z, a-z, 0-9, "_", ".", ":" and "-"'
             USING ERRCODE = '22023';
     END IF;
-    IF batch IS NULL OR batch OPERATOR(pg_catalog.<) 1 OR batch OPERATOR(pg_catalog.>) 10000 THEN
+    IF batch OPERATOR(pg_catalog.<) 1 OR batch OPERATOR(pg_catalog.>) 10000 THEN
         RAISE EXCEPTION 'batch must be between 1 and 10000'
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has batch %s.', batch);
     END IF;
-    IF lease IS NULL OR lease OPERATOR(pg_catalog.<=) interval '0' THEN
+    IF lease OPERATOR(pg_catalog.<=) interval '0' THEN
         RAISE EXCEPTION 'lease must be a positive interval'
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has lease %s.', lease);
     END IF;
@@ -155,7 +158,7 @@ DECLARE
     n bigint;
 BEGIN
     IF message_ids IS NULL THEN
-        RAISE EXCEPTION 'message_ids must not be NULL' USING ERRCODE = '22004';
+        RAISE EXCEPTION 'argument "message_ids" must not be null' USING ERRCODE = '22004';
     END IF;
     UPDATE @extschema@.idem_outbox o
        SET acked_at = pg_catalog.clock_timestamp()
