@@ -33,6 +33,8 @@ ensure_packages() {
 	[ -f /usr/include/postgresql/15/server/postgres.h ] || missing+=(postgresql-server-dev-15)
 	[ -f /usr/share/postgresql/15/extension/pgcrypto.control ] || missing+=(postgresql-contrib)
 	perl -MIPC::Run -e 1 2>/dev/null || missing+=(libipc-run-perl)
+	# the outbox/inbox pipeline's processes (test/e2e)
+	/usr/bin/python3 -c 'import psycopg' 2>/dev/null || missing+=(python3-psycopg)
 	command -v make >/dev/null || missing+=(make)
 	command -v gcc >/dev/null || missing+=(gcc)
 	if [ ${#missing[@]} -eq 0 ]; then
