@@ -69,6 +69,21 @@ is($second, ($first + 1) . ':false', 'the same key then executes afresh');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM purchase_order'), '2',
 	'the first order stays: cleanup deletes records, never business rows');
 
+# --- acknowledged outbox messages and expired inbox entries go too ---
+$node->safe_psql('db_b', q{
+	SELECT idem_outbox_emit('t', jsonb_build_object('n', n), 'k' || n % 3) FROM generate_series(1, 1500) n;
+	SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox WHERE (payload->>'n')::int <= 1200));
+	SELECT idem_consume('c', 'expired-' || n, '1 hour') FROM generate_series(1, 1200) n;
+	SELECT idem_consume('c', 'live-' || n) FROM generate_series(1, 30) n;
+	UPDATE idem_inbox SET expires_at = now() - interval '1 second' WHERE message_id LIKE 'expired-%';
+});
+ok(defined wait_until($node, 'db_b',
+	q{SELECT (SELECT count(*) FROM idem_outbox) || '/' || (SELECT count(*) FROM idem_inbox)},
+	'300/30', 4 * $interval + 1),
+	'the worker deletes acknowledged messages and expired inbox entries, in batches; unacknowledged and live ones stay');
+is($node->safe_psql('db_b', q{SELECT count(*) FROM idem_outbox WHERE acked_at IS NOT NULL}),
+	'0', 'no acknowledged message is left');
+
 # --- ALTER SYSTEM + reload changes the pace without a restart ---
 $node->safe_psql('postgres', 'ALTER SYSTEM SET idem.cleanup_interval = 3600');
 $node->safe_psql('postgres', 'SELECT pg_reload_conf()');
