@@ -6,7 +6,7 @@ OBJS = idem.o \
 	src/fingerprint.o src/key.o src/catalog.o \
 	src/record.o src/claim.o \
 	src/order.o src/api.o src/outbox.o src/inbox.o \
-	src/cleanup.o src/worker.o
+	src/cleanup.o src/worker.o src/notify.o
 
 EXTENSION = idem
 DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql idem--1.2--1.3.sql idem--1.3--1.4.sql

@@ -11,7 +11,8 @@
  *	 L3  claim (record, identity)
  *	 L4  order (idem_create_order), api (idem_begin/finish/run),
  *	     outbox (idem_outbox_emit), inbox (idem_consume)
- *	 side: cleanup (util) <- worker (the background cleanup)
+ *	 side: cleanup (util) <- worker (the background cleanup);
+ *	       notify (the outbox notifier) <- outbox
  *
  *-------------------------------------------------------------------------
  */
@@ -23,6 +24,7 @@
 
 #include "entry.h"
 #include "key.h"
+#include "notify.h"
 #include "record.h"
 #include "worker.h"
 
@@ -51,5 +53,8 @@ _PG_init(void)
 
 	/* pg_upgrade must not start workers */
 	if (process_shared_preload_libraries_in_progress && !IsBinaryUpgrade)
+	{
 		idem_worker_init();
+		idem_notify_init();
+	}
 }

@@ -30,6 +30,10 @@
 #define IDEM_LOCK_CLASS_OUTBOX	479
 #define IDEM_LOCK_CLASS_INBOX	480
 
+/* An outbox topic: ^[A-Za-z0-9_.:-]{1,128}$; publishers LISTEN on the channel. */
+#define IDEM_TOPIC_MAX_LEN		128
+#define IDEM_OUTBOX_CHANNEL		"idem_outbox"
+
 /* SQLSTATEs of the protocol's own outcomes (class "IK": idempotency key). */
 #define ERRCODE_IDEM_KEY_REUSED			MAKE_SQLSTATE('I','K','0','0','1')
 #define ERRCODE_IDEM_IN_FLIGHT			MAKE_SQLSTATE('I','K','0','0','2')

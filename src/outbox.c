@@ -16,9 +16,9 @@
  * The locks of one transaction are taken in one global order (by hash), so
  * committing transactions cannot deadlock on them.
  *
- * A savepoint rolled back takes its messages with it; the NOTIFY of
- * idem_outbox (one per topic and transaction, PostgreSQL folds duplicates)
- * is queued at the call and follows the same rules.
+ * A savepoint rolled back takes its messages with it.  Publishers are
+ * woken by NOTIFY idem_outbox, '<topic>' once the transaction has
+ * committed, for each topic of its messages: see notify.c.
  *
  * The fetch and the acknowledgement are SQL (idem--1.3--1.4.sql): one
  * UPDATE ... FOR UPDATE SKIP LOCKED each, which the executor does well.
@@ -47,14 +47,14 @@
 #include "entry.h"
 #include "identity.h"
 #include "key.h"
+#include "notify.h"
 #include "rowwrite.h"
 #include "util.h"
 
 PG_FUNCTION_INFO_V1(idem_outbox_emit);
 
-#define OUTBOX_TOPIC_MAX_LEN	128
+#define OUTBOX_TOPIC_MAX_LEN	IDEM_TOPIC_MAX_LEN
 #define OUTBOX_KEY_MAX_LEN		256
-#define OUTBOX_CHANNEL			"idem_outbox"
 
 /* The columns of idem_outbox, in the order of its spec. */
 enum
@@ -107,6 +107,10 @@ static PendingMessage **pending_tail = &pending;
 static int	npending = 0;
 static IdemTableLayout *target = NULL;
 static Oid	target_owner = InvalidOid;
+
+/* The topics of the flushed messages, when the notifier sends their NOTIFY. */
+static char **deferred_topics = NULL;
+static int	ndeferred_topics = 0;
 
 /* The lock that orders the commits of one (topic, msg_key). */
 static void
@@ -212,9 +216,43 @@ flush_pending(void)
 	pfree(order);
 }
 
+/*
+ * Wake the publishers of the transaction's topics once it has committed:
+ * through the notifier (see notify.c), or, when that cannot be counted on
+ * or the transaction is being prepared, by its own NOTIFY.
+ */
+static void
+notify_topics(bool preparing)
+{
+	char	  **topics = MemoryContextAlloc(TopTransactionContext, npending * sizeof(char *));
+	int			n = 0;
+
+	for (PendingMessage *m = pending; m != NULL; m = m->next)
+	{
+		char	   *t = text_to_cstring(m->topic);
+		bool		seen = false;
+
+		for (int i = 0; i < n && !seen; i++)
+			seen = strcmp(topics[i], t) == 0;
+		if (!seen)
+			topics[n++] = MemoryContextStrdup(TopTransactionContext, t);
+		pfree(t);
+	}
+	if (!preparing && idem_notify_defer(n))
+	{
+		deferred_topics = topics;
+		ndeferred_topics = n;
+		return;
+	}
+	for (int i = 0; i < n; i++)
+		Async_Notify(IDEM_OUTBOX_CHANNEL, topics[i]);
+}
+
 static void
 forget_pending(void)
 {
+	deferred_topics = NULL;
+	ndeferred_topics = 0;
 	/* the memory goes with TopTransactionContext */
 	pending = NULL;
 	pending_tail = &pending;
@@ -231,10 +269,21 @@ outbox_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PRE_COMMIT:
 		case XACT_EVENT_PRE_PREPARE:
 			if (npending > 0)
+			{
 				flush_pending();
+				notify_topics(event == XACT_EVENT_PRE_PREPARE);
+			}
 			break;
 		case XACT_EVENT_COMMIT:
+			if (ndeferred_topics > 0)
+				idem_notify_committed((const char *const *) deferred_topics, ndeferred_topics);
+			forget_pending();
+			break;
 		case XACT_EVENT_ABORT:
+			if (ndeferred_topics > 0)
+				idem_notify_aborted(ndeferred_topics);
+			forget_pending();
+			break;
 		case XACT_EVENT_PREPARE:
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PARALLEL_ABORT:
@@ -314,7 +363,6 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 	const IdemCatalog *cat;
 	const IdemTableLayout *t;
 	text	   *topic;
-	char	   *topic_str;
 	PendingMessage *m;
 	MemoryContext oldcxt;
 
@@ -377,10 +425,6 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 	*pending_tail = m;
 	pending_tail = &m->next;
 	npending++;
-
-	topic_str = text_to_cstring(topic);
-	Async_Notify(OUTBOX_CHANNEL, topic_str);
-	pfree(topic_str);
 
 	PG_RETURN_INT64(m->message_id);
 }

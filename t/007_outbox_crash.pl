@@ -13,10 +13,46 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use IdemTest;
+use Time::HiRes qw(usleep);
 
 my $node = idem_node('outbox', conf => ['idem.cleanup_interval = 0', 'max_prepared_transactions = 4']);
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION idem');
+
+# --- notifications: after the commit, one per topic, from the notifier ---
+my $listener = $node->background_psql('postgres');
+$listener->query_safe('LISTEN idem_outbox');
+$node->safe_psql('postgres', q{
+	SELECT idem_outbox_emit('orders', '{}', 'k1'), idem_outbox_emit('orders', '{}', 'k2'),
+	       idem_outbox_emit('payments', '{}');
+	BEGIN;
+	SELECT idem_outbox_emit('rolled-back', '{}');
+	ROLLBACK;
+});
+my $heard = '';
+for (my $i = 0; $i < 50 && ($heard =~ tr/\n//) < 2; $i++)
+{
+	usleep(100_000);
+	$heard .= $listener->query_safe('SELECT 1');
+}
+my @payloads = sort($heard =~ /Asynchronous notification "idem_outbox" with payload "([^"]*)"/g);
+is(join(',', @payloads), 'orders,payments',
+	'a listener hears one notification per topic of the committed transaction, none for the rolled-back one');
+# a burst of emitting transactions: the notifier sends on their behalf
+$node->pgbench('-n -c 4 -j 2 -t 200', 0, [qr/processed: 800\/800/], [qr/^$/],
+	'800 emitting transactions', { 'emit' => q{SELECT idem_outbox_emit('burst', '{}');} });
+$heard = '';
+for (my $i = 0; $i < 50 && $heard !~ /payload "burst"/; $i++)
+{
+	usleep(100_000);
+	$heard .= $listener->query_safe('SELECT 1');
+}
+like($heard, qr/payload "burst"/, 'the burst is announced');
+my $notifications = () = $heard =~ /payload "burst"/g;
+ok($notifications >= 1 && $notifications < 800,
+	"commits in a burst share notifications ($notifications for 800 transactions)");
+$listener->quit;
+$node->safe_psql('postgres', 'TRUNCATE idem_outbox');
 
 # --- two-phase commit: PostgreSQL refuses to prepare a transaction that
 # notified (idem_outbox_emit queues NOTIFY idem_outbox); nothing is written ---

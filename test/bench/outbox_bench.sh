@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# The outbox and inbox benchmark (issue 12): each idem function against the
+# plain SQL a user would otherwise write, on a throwaway server, pgbench
+# -M prepared -c 8 -j 2, variants interleaved and repeated REPS times;
+# prints median TPS and the ratio per repetition.
+#
+#   emit:      idem_outbox_emit (one keyed message per transaction)
+#              vs a bare INSERT into a table with the same columns and indexes
+#   consume:   idem_consume on new message ids
+#              vs INSERT ... ON CONFLICT DO NOTHING into the same inbox table
+#   fetch+ack: batches of 100 (fetch and ack in one statement), 200 per
+#              client, in messages acknowledged per second of wall time, vs a
+#              PL/pgSQL FOR UPDATE SKIP LOCKED queue doing the same (lease,
+#              then ack) without per-key order; idem keyless and over 1,000
+#              keys (one message per key in flight)
+#
+#   bash test/bench/outbox_bench.sh               # 3 repetitions of 10 s
+#   IDEM_BENCH_REPS=5 IDEM_BENCH_SECONDS=5 bash test/bench/outbox_bench.sh
+source "$(dirname "$0")/../lib.sh"
+
+REPS=${IDEM_BENCH_REPS:-3}
+SECONDS_PER_RUN=${IDEM_BENCH_SECONDS:-10}
+CLIENTS=8
+DRAIN_TXNS=200			# per client and run: at most 8 x 200 x 100 = 160,000 messages
+
+ensure_packages
+build_install
+start_server "shared_buffers = 1GB" "synchronous_commit = off" "fsync = on" \
+	"max_wal_size = 8GB" "checkpoint_timeout = 30min" "idem.cleanup_interval = 0"
+DB=postgres
+sql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
+
+sql <<'SQL'
+CREATE EXTENSION idem;
+CREATE SCHEMA plain;
+-- the same table as idem_outbox, written by a bare INSERT
+CREATE TABLE plain.outbox (LIKE public.idem_outbox INCLUDING ALL);
+CREATE SEQUENCE plain.outbox_seq;
+ALTER TABLE plain.outbox ALTER COLUMN message_id SET DEFAULT nextval('plain.outbox_seq');
+CREATE INDEX ON plain.outbox (topic, commit_seq) WHERE acked_at IS NULL;
+CREATE INDEX ON plain.outbox (topic, msg_key, commit_seq) WHERE acked_at IS NULL AND msg_key IS NOT NULL;
+CREATE INDEX ON plain.outbox (acked_at) WHERE acked_at IS NOT NULL;
+-- the same table as idem_inbox
+CREATE TABLE plain.inbox (LIKE public.idem_inbox INCLUDING ALL);
+-- what a user writes for an outbox: lease with SKIP LOCKED, ack by id
+CREATE TABLE plain.queue (id bigserial PRIMARY KEY, topic text NOT NULL, payload jsonb NOT NULL,
+                          attempt int NOT NULL DEFAULT 0, leased_until timestamptz, acked_at timestamptz);
+CREATE INDEX ON plain.queue (topic, id) WHERE acked_at IS NULL;
+CREATE FUNCTION plain.fetch(t text, n int) RETURNS SETOF plain.queue LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY
+    UPDATE plain.queue q SET attempt = q.attempt + 1, leased_until = clock_timestamp() + interval '30 seconds'
+    FROM (SELECT id FROM plain.queue WHERE topic = t AND acked_at IS NULL
+            AND (leased_until IS NULL OR leased_until <= clock_timestamp())
+          ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED) d
+    WHERE q.id = d.id RETURNING q.*;
+END $$;
+CREATE FUNCTION plain.ack(ids bigint[]) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE n bigint;
+BEGIN
+    UPDATE plain.queue SET acked_at = clock_timestamp() WHERE id = ANY (ids) AND acked_at IS NULL;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END $$;
+SQL
+
+W=$IDEM_TMP/bench
+mkdir -p "$W"
+chmod 777 "$W"
+cat >"$W/emit.sql" <<'SQL'
+\set k random(1, 1000)
+SELECT public.idem_outbox_emit('bench', '{"order": 1, "status": "CREATED"}', 'account-' || :k);
+SQL
+cat >"$W/bare_insert.sql" <<'SQL'
+\set k random(1, 1000)
+INSERT INTO plain.outbox (topic, msg_key, payload, emitted_at, commit_seq, attempt) VALUES ('bench', 'account-' || :k, '{"order": 1, "status": "CREATED"}', now(), nextval('plain.outbox_seq'), 0) RETURNING message_id;
+SQL
+cat >"$W/consume.sql" <<'SQL'
+\set m random(1, 9000000000000000)
+SELECT public.idem_consume('bench', 'orders/' || :client_id || '/' || :m);
+SQL
+cat >"$W/on_conflict.sql" <<'SQL'
+\set m random(1, 9000000000000000)
+INSERT INTO plain.inbox (consumer, message_id, consumed_at, expires_at) VALUES ('bench', 'orders/' || :client_id || '/' || :m, now(), now() + interval '7 days') ON CONFLICT DO NOTHING;
+SQL
+cat >"$W/fetch_ack.sql" <<'SQL'
+SELECT public.idem_outbox_ack(ARRAY(SELECT message_id FROM public.idem_outbox_fetch('drain', 100))) AS acked \gset
+SQL
+cat >"$W/plain_fetch_ack.sql" <<'SQL'
+SELECT plain.ack(ARRAY(SELECT id FROM plain.fetch('drain', 100))) AS acked \gset
+SQL
+
+run_pgbench() {	# run_pgbench NAME [pgbench args]: prints the TPS
+	local name=$1
+	shift
+	as_pg_user "$PG_BINDIR/pgbench" -n -M prepared -c "$CLIENTS" -j 2 \
+		-h "$PGHOST" -p "$PGPORT" "$@" "$DB" >"$W/$name.out" 2>&1 || true
+	local tps
+	tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time)/\1/p' "$W/$name.out")
+	[ -n "$tps" ] || { log "pgbench $name failed:"; cat "$W/$name.out" >&2; tps=0; }
+	echo "$tps"
+}
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# fill the drain topic: n messages, keyless or over 1,000 keys
+fill() {	# fill idem|plain N KEYED
+	if [ "$1" = idem ]; then
+		sql -c "TRUNCATE public.idem_outbox" -c "SELECT count(public.idem_outbox_emit('drain',
+			'{\"order\": 1}', CASE WHEN $3 THEN 'account-' || g % 1000 END)) FROM generate_series(1, $2) g" >/dev/null
+		sql -c "VACUUM ANALYZE public.idem_outbox" >/dev/null
+	else
+		sql -c "TRUNCATE plain.queue" -c "INSERT INTO plain.queue (topic, payload)
+			SELECT 'drain', '{\"order\": 1}' FROM generate_series(1, $2)" -c "VACUUM ANALYZE plain.queue" >/dev/null
+	fi
+}
+
+declare -A TPS MSGS
+N=$((CLIENTS * DRAIN_TXNS * 100))
+log "$REPS interleaved repetitions, $SECONDS_PER_RUN s per run, $CLIENTS clients"
+for rep in $(seq 1 "$REPS"); do
+	for v in emit bare_insert consume on_conflict; do
+		t=$(run_pgbench "$v.$rep" -T "$SECONDS_PER_RUN" -f "$W/$v.sql")
+		TPS[$v]="${TPS[$v]:-} $t"
+		log "  rep $rep $v: $t TPS"
+	done
+	for v in fetch_ack_false fetch_ack_true plain_fetch_ack; do
+		case $v in
+		fetch_ack_false) fill idem "$N" false; table=public.idem_outbox; script=fetch_ack ;;
+		fetch_ack_true) fill idem "$N" true; table=public.idem_outbox; script=fetch_ack ;;
+		plain_fetch_ack) fill plain "$N" false; table=plain.queue; script=plain_fetch_ack ;;
+		esac
+		start=$(date +%s.%N)
+		run_pgbench "$v.$rep" -t "$DRAIN_TXNS" -f "$W/$script.sql" >/dev/null
+		end=$(date +%s.%N)
+		acked=$(sql -At -c "SELECT count(*) FROM $table WHERE acked_at IS NOT NULL")
+		t=$(awk -v n="$acked" -v a="$start" -v b="$end" 'BEGIN {printf "%.0f", n / (b - a)}')
+		MSGS[$v]="${MSGS[$v]:-} $t"
+		log "  rep $rep $v: $acked messages acknowledged, $t messages/s"
+	done
+done
+
+echo
+echo "## idem outbox/inbox benchmark: $(date -u +%Y-%m-%d), $(nproc) cores, -c $CLIENTS -j 2, $REPS interleaved repetitions"
+pair() {	# pair LABEL A B: medians and per-repetition ratios A / B
+	local per
+	per=$(paste -d' ' <(echo "${TPS[$2]}" | tr ' ' '\n' | grep -v '^$') \
+		<(echo "${TPS[$3]}" | tr ' ' '\n' | grep -v '^$') | awk '{printf "%.2f ", $1 / $2}')
+	printf '%s: %s %.0f TPS, %s %.0f TPS; ratio per repetition: %s(median %s)\n' "$1" \
+		"$2" "$(echo "${TPS[$2]}" | median)" "$3" "$(echo "${TPS[$3]}" | median)" "$per" "$(echo "$per" | median)"
+}
+pair "emit (one keyed message per transaction)" emit bare_insert
+pair "consume (new message ids)" consume on_conflict
+msgs() { echo "${MSGS[$1]}" | median; }
+echo "fetch+ack, batches of 100, 8 workers: idem keyless $(msgs fetch_ack_false) messages/s," \
+	"idem over 1,000 keys (per-key order) $(msgs fetch_ack_true) messages/s," \
+	"PL/pgSQL SKIP LOCKED queue $(msgs plain_fetch_ack) messages/s" \
+	"(ratio keyless $(awk -v a="$(msgs fetch_ack_false)" -v b="$(msgs plain_fetch_ack)" 'BEGIN {printf "%.2f", a / b}'))"
