@@ -12,6 +12,13 @@
 -- order: for a message with a key it is drawn at that moment, under a lock
 -- of (topic, msg_key) held until the commit is done, so that for one key
 -- commit_seq follows commit order; without a key it is the message id.
+--
+-- ready marks what a fetch may hand out: every keyless message, and of each
+-- key only its head, the unacknowledged message with the least commit_seq.
+-- It is kept under the same key lock: a message is inserted ready if its
+-- key has no unacknowledged message, and acknowledging a head makes the
+-- next message of its key ready.  So a fetch walks only deliverable rows,
+-- however long a key's backlog.
 -- ---------------------------------------------------------------------------
 CREATE SEQUENCE @extschema@.idem_outbox_message_id_seq;
 
@@ -24,6 +31,7 @@ CREATE TABLE @extschema@.idem_outbox (
     emitted_at   timestamptz NOT NULL,
     commit_seq   bigint NOT NULL,
     attempt      integer NOT NULL,
+    ready        boolean NOT NULL,
     leased_until timestamptz,
     acked_at     timestamptz
 ) WITH (fillfactor = 90);
@@ -31,10 +39,10 @@ CREATE TABLE @extschema@.idem_outbox (
 ALTER SEQUENCE @extschema@.idem_outbox_message_id_seq
     OWNED BY @extschema@.idem_outbox.message_id;
 
--- what a fetch scans: the unacknowledged messages of a topic, in order
+-- what a fetch scans: the deliverable messages of a topic, in order
 CREATE INDEX idem_outbox_pending ON @extschema@.idem_outbox (topic, commit_seq)
-    WHERE acked_at IS NULL;
--- the head of each key: no message is handed out behind an unacknowledged one
+    WHERE acked_at IS NULL AND ready;
+-- each key's unacknowledged messages, in order: its head, the next one
 CREATE INDEX idem_outbox_key_order ON @extschema@.idem_outbox (topic, msg_key, commit_seq)
     WHERE acked_at IS NULL AND msg_key IS NOT NULL;
 -- what the cleanup deletes: acknowledged messages, oldest first
@@ -77,11 +85,10 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb) IS
     'idem: emit a message that exists if and only if the calling transaction commits; returns its id';
 
--- Lease the deliverable messages of a topic.  A message is deliverable when
--- it is not acknowledged, not leased (or its lease lapsed), and no earlier
--- message of its key (by commit_seq) is unacknowledged.  FOR UPDATE SKIP
--- LOCKED: concurrent fetchers never lease one message; a row leased and
--- committed meanwhile is checked again on its new version.
+-- Lease the deliverable messages of a topic: ready (keyless, or the head
+-- of its key), not acknowledged, not leased or with a lapsed lease.  FOR
+-- UPDATE SKIP LOCKED: concurrent fetchers never lease one message; a row
+-- leased and committed meanwhile is checked again on its new version.
 CREATE FUNCTION @extschema@.idem_outbox_fetch(
     topic text, batch integer DEFAULT 100, lease interval DEFAULT '30 seconds')
 RETURNS TABLE (message_id bigint, msg_key text, payload jsonb, headers jsonb,
@@ -117,15 +124,8 @@ BEGIN
         SELECT o.message_id
           FROM @extschema@.idem_outbox o
          WHERE o.topic OPERATOR(pg_catalog.=) idem_outbox_fetch.topic
-           AND o.acked_at IS NULL
+           AND o.acked_at IS NULL AND o.ready
            AND (o.leased_until IS NULL OR o.leased_until OPERATOR(pg_catalog.<=) t)
-           AND (o.msg_key IS NULL OR NOT EXISTS (
-                SELECT 1
-                  FROM @extschema@.idem_outbox e
-                 WHERE e.topic OPERATOR(pg_catalog.=) o.topic
-                   AND e.msg_key OPERATOR(pg_catalog.=) o.msg_key
-                   AND e.acked_at IS NULL
-                   AND e.commit_seq OPERATOR(pg_catalog.<) o.commit_seq))
          ORDER BY o.commit_seq
          LIMIT batch
            FOR UPDATE OF o SKIP LOCKED
@@ -148,7 +148,19 @@ $fetch$;
 COMMENT ON FUNCTION @extschema@.idem_outbox_fetch(text, integer, interval) IS
     'idem: lease up to batch deliverable messages of a topic, in commit order per key';
 
+-- Take the commit-order locks of (topic, msg_key) pairs, in one global
+-- order, until the end of the transaction: what a committing emitter of
+-- those keys takes too.  For idem_outbox_ack only.
+CREATE FUNCTION @extschema@.idem_outbox_lock_keys(topics text[], keys text[])
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_outbox_lock_keys'
+LANGUAGE C VOLATILE STRICT;
+
 -- Acknowledge delivered messages; the cleanup worker deletes them later.
+-- Under the locks of their keys, so that no emitter of those keys commits
+-- meanwhile, each key whose head was acknowledged gets its next message
+-- ready.  READ COMMITTED: each statement sees what committed before it, the
+-- work of the emitters the locks waited for included.
 CREATE FUNCTION @extschema@.idem_outbox_ack(message_ids bigint[])
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
@@ -156,15 +168,47 @@ SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $ack$
 DECLARE
     n bigint;
+    topics text[];
+    keys text[];
 BEGIN
     IF message_ids IS NULL THEN
         RAISE EXCEPTION 'argument "message_ids" must not be null' USING ERRCODE = '22004';
     END IF;
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        RAISE EXCEPTION 'idem_outbox_ack must run in a READ COMMITTED transaction'
+            USING ERRCODE = '0A000';
+    END IF;
+    SELECT pg_catalog.array_agg(k.topic), pg_catalog.array_agg(k.msg_key)
+      INTO topics, keys
+      FROM (SELECT DISTINCT o.topic::pg_catalog.text AS topic, o.msg_key::pg_catalog.text AS msg_key
+              FROM @extschema@.idem_outbox o
+             WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+               AND o.acked_at IS NULL AND o.msg_key IS NOT NULL) k;
+    IF topics IS NOT NULL THEN
+        PERFORM @extschema@.idem_outbox_lock_keys(topics, keys);
+    END IF;
+
     UPDATE @extschema@.idem_outbox o
-       SET acked_at = pg_catalog.clock_timestamp()
+       SET acked_at = pg_catalog.clock_timestamp(), ready = false
      WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
        AND o.acked_at IS NULL;
     GET DIAGNOSTICS n = ROW_COUNT;
+
+    -- the new head of each key: ready (if it was not already)
+    IF topics IS NOT NULL THEN
+        UPDATE @extschema@.idem_outbox o
+           SET ready = true
+          FROM ROWS FROM (pg_catalog.unnest(topics), pg_catalog.unnest(keys)) AS k(topic, msg_key),
+               LATERAL (SELECT h.message_id
+                          FROM @extschema@.idem_outbox h
+                         WHERE h.topic OPERATOR(pg_catalog.=) k.topic
+                           AND h.msg_key OPERATOR(pg_catalog.=) k.msg_key
+                           AND h.acked_at IS NULL
+                         ORDER BY h.commit_seq
+                         LIMIT 1) head
+         WHERE o.message_id OPERATOR(pg_catalog.=) head.message_id
+           AND NOT o.ready;
+    END IF;
     RETURN n;
 END
 $ack$;
@@ -186,4 +230,5 @@ COMMENT ON FUNCTION @extschema@.idem_consume(text, text, interval) IS
 REVOKE ALL ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_outbox_fetch(text, integer, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_outbox_ack(bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_lock_keys(text[], text[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_consume(text, text, interval) FROM PUBLIC;

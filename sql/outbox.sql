@@ -83,7 +83,7 @@ BEGIN;
 SELECT idem_outbox_emit('shipments', jsonb_build_object('n', n), 'order-9') > 0 AS emitted
 FROM generate_series(1, 3) n;
 COMMIT;
-SELECT payload FROM idem_outbox WHERE msg_key = 'order-9' ORDER BY commit_seq;
+SELECT payload, ready FROM idem_outbox WHERE msg_key = 'order-9' ORDER BY commit_seq;
 
 -- A lease that lapses: the message is fetched again, attempt 2.
 TRUNCATE idem_outbox;
@@ -139,6 +139,9 @@ SELECT idem_outbox_fetch('t', 10001);
 SELECT idem_outbox_fetch('t', 1, '0 seconds');
 SELECT idem_outbox_fetch('t', 1, '-1 second');
 SELECT idem_outbox_ack(NULL);
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT idem_outbox_ack('{1}');
+ROLLBACK;
 \set VERBOSITY default
 SELECT count(*) AS rows_written FROM idem_outbox WHERE topic <> repeat('t', 128);
 

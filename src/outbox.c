@@ -27,6 +27,10 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/nbtree.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/async.h"
@@ -36,8 +40,12 @@
 #include "miscadmin.h"
 #include "storage/lmgr.h"
 #include "tcop/utility.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -52,6 +60,7 @@
 #include "util.h"
 
 PG_FUNCTION_INFO_V1(idem_outbox_emit);
+PG_FUNCTION_INFO_V1(idem_outbox_lock_keys);
 
 #define OUTBOX_TOPIC_MAX_LEN	IDEM_TOPIC_MAX_LEN
 #define OUTBOX_KEY_MAX_LEN		256
@@ -60,7 +69,7 @@ PG_FUNCTION_INFO_V1(idem_outbox_emit);
 enum
 {
 	OB_ID, OB_TOPIC, OB_KEY, OB_PAYLOAD, OB_HEADERS, OB_EMITTED, OB_COMMIT_SEQ,
-	OB_ATTEMPT, OB_LEASED, OB_ACKED, OB_NCOLS
+	OB_ATTEMPT, OB_READY, OB_LEASED, OB_ACKED, OB_NCOLS
 };
 
 static const IdemColumnSpec outbox_columns[OB_NCOLS] = {
@@ -72,6 +81,7 @@ static const IdemColumnSpec outbox_columns[OB_NCOLS] = {
 	[OB_EMITTED] = {"emitted_at", TIMESTAMPTZOID, 0, false, false},
 	[OB_COMMIT_SEQ] = {"commit_seq", INT8OID, 0, false, false},
 	[OB_ATTEMPT] = {"attempt", INT4OID, 0, false, false},
+	[OB_READY] = {"ready", BOOLOID, 0, false, false},
 	[OB_LEASED] = {"leased_until", TIMESTAMPTZOID, 0, false, false},
 	[OB_ACKED] = {"acked_at", TIMESTAMPTZOID, 0, false, false},
 };
@@ -107,6 +117,7 @@ static PendingMessage **pending_tail = &pending;
 static int	npending = 0;
 static IdemTableLayout *target = NULL;
 static Oid	target_owner = InvalidOid;
+static Oid	target_nspid = InvalidOid;
 
 /* The topics of the flushed messages, when the notifier sends their NOTIFY. */
 static char **deferred_topics = NULL;
@@ -137,6 +148,65 @@ hash_topic_key(const text *topic, const text *msg_key)
 	return h;
 }
 
+/*
+ * idem_outbox_key_order, the index of each key's unacknowledged messages
+ * (topic, msg_key, commit_seq), opened.
+ */
+static Relation
+open_key_index(Oid nspid, Relation heap)
+{
+	Oid			indexid = get_relname_relid("idem_outbox_key_order", nspid);
+	Relation	index;
+
+	if (!OidIsValid(indexid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's index \"idem_outbox_key_order\" is missing"),
+				 errhint("Drop and re-create the extension idem.")));
+	index = index_open(indexid, AccessShareLock);
+	if (index->rd_index->indrelid != RelationGetRelid(heap) ||
+		index->rd_index->indnkeyatts < 2 ||
+		index->rd_index->indkey.values[0] != target->att[OB_TOPIC] ||
+		index->rd_index->indkey.values[1] != target->att[OB_KEY])
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's index \"idem_outbox_key_order\" is not on (topic, msg_key, commit_seq) of idem_outbox"),
+				 errhint("Undo the change, or drop and re-create the extension idem.")));
+	return index;
+}
+
+/*
+ * Has (topic, msg_key) an unacknowledged message?  Asked under the key's
+ * lock, which every emitter and acknowledger of the key takes: a dirty
+ * snapshot then sees exactly what they committed.
+ */
+static bool
+key_has_unacked(Relation heap, Relation index, TupleTableSlot *slot,
+				text *topic, text *msg_key)
+{
+	SnapshotData dirty;
+	ScanKeyData skey[2];
+	IndexScanDesc scan;
+	bool		found = false;
+
+	InitDirtySnapshot(dirty);
+	ScanKeyEntryInitialize(&skey[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(topic));
+	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[1], F_TEXTEQ, PointerGetDatum(msg_key));
+	scan = index_beginscan(heap, index, &dirty, 2, 0);
+	index_rescan(scan, skey, 2, NULL, 0);
+	while (!found && index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+
+		(void) slot_getattr(slot, target->att[OB_ACKED], &isnull);
+		found = isnull;
+	}
+	index_endscan(scan);
+	return found;
+}
+
 /* Keyed messages first, by key hash, each key's in emit order. */
 static int
 flush_order(const void *a, const void *b)
@@ -148,7 +218,27 @@ flush_order(const void *a, const void *b)
 		return m1->msg_key == NULL ? 1 : -1;
 	if (m1->msg_key != NULL && m1->keyhash != m2->keyhash)
 		return m1->keyhash < m2->keyhash ? -1 : 1;
+	if (m1->msg_key != NULL)
+	{
+		/* two keys of one hash: one after the other */
+		int			c = strcmp(text_to_cstring(m1->topic), text_to_cstring(m2->topic));
+
+		if (c == 0)
+			c = strcmp(text_to_cstring(m1->msg_key), text_to_cstring(m2->msg_key));
+		if (c != 0)
+			return c;
+	}
 	return m1->message_id < m2->message_id ? -1 : (m1->message_id > m2->message_id);
+}
+
+/* Are a and b (keyed) of the same (topic, msg_key)? */
+static bool
+equal_texts(const PendingMessage *a, const PendingMessage *b)
+{
+	return VARSIZE_ANY_EXHDR(a->topic) == VARSIZE_ANY_EXHDR(b->topic) &&
+		VARSIZE_ANY_EXHDR(a->msg_key) == VARSIZE_ANY_EXHDR(b->msg_key) &&
+		memcmp(VARDATA_ANY(a->topic), VARDATA_ANY(b->topic), VARSIZE_ANY_EXHDR(a->topic)) == 0 &&
+		memcmp(VARDATA_ANY(a->msg_key), VARDATA_ANY(b->msg_key), VARSIZE_ANY_EXHDR(a->msg_key)) == 0;
 }
 
 /*
@@ -165,6 +255,8 @@ flush_pending(void)
 	int			n = 0;
 	uint64		locked_hash = 0;
 	bool		locked_any = false;
+	Relation	key_index = NULL;
+	TupleTableSlot *probe_slot = NULL;
 
 	order = palloc(npending * sizeof(PendingMessage *));
 	for (PendingMessage *m = pending; m != NULL; m = m->next)
@@ -189,14 +281,30 @@ flush_pending(void)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	idem_rows_begin(&rows, &target->relid, 1, CMD_INSERT);
 	idem_row_init(&row, target);
+	if (n > 0 && order[0]->msg_key != NULL)
+	{
+		key_index = open_key_index(target_nspid, rows.rels[0]->ri_RelationDesc);
+		probe_slot = table_slot_create(rows.rels[0]->ri_RelationDesc, NULL);
+	}
 	for (int i = 0; i < n; i++)
 	{
 		PendingMessage *m = order[i];
 		int64		commit_seq = m->message_id;
+		bool		ready = true;
 
 		CHECK_FOR_INTERRUPTS();
 		if (m->msg_key != NULL)
+		{
 			commit_seq = nextval_internal(target->seq, false);
+			/* the head of its key if the key has nothing unacknowledged */
+			if (i > 0 && order[i - 1]->msg_key != NULL &&
+				order[i - 1]->keyhash == m->keyhash &&
+				equal_texts(order[i - 1], m))
+				ready = false;
+			else
+				ready = !key_has_unacked(rows.rels[0]->ri_RelationDesc, key_index,
+										 probe_slot, m->topic, m->msg_key);
+		}
 		memset(row.nulls, true, target->natts * sizeof(bool));
 		idem_row_set(&row, OB_ID, Int64GetDatum(m->message_id));
 		idem_row_set(&row, OB_TOPIC, PointerGetDatum(m->topic));
@@ -208,7 +316,13 @@ flush_pending(void)
 		idem_row_set(&row, OB_EMITTED, TimestampTzGetDatum(m->emitted_at));
 		idem_row_set(&row, OB_COMMIT_SEQ, Int64GetDatum(commit_seq));
 		idem_row_set(&row, OB_ATTEMPT, Int32GetDatum(0));
+		idem_row_set(&row, OB_READY, BoolGetDatum(ready));
 		idem_rows_insert(&rows, 0, row.values, row.nulls);
+	}
+	if (key_index != NULL)
+	{
+		ExecDropSingleTupleTableSlot(probe_slot);
+		index_close(key_index, NoLock);
 	}
 	idem_rows_end(&rows);
 	PopActiveSnapshot();
@@ -259,6 +373,7 @@ forget_pending(void)
 	npending = 0;
 	target = NULL;
 	target_owner = InvalidOid;
+	target_nspid = InvalidOid;
 }
 
 static void
@@ -408,6 +523,7 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 		target->ncheck = 0;
 		target->checks = NULL;
 		target_owner = cat->owner;
+		target_nspid = cat->nspid;
 	}
 	m = palloc0(sizeof(PendingMessage));
 	MemoryContextSwitchTo(oldcxt);
@@ -427,4 +543,57 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 	npending++;
 
 	PG_RETURN_INT64(m->message_id);
+}
+
+/* Sort order of uint64 hashes. */
+static int
+hash_order(const void *a, const void *b)
+{
+	uint64		h1 = *(const uint64 *) a;
+	uint64		h2 = *(const uint64 *) b;
+
+	return h1 < h2 ? -1 : (h1 > h2);
+}
+
+/*
+ * SQL: idem_outbox_lock_keys(topics text[], keys text[]) returns void
+ *
+ * Take the commit-order locks of the pairs (topics[i], keys[i]) in hash
+ * order, as a committing emitter does, until the end of the transaction.
+ */
+Datum
+idem_outbox_lock_keys(PG_FUNCTION_ARGS)
+{
+	ArrayType  *topics = PG_GETARG_ARRAYTYPE_P(0);
+	ArrayType  *keys = PG_GETARG_ARRAYTYPE_P(1);
+	Datum	   *tv;
+	Datum	   *kv;
+	bool	   *tn;
+	bool	   *kn;
+	int			nt;
+	int			nk;
+	uint64	   *hashes;
+
+	deconstruct_array(topics, TEXTOID, -1, false, TYPALIGN_INT, &tv, &tn, &nt);
+	deconstruct_array(keys, TEXTOID, -1, false, TYPALIGN_INT, &kv, &kn, &nk);
+	if (nt != nk)
+		elog(ERROR, "idem: idem_outbox_lock_keys needs as many topics as keys");
+	hashes = palloc(nt * sizeof(uint64));
+	for (int i = 0; i < nt; i++)
+	{
+		if (tn[i] || kn[i])
+			elog(ERROR, "idem: idem_outbox_lock_keys got a NULL topic or key");
+		hashes[i] = hash_topic_key(DatumGetTextPP(tv[i]), DatumGetTextPP(kv[i]));
+	}
+	qsort(hashes, nt, sizeof(uint64), hash_order);
+	for (int i = 0; i < nt; i++)
+	{
+		LOCKTAG		tag;
+
+		if (i > 0 && hashes[i] == hashes[i - 1])
+			continue;
+		key_locktag(&tag, hashes[i]);
+		(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	}
+	PG_RETURN_VOID();
 }
