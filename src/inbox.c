@@ -160,20 +160,28 @@ typedef enum InboxEntry
 
 /*
  * Look (consumer, message_id) up through the key index with a dirty
- * snapshot, under the message's lock.  A row still being inserted by a
- * transaction that bypassed the lock is left to the unique index.
+ * snapshot, under the message's lock, in the relation rows has open for
+ * the insert.  A row still being inserted by a transaction that bypassed
+ * the lock is left to the unique index.
  */
 static InboxEntry
-probe(const IdemTableLayout *t, Datum consumer, Datum message_id,
+probe(const IdemTableLayout *t, IdemRows *rows, Datum consumer, Datum message_id,
 	  TimestampTz now, ItemPointer tid)
 {
-	Relation	heap = table_open(t->relid, AccessShareLock);
-	Relation	index = index_open(t->keyindex, AccessShareLock);
+	ResultRelInfo *rri = rows->rels[0];
+	Relation	heap = rri->ri_RelationDesc;
+	Relation	index = NULL;
 	SnapshotData dirty;
 	ScanKeyData skey[2];
 	IndexScanDesc scan;
-	TupleTableSlot *slot = table_slot_create(heap, NULL);
+	TupleTableSlot *slot = rows->slots[0];
 	InboxEntry	entry = INBOX_NONE;
+
+	for (int i = 0; i < rri->ri_NumIndices; i++)
+		if (RelationGetRelid(rri->ri_IndexRelationDescs[i]) == t->keyindex)
+			index = rri->ri_IndexRelationDescs[i];
+	if (index == NULL)
+		elog(ERROR, "idem: index %u of idem_inbox is not open", t->keyindex);
 
 	InitDirtySnapshot(dirty);
 	ScanKeyEntryInitialize(&skey[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
@@ -197,9 +205,7 @@ probe(const IdemTableLayout *t, Datum consumer, Datum message_id,
 			entry = INBOX_LIVE;
 	}
 	index_endscan(scan);
-	ExecDropSingleTupleTableSlot(slot);
-	index_close(index, NoLock);
-	table_close(heap, NoLock);
+	ExecClearTuple(slot);
 	return entry;
 }
 
@@ -236,20 +242,17 @@ delete_expired(const IdemTableLayout *t, ItemPointer tid)
 }
 
 static void
-insert_entry(const IdemTableLayout *t, Datum consumer, Datum message_id,
+insert_entry(IdemRows *rows, const IdemTableLayout *t, Datum consumer, Datum message_id,
 			 TimestampTz now, TimestampTz expires)
 {
-	IdemRows	rows;
 	IdemRow		row;
 
-	idem_rows_begin(&rows, &t->relid, 1, CMD_INSERT);
 	idem_row_init(&row, t);
 	idem_row_set(&row, IN_CONSUMER, consumer);
 	idem_row_set(&row, IN_MESSAGE, message_id);
 	idem_row_set(&row, IN_CONSUMED, TimestampTzGetDatum(now));
 	idem_row_set(&row, IN_EXPIRES, TimestampTzGetDatum(expires));
-	idem_rows_insert(&rows, 0, row.values, row.nulls);
-	idem_rows_end(&rows);
+	idem_rows_insert(rows, 0, row.values, row.nulls);
 }
 
 /* SQL: idem_consume(consumer text, message_id text, ttl interval) returns boolean */
@@ -301,24 +304,34 @@ idem_consume(PG_FUNCTION_ARGS)
 	{
 		ItemPointerData tid;
 		InboxEntry	entry;
+		IdemRows	rows;
 
 		if (attempt > INBOX_ATTEMPTS)
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not consume the message: its inbox entry kept changing"),
 					 errhint("Retry the transaction.")));
-		entry = probe(t, PointerGetDatum(consumer), PointerGetDatum(message_id), now, &tid);
+		idem_rows_begin(&rows, &t->relid, 1, CMD_INSERT);
+		if (idem_catalog_current(&cat))
+			idem_rows_set_checks(&rows, 0, t->checks, t->ncheck);
+		entry = probe(t, &rows, PointerGetDatum(consumer), PointerGetDatum(message_id), now, &tid);
+		if (entry == INBOX_NONE)
+			insert_entry(&rows, t, PointerGetDatum(consumer), PointerGetDatum(message_id),
+						 now, expires);
+		idem_rows_end(&rows);
+		if (entry == INBOX_NONE)
+		{
+			consumed = true;
+			break;
+		}
 		if (entry == INBOX_LIVE)
 		{
 			/* a redelivery leaves the message to others at once */
 			LockRelease(&tag, ExclusiveLock, false);
 			break;
 		}
-		if (entry == INBOX_EXPIRED && !delete_expired(t, &tid))
-			continue;
-		insert_entry(t, PointerGetDatum(consumer), PointerGetDatum(message_id), now, expires);
-		consumed = true;
-		break;
+		/* expired: delete it, then look again */
+		(void) delete_expired(t, &tid);
 	}
 	idem_restore_caller(&identity);
 	PG_RETURN_BOOL(consumed);

@@ -42,18 +42,21 @@ CREATE INDEX ON plain.outbox (topic, msg_key, commit_seq) WHERE acked_at IS NULL
 CREATE INDEX ON plain.outbox (acked_at) WHERE acked_at IS NOT NULL;
 -- the same table as idem_inbox
 CREATE TABLE plain.inbox (LIKE public.idem_inbox INCLUDING ALL);
--- what a user writes for an outbox: lease with SKIP LOCKED, ack by id
-CREATE TABLE plain.queue (id bigserial PRIMARY KEY, topic text NOT NULL, payload jsonb NOT NULL,
-                          attempt int NOT NULL DEFAULT 0, leased_until timestamptz, acked_at timestamptz);
-CREATE INDEX ON plain.queue (topic, id) WHERE acked_at IS NULL;
+-- what a user writes for an outbox: lease with SKIP LOCKED, ack by id; the
+-- delivery order (seq) indexed apart from the key, as in idem_outbox, so
+-- that the planner scans the partial index of unacknowledged rows
+CREATE TABLE plain.queue (id bigserial PRIMARY KEY, seq bigint NOT NULL, topic text NOT NULL,
+                          payload jsonb NOT NULL, attempt int NOT NULL DEFAULT 0,
+                          leased_until timestamptz, acked_at timestamptz) WITH (fillfactor = 90);
+CREATE INDEX ON plain.queue (topic, seq) WHERE acked_at IS NULL;
 CREATE FUNCTION plain.fetch(t text, n int) RETURNS SETOF plain.queue LANGUAGE plpgsql AS $$
 BEGIN
     RETURN QUERY
+    WITH d AS (SELECT id FROM plain.queue WHERE topic = t AND acked_at IS NULL
+                 AND (leased_until IS NULL OR leased_until <= clock_timestamp())
+               ORDER BY seq LIMIT n FOR UPDATE SKIP LOCKED)
     UPDATE plain.queue q SET attempt = q.attempt + 1, leased_until = clock_timestamp() + interval '30 seconds'
-    FROM (SELECT id FROM plain.queue WHERE topic = t AND acked_at IS NULL
-            AND (leased_until IS NULL OR leased_until <= clock_timestamp())
-          ORDER BY id LIMIT n FOR UPDATE SKIP LOCKED) d
-    WHERE q.id = d.id RETURNING q.*;
+    FROM d WHERE q.id = d.id RETURNING q.*;
 END $$;
 CREATE FUNCTION plain.ack(ids bigint[]) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE n bigint;
@@ -73,7 +76,7 @@ SELECT public.idem_outbox_emit('bench', '{"order": 1, "status": "CREATED"}', 'ac
 SQL
 cat >"$W/bare_insert.sql" <<'SQL'
 \set k random(1, 1000)
-INSERT INTO plain.outbox (topic, msg_key, payload, emitted_at, commit_seq, attempt) VALUES ('bench', 'account-' || :k, '{"order": 1, "status": "CREATED"}', now(), nextval('plain.outbox_seq'), 0) RETURNING message_id;
+INSERT INTO plain.outbox (topic, msg_key, payload, emitted_at, commit_seq, attempt, ready) VALUES ('bench', 'account-' || :k, '{"order": 1, "status": "CREATED"}', now(), nextval('plain.outbox_seq'), 0, true) RETURNING message_id;
 SQL
 cat >"$W/consume.sql" <<'SQL'
 \set m random(1, 9000000000000000)
@@ -109,8 +112,8 @@ fill() {	# fill idem|plain N KEYED
 			'{\"order\": 1}', CASE WHEN $3 THEN 'account-' || g % 1000 END)) FROM generate_series(1, $2) g" >/dev/null
 		sql -c "VACUUM ANALYZE public.idem_outbox" >/dev/null
 	else
-		sql -c "TRUNCATE plain.queue" -c "INSERT INTO plain.queue (topic, payload)
-			SELECT 'drain', '{\"order\": 1}' FROM generate_series(1, $2)" -c "VACUUM ANALYZE plain.queue" >/dev/null
+		sql -c "TRUNCATE plain.queue" -c "INSERT INTO plain.queue (seq, topic, payload)
+			SELECT g, 'drain', '{\"order\": 1}' FROM generate_series(1, $2) g" -c "VACUUM ANALYZE plain.queue" >/dev/null
 	fi
 }
 
