@@ -87,6 +87,25 @@ SELECT count(*) AS rows_written FROM idem_inbox;
 -- the message id is never echoed in an error
 SELECT idem_consume('c', E'secret\u0001token');
 
+-- A trigger an administrator puts on idem_inbox runs as the extension's
+-- owner under search_path = pg_catalog, pg_temp, whatever the caller's.
+CREATE TABLE inbox_trigger_log (who text, path text);
+CREATE FUNCTION inbox_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.inbox_trigger_log VALUES (current_user, current_setting('search_path'));
+    RETURN NEW;
+END $$;
+CREATE TRIGGER inbox_audit AFTER INSERT ON idem_inbox FOR EACH ROW EXECUTE FUNCTION inbox_trigger();
+SET search_path = public, pg_temp;
+SELECT idem_consume('c', 'with-trigger');
+RESET search_path;
+SELECT who = (SELECT extowner::regrole::text FROM pg_extension WHERE extname = 'idem') AS as_owner, path
+FROM inbox_trigger_log;
+SHOW search_path;
+DROP TRIGGER inbox_audit ON idem_inbox;
+DROP TABLE inbox_trigger_log;
+DROP FUNCTION inbox_trigger();
+
 -- Not for PUBLIC: granted by the administrator.
 SELECT has_function_privilege('public', 'idem_consume(text, text, interval)', 'EXECUTE') AS public_may,
        has_table_privilege('public', 'idem_inbox', 'SELECT') AS public_reads_inbox;

@@ -299,7 +299,6 @@ idem_consume(PG_FUNCTION_ARGS)
 				 errhint("Retry the delivery later.")));
 
 	idem_become_owner(&identity, cat.owner);
-	idem_use_safe_search_path(&identity);
 	for (int attempt = 1;; attempt++)
 	{
 		ItemPointerData tid;
@@ -314,6 +313,9 @@ idem_consume(PG_FUNCTION_ARGS)
 		idem_rows_begin(&rows, &t->relid, 1, CMD_INSERT);
 		if (idem_catalog_current(&cat))
 			idem_rows_set_checks(&rows, 0, t->checks, t->ncheck);
+		/* triggers and the like run under search_path = pg_catalog, pg_temp */
+		if (idem_rows_run_user_code(&rows, 0))
+			idem_use_safe_search_path(&identity);
 		entry = probe(t, &rows, PointerGetDatum(consumer), PointerGetDatum(message_id), now, &tid);
 		if (entry == INBOX_NONE)
 			insert_entry(&rows, t, PointerGetDatum(consumer), PointerGetDatum(message_id),

@@ -152,6 +152,30 @@ idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels, CmdType cmd)
 }
 
 /*
+ * Could writing table i run code a user defined: triggers (foreign keys
+ * included), CHECK constraints, index expressions or predicates?  Those
+ * run under whatever search_path is in force; the caller pins a safe one
+ * first when this says so, and saves the GUC work on plain tables.
+ */
+bool
+idem_rows_run_user_code(IdemRows *rows, int i)
+{
+	ResultRelInfo *rri = rows->rels[i];
+	TupleConstr *constr = RelationGetDescr(rri->ri_RelationDesc)->constr;
+
+	if (rri->ri_TrigDesc != NULL || (constr != NULL && constr->num_check > 0))
+		return true;
+	for (int j = 0; j < rri->ri_NumIndices; j++)
+	{
+		IndexInfo  *ii = rri->ri_IndexRelationInfo[j];
+
+		if (ii->ii_Expressions != NIL || ii->ii_Predicate != NIL)
+			return true;
+	}
+	return false;
+}
+
+/*
  * Give table i its CHECK constraints from trees planned once per backend,
  * so that ExecConstraints does not parse and plan them again.  Only if they
  * are still the table's: the caller knows its catalog is current.

@@ -22,6 +22,7 @@ typedef struct IdemRows
 } IdemRows;
 
 extern void idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels, CmdType cmd);
+extern bool idem_rows_run_user_code(IdemRows *rows, int i);
 extern void idem_rows_set_checks(IdemRows *rows, int i, Expr **checks, int ncheck);
 extern void idem_rows_insert(IdemRows *rows, int i, const Datum *values, const bool *nulls);
 extern void idem_rows_delete(IdemRows *rows, int i, TupleTableSlot *locked);

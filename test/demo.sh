@@ -126,6 +126,32 @@ echo "-> each key debited once; the replays returned the stored body byte for by
 echo "   a 4xx result (insufficient funds) is stored and replayed too; a claim without idem_finish"
 echo "   cannot commit (IK005), so its debit rolled back."
 
+say "10. Outbox and inbox: an order event delivered and applied exactly once"
+sql_script <<'SQL'
+CREATE FUNCTION ship_handler(request jsonb) RETURNS idem_result LANGUAGE plpgsql AS $$
+BEGIN
+    -- the event is written in the transaction of the business work
+    PERFORM idem_outbox_emit('orders', request, 'customer-' || (request->>'customer'));
+    RETURN ROW(202, '{"accepted": true}', NULL, NULL)::idem_result;
+END $$;
+SELECT replayed FROM idem_run(42, 'SHIP', '01JZ6Q4X7M9K8P2A6T3B5C1D30', '{"customer": 9, "order": 1}', 'ship_handler(jsonb)');
+SELECT replayed FROM idem_run(42, 'SHIP', '01JZ6Q4X7M9K8P2A6T3B5C1D30', '{"customer": 9, "order": 1}', 'ship_handler(jsonb)');
+BEGIN;
+SELECT idem_outbox_emit('orders', '{"customer": 9, "order": 2}', 'customer-9') AS rolled_back_message;
+ROLLBACK;
+SELECT message_id, msg_key, payload, attempt FROM idem_outbox_fetch('orders', 10);
+-- the consumer's transaction, twice: the broker redelivered the message
+BEGIN;
+SELECT idem_consume('billing', 'orders/0/1') AS first_delivery;
+COMMIT;
+BEGIN;
+SELECT idem_consume('billing', 'orders/0/1') AS redelivery;
+COMMIT;
+SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox)) AS acknowledged;
+SQL
+echo "-> the replayed request emitted nothing and the rolled-back one left no message: one message"
+echo "   for one order; the redelivered message is recognised (false) and not applied twice."
+
 say "Fingerprints: RFC 8785 canonical JSON, then SHA-256"
 sql -c "SELECT idem_canonical_json('{\"sku\": 1001, \"qty\": 2.0}') AS canonical,
                idem_request_hash('{\"qty\":2,\"sku\":1001}') = idem_request_hash('{\"sku\": 1001, \"qty\": 2.0}') AS same_hash"

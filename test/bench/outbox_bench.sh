@@ -5,7 +5,8 @@
 # prints median TPS and the ratio per repetition.
 #
 #   emit:      idem_outbox_emit (one keyed message per transaction)
-#              vs a bare INSERT into a table with the same columns and indexes
+#              vs a bare INSERT into a table with the same columns and indexes,
+#              also with synchronous_commit = on
 #   consume:   idem_consume on new message ids
 #              vs INSERT ... ON CONFLICT DO NOTHING into the same inbox table
 #   fetch+ack: batches of 100 (fetch and ack in one statement), 200 per
@@ -126,6 +127,12 @@ for rep in $(seq 1 "$REPS"); do
 		TPS[$v]="${TPS[$v]:-} $t"
 		log "  rep $rep $v: $t TPS"
 	done
+	# where NOTIFY's commit serialization would show: each commit waits for its flush
+	for v in emit bare_insert; do
+		t=$(PGOPTIONS="-c synchronous_commit=on" run_pgbench "${v}_sync.$rep" -T "$SECONDS_PER_RUN" -f "$W/$v.sql")
+		TPS[${v}_sync]="${TPS[${v}_sync]:-} $t"
+		log "  rep $rep $v (synchronous_commit = on): $t TPS"
+	done
 	for v in fetch_ack_false fetch_ack_true plain_fetch_ack; do
 		case $v in
 		fetch_ack_false) fill idem "$N" false; table=public.idem_outbox; script=fetch_ack ;;
@@ -152,6 +159,7 @@ pair() {	# pair LABEL A B: medians and per-repetition ratios A / B
 		"$2" "$(echo "${TPS[$2]}" | median)" "$3" "$(echo "${TPS[$3]}" | median)" "$per" "$(echo "$per" | median)"
 }
 pair "emit (one keyed message per transaction)" emit bare_insert
+pair "emit, synchronous_commit = on" emit_sync bare_insert_sync
 pair "consume (new message ids)" consume on_conflict
 msgs() { echo "${MSGS[$1]}" | median; }
 echo "fetch+ack, batches of 100, 8 workers: idem keyless $(msgs fetch_ack_false) messages/s," \
