@@ -10,7 +10,8 @@ INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_ha
 SELECT 500, 'PING', 'rename-warm-' || lpad(g::text, 8, '0'), repeat('0', 64), 'SUCCEEDED', now() - interval '1 hour'
 FROM generate_series(1, 3) g;
 -- warm this backend: every entry point once
-SELECT idem_cleanup_expired() AS deleted;
+-- (at least ours: under valgrind, short-lived records of earlier tests may have expired too)
+SELECT idem_cleanup_expired() >= 3 AS deleted_ours;
 SELECT replayed FROM idem_create_order(500, 'rename-warm-key-00001', 1, 1);
 BEGIN;
 SELECT replayed FROM idem_begin(500, 'PING', 'rename-warm-key-00002', '{}');
