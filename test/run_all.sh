@@ -106,7 +106,7 @@ run_shell_check e2e "$IDEM_ROOT/test/e2e/outbox_inbox.sh" \
 run_shell_check fuzz "$IDEM_ROOT/test/fuzz/fuzz.sh" "idem_canonical_json and idem_request_hash against npm's canonicalize, 20,000 random documents"
 run_shell_check dump "$IDEM_ROOT/test/dump/dump_restore.sh" "pg_dump keeps idem's rows"
 run_shell_check upgrade_suite "$IDEM_ROOT/test/upgrade/suite_after_update.sh" \
-	"the pg_regress suite on databases created at 1.0, 1.1, 1.2 and updated"
+	"the pg_regress suite on databases created at 1.0, 1.1, 1.2, 1.3 and updated"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
