@@ -50,6 +50,7 @@ PGDLLEXPORT void idem_outbox_notifier_main(Datum main_arg);
 #define NOTIFY_TOPICS			128 /* topics gathered per database */
 #define NOTIFY_TOPIC_SIZE		(IDEM_TOPIC_MAX_LEN + 1)
 #define NOTIFY_IDLE_MS			1000
+#define NOTIFY_GATHER_MS		2	/* after a send, let commits gather this long */
 #define NOTIFY_START_RETRY_MS	10000
 
 typedef struct NotifySlot
@@ -216,6 +217,8 @@ idem_notify_committed(const char *const *topics, int ntopics)
 	s = slot_for(MyDatabaseId, false);
 	if (s != NULL)
 	{
+		bool		was_empty = s->ntopics == 0;
+
 		s->reserved -= ntopics;
 		for (int i = 0; i < ntopics; i++)
 		{
@@ -226,7 +229,8 @@ idem_notify_committed(const char *const *topics, int ntopics)
 			if (!known && s->ntopics < NOTIFY_TOPICS)
 				strlcpy(s->topics[s->ntopics++], topics[i], NOTIFY_TOPIC_SIZE);
 		}
-		latch = s->latch;
+		/* a list that was not empty had its notifier woken already */
+		latch = was_empty ? s->latch : NULL;
 	}
 	SpinLockRelease(&shared->mutex);
 	if (latch != NULL)
@@ -315,7 +319,16 @@ idem_outbox_notifier_main(Datum main_arg)
 	for (;;)
 	{
 		if (send_gathered())
+		{
 			idle_since = GetCurrentTimestamp();
+			/*
+			 * Under load, one NOTIFY transaction per few milliseconds of
+			 * commits rather than one per wake-up: the notifier's own work
+			 * stays small next to the emitters'.
+			 */
+			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 NOTIFY_GATHER_MS, PG_WAIT_EXTENSION);
+		}
 		else if (TimestampDifferenceExceeds(idle_since, GetCurrentTimestamp(), NOTIFY_IDLE_MS))
 		{
 			bool		done;
