@@ -249,6 +249,7 @@ finish_claim(const IdemCatalog *cat, const IdemScope *scope, PendingClaim *p,
 					   NULL);
 	idem_restore_caller(&identity);
 	p->finished_subid = GetCurrentSubTransactionId();
+	idem_log_outcome(scope, IDEM_LOG_EXECUTED, !res->resource_isnull, res->resource_id);
 }
 
 /* ---------- results ---------- */

@@ -125,6 +125,8 @@ idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 			LockRelease(&c->tag, ExclusiveLock, false);
 			c->locked = false;
 		}
+		idem_log_outcome(c->scope, IDEM_LOG_REPLAYED, !rec->result.resource_isnull,
+						 rec->result.resource_id);
 		return IDEM_REPLAY;
 	}
 }

@@ -35,6 +35,23 @@
 int			idem_wait_timeout = 5000;
 static char *idem_allowed_owners = NULL;
 
+/* idem.log_outcomes */
+typedef enum
+{
+	LOG_OUTCOMES_OFF,
+	LOG_OUTCOMES_CONFLICTS,
+	LOG_OUTCOMES_ALL
+} LogOutcomes;
+
+static const struct config_enum_entry log_outcomes_options[] = {
+	{"off", LOG_OUTCOMES_OFF, false},
+	{"conflicts", LOG_OUTCOMES_CONFLICTS, false},
+	{"all", LOG_OUTCOMES_ALL, false},
+	{NULL, 0, false}
+};
+
+static int	idem_log_outcomes = LOG_OUTCOMES_OFF;
+
 /*
  * idem.allowed_owners, parsed: the owners a role may act for, as ranges.
  * NULL (an empty setting) binds nothing.
@@ -190,6 +207,17 @@ idem_key_init(void)
 							PGC_USERSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("idem.log_outcomes",
+							 "Which calls log one line with their owner, operation, key, resource and outcome.",
+							 "off; conflicts: refused keys (IK001, IK002); all: every call, "
+							 "executed and replayed ones too.",
+							 &idem_log_outcomes,
+							 LOG_OUTCOMES_OFF,
+							 log_outcomes_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 
 	DefineCustomStringVariable("idem.allowed_owners",
 							   "The owners this session may act for: a list of owners and ranges.",
@@ -394,10 +422,42 @@ idem_lock_key(const LOCKTAG *tag)
 	return wait_for_key_lock(tag);
 }
 
+/*
+ * Log what a call did with its key, at LOG, if idem.log_outcomes asks for
+ * it: owner, operation, key, resource id, outcome.  Only a key that passed
+ * idem_check_key gets here, so the key printed is never an invalid one (it
+ * holds only [A-Za-z0-9_-]).
+ */
+void
+idem_log_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
+				 bool has_resource, int64 resource_id)
+{
+	static const char *const names[] = {
+		[IDEM_LOG_EXECUTED] = "executed",
+		[IDEM_LOG_REPLAYED] = "replayed",
+		[IDEM_LOG_CONFLICT] = "conflict",
+		[IDEM_LOG_IN_FLIGHT] = "in_flight",
+	};
+	char		resource[32] = "-";
+
+	if (idem_log_outcomes == LOG_OUTCOMES_OFF ||
+		(idem_log_outcomes == LOG_OUTCOMES_CONFLICTS &&
+		 outcome != IDEM_LOG_CONFLICT && outcome != IDEM_LOG_IN_FLIGHT))
+		return;
+	if (has_resource)
+		snprintf(resource, sizeof(resource), INT64_FORMAT, resource_id);
+	ereport(LOG,
+			(errmsg("idem: owner " INT64_FORMAT " operation %s key %s resource %s outcome %s",
+					scope->owner, scope->operation, scope->key, resource, names[outcome]),
+			 errhidestmt(true),
+			 errhidecontext(true)));
+}
+
 /* Raise IK002: the original request has not finished. */
 void
 idem_report_in_flight(const IdemScope *scope, IdemInFlight why)
 {
+	idem_log_outcome(scope, IDEM_LOG_IN_FLIGHT, false, 0);
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEM_IN_FLIGHT),
 			 errmsg("a request with this idempotency key is still being processed"),
@@ -417,6 +477,7 @@ idem_report_in_flight(const IdemScope *scope, IdemInFlight why)
 void
 idem_report_key_reused(const IdemScope *scope)
 {
+	idem_log_outcome(scope, IDEM_LOG_CONFLICT, false, 0);
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEM_KEY_REUSED),
 			 errmsg("idempotency key was already used with a different request"),

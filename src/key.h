@@ -29,6 +29,15 @@ typedef enum IdemInFlight
 	IDEM_IN_FLIGHT_THIS_XACT	/* claimed by this transaction, not finished */
 } IdemInFlight;
 
+/* What a call did with its key, for idem.log_outcomes. */
+typedef enum IdemOutcomeLog
+{
+	IDEM_LOG_EXECUTED,
+	IDEM_LOG_REPLAYED,
+	IDEM_LOG_CONFLICT,			/* IK001 */
+	IDEM_LOG_IN_FLIGHT			/* IK002 */
+} IdemOutcomeLog;
+
 extern int	idem_wait_timeout;
 
 extern void idem_key_init(void);
@@ -40,6 +49,8 @@ extern void idem_scope_init(IdemScope *scope, int64 owner, Datum operation_text,
 							Datum key_text);
 extern void idem_key_locktag(LOCKTAG *tag, const IdemScope *scope);
 extern bool idem_lock_key(const LOCKTAG *tag);
+extern void idem_log_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
+							 bool has_resource, int64 resource_id);
 extern void idem_report_in_flight(const IdemScope *scope, IdemInFlight why) pg_attribute_noreturn();
 extern void idem_report_key_reused(const IdemScope *scope) pg_attribute_noreturn();
 
