@@ -15,7 +15,7 @@ PG_CPPFLAGS = -I$(srcdir)/src
 # -Wextra less unused-parameter, which PostgreSQL 15's own headers raise (bufpage.h, ilist.h)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
-REGRESS = jcs jcs_numbers encoding order cleanup writes api outbox inbox owners hijack scripts rename tempschema security upgrade
+REGRESS = jcs jcs_numbers encoding order cleanup writes api outbox inbox health owners hijack scripts rename tempschema security upgrade
 REGRESS_OPTS = --load-extension=idem --load-extension=pgcrypto
 
 ISOLATION = claim-race-2 claim-race-3 in-flight-timeout repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint bypass-writer api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race inbox-race

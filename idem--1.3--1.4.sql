@@ -226,6 +226,75 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.idem_consume(text, text, interval) IS
     'idem: true the first time consumer takes message_id in a committed transaction, false for every redelivery';
 
+-- What an operator watches, for this database: the record backlog the
+-- cleanup has not reached yet, committed PROCESSING records, the outbox's
+-- unacknowledged messages and their age, the inbox, idem's disk use, and
+-- the worker's last round.  Counts are exact (the backlog and the outbox
+-- through their indexes; records and inbox entries by a scan).
+CREATE FUNCTION @extschema@.idem_health(
+    OUT records bigint,
+    OUT expired_backlog bigint,
+    OUT oldest_expires_at timestamptz,
+    OUT processing bigint,
+    OUT oldest_processing_age interval,
+    OUT outbox_unacked bigint,
+    OUT outbox_oldest_unacked_age interval,
+    OUT outbox_acked_backlog bigint,
+    OUT inbox_entries bigint,
+    OUT inbox_expired_backlog bigint,
+    OUT table_bytes bigint,
+    OUT index_bytes bigint,
+    OUT worker_last_run_started timestamptz,
+    OUT worker_last_run_finished timestamptz,
+    OUT worker_last_run_deleted bigint,
+    OUT worker_last_error text,
+    OUT worker_last_error_at timestamptz)
+RETURNS record
+LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $health$
+SELECT
+    (SELECT pg_catalog.count(*) FROM @extschema@.idempotency_record),
+    (SELECT pg_catalog.count(*) FROM @extschema@.idempotency_record r
+      WHERE r.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
+    (SELECT pg_catalog.min(r.expires_at) FROM @extschema@.idempotency_record r),
+    (SELECT pg_catalog.count(*) FROM @extschema@.idempotency_record r
+      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
+    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(r.created_at)
+       FROM @extschema@.idempotency_record r
+      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
+    (SELECT pg_catalog.count(*) FROM @extschema@.idem_outbox o WHERE o.acked_at IS NULL),
+    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(o.emitted_at)
+       FROM @extschema@.idem_outbox o WHERE o.acked_at IS NULL),
+    (SELECT pg_catalog.count(*) FROM @extschema@.idem_outbox o WHERE o.acked_at IS NOT NULL),
+    (SELECT pg_catalog.count(*) FROM @extschema@.idem_inbox i),
+    (SELECT pg_catalog.count(*) FROM @extschema@.idem_inbox i
+      WHERE i.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
+    (SELECT pg_catalog.sum(pg_catalog.pg_table_size(c.oid))::pg_catalog.int8
+       FROM pg_catalog.pg_class c
+      WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY['@extschema@.idempotency_record'::pg_catalog.regclass,
+                                                   '@extschema@.purchase_order'::pg_catalog.regclass,
+                                                   '@extschema@.idem_outbox'::pg_catalog.regclass,
+                                                   '@extschema@.idem_inbox'::pg_catalog.regclass]::pg_catalog.oid[])),
+    (SELECT pg_catalog.sum(pg_catalog.pg_indexes_size(c.oid))::pg_catalog.int8
+       FROM pg_catalog.pg_class c
+      WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY['@extschema@.idempotency_record'::pg_catalog.regclass,
+                                                   '@extschema@.purchase_order'::pg_catalog.regclass,
+                                                   '@extschema@.idem_outbox'::pg_catalog.regclass,
+                                                   '@extschema@.idem_inbox'::pg_catalog.regclass]::pg_catalog.oid[])),
+    w.last_run_started, w.last_run_finished, w.last_run_deleted, w.last_error, w.last_error_at
+FROM (SELECT 1) one
+LEFT JOIN @extschema@.idem_cleanup_status() w
+       ON w.datid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                          WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+$health$;
+
+COMMENT ON FUNCTION @extschema@.idem_health() IS
+    'idem: backlog, PROCESSING records, outbox and inbox, disk use and the cleanup worker''s last round, for this database';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_health() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_health() TO pg_monitor;
+
 -- Granted by the administrator to producers, publishers and consumers.
 REVOKE ALL ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_outbox_fetch(text, integer, interval) FROM PUBLIC;
