@@ -156,6 +156,54 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'idem_outbox_lock_keys'
 LANGUAGE C VOLATILE STRICT;
 
+-- ---------------------------------------------------------------------------
+-- Statistics: counters per (database, operation) in shared memory (needs
+-- shared_preload_libraries), read through the idem_stats view.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION @extschema@.idem_stats_entries(
+    OUT dbid oid, OUT operation text,
+    OUT calls bigint, OUT executed bigint, OUT replayed bigint, OUT conflicts bigint,
+    OUT in_flight bigint, OUT waits bigint, OUT renewed bigint, OUT failed_final bigint,
+    OUT leases bigint, OUT takeovers bigint, OUT stale_tokens bigint, OUT retries bigint,
+    OUT outbox_emitted bigint, OUT outbox_acked bigint, OUT inbox_duplicates bigint,
+    OUT cleanup_deleted bigint, OUT stats_reset timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_stats_entries'
+LANGUAGE C VOLATILE STRICT;
+
+CREATE VIEW @extschema@.idem_stats AS
+SELECT e.dbid, d.datname, e.operation,
+       e.calls, e.executed, e.replayed, e.conflicts, e.in_flight, e.waits, e.renewed,
+       e.failed_final, e.leases, e.takeovers, e.stale_tokens, e.retries,
+       e.outbox_emitted, e.outbox_acked, e.inbox_duplicates, e.cleanup_deleted, e.stats_reset
+  FROM @extschema@.idem_stats_entries() e
+  LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) e.dbid;
+
+COMMENT ON VIEW @extschema@.idem_stats IS
+    'idem: counters per (database, operation) since the last idem_stats_reset(); committed work only for what calls write';
+
+CREATE FUNCTION @extschema@.idem_stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_stats_reset'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION @extschema@.idem_stats_reset() IS
+    'idem: set every counter of idem_stats back to 0';
+
+-- Count n in idem_stats at commit (for idem's own PL/pgSQL functions).
+CREATE FUNCTION @extschema@.idem_stats_add(name text, counter text, n bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_stats_add'
+LANGUAGE C VOLATILE STRICT;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_stats_entries() FROM PUBLIC;
+REVOKE ALL ON @extschema@.idem_stats FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_stats_reset() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_stats_add(text, text, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_entries() TO pg_monitor;
+GRANT SELECT ON @extschema@.idem_stats TO pg_monitor;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_reset() TO pg_monitor;
+
 -- Acknowledge delivered messages; the cleanup worker deletes them later.
 -- Under the locks of their keys, so that no emitter of those keys commits
 -- meanwhile, each key whose head was acknowledged gets its next message
@@ -188,11 +236,19 @@ BEGIN
         PERFORM @extschema@.idem_outbox_lock_keys(topics, keys);
     END IF;
 
-    UPDATE @extschema@.idem_outbox o
-       SET acked_at = pg_catalog.clock_timestamp(), ready = false
-     WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
-       AND o.acked_at IS NULL;
-    GET DIAGNOSTICS n = ROW_COUNT;
+    -- counted in idem_stats per topic, when the transaction commits
+    WITH acked AS (
+        UPDATE @extschema@.idem_outbox o
+           SET acked_at = pg_catalog.clock_timestamp(), ready = false
+         WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+           AND o.acked_at IS NULL
+        RETURNING o.topic::pg_catalog.text AS topic
+    ), per_topic AS (
+        SELECT a.topic, pg_catalog.count(*) AS n FROM acked a GROUP BY a.topic
+    )
+    SELECT COALESCE(pg_catalog.sum(@extschema@.idem_stats_add(p.topic, 'outbox_acked', p.n)), 0)
+      INTO n
+      FROM per_topic p;
 
     -- the new head of each key: ready (if it was not already)
     IF topics IS NOT NULL THEN

@@ -12,7 +12,8 @@
  *	 L4  order (idem_create_order), api (idem_begin/finish/run),
  *	     outbox (idem_outbox_emit), inbox (idem_consume)
  *	 side: cleanup (util) <- worker (the background cleanup);
- *	       notify (the outbox notifier) <- outbox
+ *	       notify (the outbox notifier) <- outbox;
+ *	       stats (idem_stats counters) <- key, claim, api, outbox, inbox, cleanup
  *
  *-------------------------------------------------------------------------
  */
@@ -25,6 +26,7 @@
 #include "entry.h"
 #include "key.h"
 #include "notify.h"
+#include "stats.h"
 #include "record.h"
 #include "worker.h"
 
@@ -44,6 +46,7 @@ _PG_init(void)
 	idem_key_init();
 	idem_record_init();
 	idem_worker_define_gucs();
+	idem_stats_define_gucs();
 	MarkGUCPrefixReserved("idem");
 
 	idem_order_init();
@@ -56,5 +59,6 @@ _PG_init(void)
 	{
 		idem_worker_init();
 		idem_notify_init();
+		idem_stats_init();
 	}
 }

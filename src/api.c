@@ -41,6 +41,7 @@
 #include "idem.h"
 #include "claim.h"
 #include "entry.h"
+#include "stats.h"
 #include "util.h"
 
 PG_FUNCTION_INFO_V1(idem_begin);
@@ -250,6 +251,8 @@ finish_claim(const IdemCatalog *cat, const IdemScope *scope, PendingClaim *p,
 	idem_restore_caller(&identity);
 	p->finished_subid = GetCurrentSubTransactionId();
 	idem_log_outcome(scope, IDEM_LOG_EXECUTED, !res->resource_isnull, res->resource_id);
+	if (status == IDEM_STATUS_FAILED_FINAL)
+		idem_stats_count_at_commit(scope->operation, IDEM_STAT_FAILED_FINAL, 1);
 }
 
 /* ---------- results ---------- */
@@ -406,6 +409,7 @@ idem_begin(PG_FUNCTION_ARGS)
 	IdemOutcome outcome;
 
 	scope_args(fcinfo, &scope);
+	idem_stats_count(scope.operation, IDEM_STAT_CALLS, 1);
 	idem_check_not_null(fcinfo, 3, "request");
 	ttl = ttl_arg(fcinfo, 4, now);
 	idem_fingerprint_jsonb(PG_GETARG_JSONB_P(3), fingerprint);
@@ -609,6 +613,7 @@ idem_run(PG_FUNCTION_ARGS)
 	FmgrInfo   *hflinfo;
 
 	scope_args(fcinfo, &scope);
+	idem_stats_count(scope.operation, IDEM_STAT_CALLS, 1);
 	idem_check_not_null(fcinfo, 3, "request");
 	idem_check_not_null(fcinfo, 4, "handler");
 	ttl = ttl_arg(fcinfo, 5, now);

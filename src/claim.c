@@ -25,6 +25,7 @@
 
 #include "idem.h"
 #include "claim.h"
+#include "stats.h"
 
 /*
  * How often a call looks at the key's record again: after waiting for the
@@ -78,7 +79,7 @@ idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 			if (!c->locked)
 			{
 				idem_key_locktag(&c->tag, c->scope);
-				if (!idem_lock_key(&c->tag))
+				if (!idem_lock_key(&c->tag, c->scope->operation))
 					idem_report_in_flight(c->scope, IDEM_IN_FLIGHT_WAITED);
 				c->locked = true;
 				/* an expired record may have been replaced while we waited */
@@ -110,7 +111,10 @@ idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 			/* expired: the key starts afresh, the old record goes */
 			idem_use_safe_search_path(c->identity);
 			if (idem_record_delete_expired(c->cat, rec) != IDEM_RENEW_CHANGED)
+			{
+				idem_stats_count_at_commit(c->scope->operation, IDEM_STAT_RENEWED, 1);
 				return IDEM_EXECUTE;
+			}
 			continue;			/* changed by another: read again */
 		}
 

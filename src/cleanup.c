@@ -33,6 +33,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -41,6 +42,7 @@
 
 #include "idem.h"
 #include "cleanup.h"
+#include "stats.h"
 #include "rowwrite.h"
 #include "util.h"
 
@@ -51,14 +53,15 @@ typedef struct CleanupTarget
 {
 	const char *table;
 	const char *column;			/* timestamptz; NULL is never deleted */
+	const char *name_column;	/* the idem_stats row a deletion counts in */
 	bool		optional;		/* absent before some version */
 	bool		partial_ok;		/* its index may be partial (rows rechecked) */
 } CleanupTarget;
 
 static const CleanupTarget targets[] = {
-	{"idempotency_record", "expires_at", false, false},
-	{"idem_inbox", "expires_at", true, false},	/* 1.4 */
-	{"idem_outbox", "acked_at", true, true},	/* 1.4 */
+	{"idempotency_record", "expires_at", "operation", false, false},
+	{"idem_inbox", "expires_at", "consumer", true, false},	/* 1.4 */
+	{"idem_outbox", "acked_at", "topic", true, true},	/* 1.4 */
 };
 
 #define NTARGETS lengthof(targets)
@@ -125,6 +128,7 @@ delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_
 	Relation	heap;
 	Relation	index;
 	AttrNumber	expires;
+	AttrNumber	name_att;
 	ScanKeyData skey;
 	IndexScanDesc scan;
 	TupleTableSlot *found;
@@ -136,6 +140,7 @@ delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_
 	heap = rows.rels[0]->ri_RelationDesc;
 	locked = rows.slots[0];
 	expires = get_attnum(relid, target->column);
+	name_att = get_attnum(relid, target->name_column);
 	if (expires == InvalidAttrNumber ||
 		TupleDescAttr(RelationGetDescr(heap), expires - 1)->atttypid != TIMESTAMPTZOID)
 		ereport(ERROR,
@@ -165,6 +170,14 @@ delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_
 		d = slot_getattr(locked, expires, &isnull);
 		if (isnull || DatumGetTimestampTz(d) >= now)
 			continue;			/* renewed meanwhile: it stays */
+		d = slot_getattr(locked, name_att, &isnull);
+		if (!isnull)
+		{
+			char	   *name = TextDatumGetCString(d);
+
+			idem_stats_count_at_commit(name, IDEM_STAT_CLEANUP_DELETED, 1);
+			pfree(name);
+		}
 		idem_rows_delete(&rows, 0, locked);
 		deleted++;
 	}

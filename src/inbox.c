@@ -48,6 +48,7 @@
 #include "identity.h"
 #include "key.h"
 #include "record.h"
+#include "stats.h"
 #include "rowwrite.h"
 #include "util.h"
 
@@ -267,6 +268,7 @@ idem_consume(PG_FUNCTION_ARGS)
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz expires;
 	LOCKTAG		tag;
+	char	   *consumer_str;
 	bool		consumed = false;
 
 	idem_check_not_null(fcinfo, 0, "consumer");
@@ -289,13 +291,14 @@ idem_consume(PG_FUNCTION_ARGS)
 	cat = *idem_catalog(fcinfo);
 	t = idem_catalog_table(&cat, inbox_table_index);
 
+	consumer_str = text_to_cstring(consumer);
 	inbox_locktag(&tag, consumer, message_id);
-	if (!idem_lock_key(&tag))
+	if (!idem_lock_key(&tag, consumer_str))
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_IN_FLIGHT),
 				 errmsg("another transaction is still consuming this message"),
 				 errdetail("Consumer \"%s\" waited idem.wait_timeout (%d ms) for it.",
-						   text_to_cstring(consumer), idem_wait_timeout),
+						   consumer_str, idem_wait_timeout),
 				 errhint("Retry the delivery later.")));
 
 	idem_become_owner(&identity, cat.owner);
@@ -330,6 +333,7 @@ idem_consume(PG_FUNCTION_ARGS)
 		{
 			/* a redelivery leaves the message to others at once */
 			LockRelease(&tag, ExclusiveLock, false);
+			idem_stats_count(consumer_str, IDEM_STAT_INBOX_DUPLICATES, 1);
 			break;
 		}
 		/* expired: delete it, then look again */

@@ -30,6 +30,7 @@
 
 #include "idem.h"
 #include "key.h"
+#include "stats.h"
 
 /* GUC variables */
 int			idem_wait_timeout = 5000;
@@ -411,20 +412,24 @@ wait_for_key_lock(const LOCKTAG *tag)
 	return acquired;
 }
 
-/* Take the key lock; false if another transaction kept it past the wait. */
+/*
+ * Take the key lock; false if another transaction kept it past the wait.
+ * A wait counts in operation's row of idem_stats.
+ */
 bool
-idem_lock_key(const LOCKTAG *tag)
+idem_lock_key(const LOCKTAG *tag, const char *operation)
 {
 	if (LockAcquire(tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
 		return true;
+	idem_stats_count(operation, IDEM_STAT_WAITS, 1);
 	if (key_wait_ms() <= 0)
 		return false;
 	return wait_for_key_lock(tag);
 }
 
 /*
- * Log what a call did with its key, at LOG, if idem.log_outcomes asks for
- * it: owner, operation, key, resource id, outcome.  Only a key that passed
+ * Count what a call did with its key in idem_stats, and log it at LOG if
+ * idem.log_outcomes asks for it: owner, operation, key, resource id, outcome.  Only a key that passed
  * idem_check_key gets here, so the key printed is never an invalid one (it
  * holds only [A-Za-z0-9_-]).
  */
@@ -439,6 +444,15 @@ idem_log_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
 		[IDEM_LOG_IN_FLIGHT] = "in_flight",
 	};
 	char		resource[32] = "-";
+
+	/* what the call wrote counts once it commits; what it saw, at once */
+	if (outcome == IDEM_LOG_EXECUTED)
+		idem_stats_count_at_commit(scope->operation, IDEM_STAT_EXECUTED, 1);
+	else
+		idem_stats_count(scope->operation,
+						 outcome == IDEM_LOG_REPLAYED ? IDEM_STAT_REPLAYED :
+						 outcome == IDEM_LOG_CONFLICT ? IDEM_STAT_CONFLICTS :
+						 IDEM_STAT_IN_FLIGHT, 1);
 
 	if (idem_log_outcomes == LOG_OUTCOMES_OFF ||
 		(idem_log_outcomes == LOG_OUTCOMES_CONFLICTS &&

@@ -48,7 +48,7 @@ extern void idem_check_operation(const char *operation, int len);
 extern void idem_scope_init(IdemScope *scope, int64 owner, Datum operation_text,
 							Datum key_text);
 extern void idem_key_locktag(LOCKTAG *tag, const IdemScope *scope);
-extern bool idem_lock_key(const LOCKTAG *tag);
+extern bool idem_lock_key(const LOCKTAG *tag, const char *operation);
 extern void idem_log_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
 							 bool has_resource, int64 resource_id);
 extern void idem_report_in_flight(const IdemScope *scope, IdemInFlight why) pg_attribute_noreturn();

@@ -28,6 +28,7 @@
 
 #include "idem.h"
 #include "claim.h"
+#include "stats.h"
 #include "entry.h"
 #include "jcs.h"
 #include "util.h"
@@ -329,6 +330,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 	scope.key = text_to_cstring(key);
 	scope.key_text = PointerGetDatum(key);
 	idem_check_key(scope.key, VARSIZE_ANY_EXHDR(key));
+	idem_stats_count(scope.operation, IDEM_STAT_CALLS, 1);
 	call.owner = scope.owner;
 	call.sku = PG_GETARG_INT64(2);
 	call.qty = PG_GETARG_INT32(3);

@@ -56,6 +56,7 @@
 #include "identity.h"
 #include "key.h"
 #include "notify.h"
+#include "stats.h"
 #include "rowwrite.h"
 #include "util.h"
 
@@ -318,6 +319,12 @@ flush_pending(void)
 		idem_row_set(&row, OB_ATTEMPT, Int32GetDatum(0));
 		idem_row_set(&row, OB_READY, BoolGetDatum(ready));
 		idem_rows_insert(&rows, 0, row.values, row.nulls);
+		{
+			char	   *t = text_to_cstring(m->topic);
+
+			idem_stats_count_at_commit(t, IDEM_STAT_OUTBOX_EMITTED, 1);
+			pfree(t);
+		}
 	}
 	if (key_index != NULL)
 	{

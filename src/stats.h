@@ -1,0 +1,38 @@
+/*-------------------------------------------------------------------------
+ *
+ * stats.h
+ *	  Counters per (database, operation) in shared memory: idem_stats.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_STATS_H
+#define IDEM_STATS_H
+
+/* The counters, in the order of the idem_stats view's columns. */
+typedef enum IdemCounter
+{
+	IDEM_STAT_CALLS,
+	IDEM_STAT_EXECUTED,
+	IDEM_STAT_REPLAYED,
+	IDEM_STAT_CONFLICTS,
+	IDEM_STAT_IN_FLIGHT,
+	IDEM_STAT_WAITS,
+	IDEM_STAT_RENEWED,
+	IDEM_STAT_FAILED_FINAL,
+	IDEM_STAT_LEASES,
+	IDEM_STAT_TAKEOVERS,
+	IDEM_STAT_STALE_TOKENS,
+	IDEM_STAT_RETRIES,
+	IDEM_STAT_OUTBOX_EMITTED,
+	IDEM_STAT_OUTBOX_ACKED,
+	IDEM_STAT_INBOX_DUPLICATES,
+	IDEM_STAT_CLEANUP_DELETED,
+	IDEM_STAT_NCOUNTERS
+} IdemCounter;
+
+extern void idem_stats_define_gucs(void);
+extern void idem_stats_init(void);
+extern void idem_stats_count(const char *operation, IdemCounter counter, int64 n);
+extern void idem_stats_count_at_commit(const char *operation, IdemCounter counter, int64 n);
+
+#endif							/* IDEM_STATS_H */
