@@ -275,18 +275,20 @@ stats_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	npending = kept;
 }
 
-/* Define idem.stats_max; from _PG_init, preloaded or not. */
+/* Define the GUCs; from _PG_init, preloaded or not (idem.stats_max only when preloaded). */
 void
 idem_stats_define_gucs(void)
 {
-	DefineCustomIntVariable("idem.stats_max",
-							"How many (database, operation) rows idem_stats keeps.",
-							"Operations beyond it count in one \"(other)\" row. Needs a restart.",
-							&idem_stats_max,
-							1000, 1, INT_MAX / 2,
-							PGC_POSTMASTER,
-							0,
-							NULL, NULL, NULL);
+	/* a server-start setting can only be defined while preloading */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("idem.stats_max",
+								"How many (database, operation) rows idem_stats keeps.",
+								"Operations beyond it count in one \"(other)\" row. Needs a restart.",
+								&idem_stats_max,
+								1000, 1, INT_MAX / 2,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("idem.stats_track",
 							 "Whether calls count in idem_stats.",

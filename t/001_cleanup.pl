@@ -83,6 +83,11 @@ ok(defined wait_until($node, 'db_b',
 	'the worker deletes acknowledged messages and expired inbox entries, in batches; unacknowledged and live ones stay');
 is($node->safe_psql('db_b', q{SELECT count(*) FROM idem_outbox WHERE acked_at IS NOT NULL}),
 	'0', 'no acknowledged message is left');
+is($node->safe_psql('db_b', q{
+	SELECT string_agg(operation || ' ' || cleanup_deleted, ', ' ORDER BY operation)
+	FROM idem_stats WHERE datname = 'db_b' AND cleanup_deleted > 0}),
+	'c 1200, t 1200, test 3000',
+	'idem_stats counts what the worker deleted, per operation, topic and consumer');
 
 # --- ALTER SYSTEM + reload changes the pace without a restart ---
 $node->safe_psql('postgres', 'ALTER SYSTEM SET idem.cleanup_interval = 3600');
@@ -154,6 +159,31 @@ is($plain->safe_psql('postgres', q{
 	SELECT count(*) FROM idem_cleanup_status()}), "f\nt\n0\n0",
 	'idem_create_order, idem_cleanup_expired and idem_cleanup_status work; the status is empty');
 is(launcher_pid($plain), '', 'no launcher runs');
+($rc, $out, $err) = $plain->psql('postgres', 'SELECT * FROM idem_stats');
+like($err, qr/ERROR:  idem's statistics need idem in shared_preload_libraries/,
+	'idem_stats says it needs shared_preload_libraries');
+is($plain->safe_psql('postgres', q{
+	SELECT idem_outbox_emit('plain', '{}') > 0;
+	SELECT count(*) FROM idem_outbox_fetch('plain')}), "t
+1",
+	'the outbox works without the notifier (each transaction notifies itself)');
 $plain->stop;
+
+# --- idem.stats_max: operations beyond it count in one (other) row ---
+my $small = idem_node('small', conf => ['idem.cleanup_interval = 0', 'idem.stats_max = 3']);
+$small->start;
+$small->safe_psql('postgres', 'CREATE EXTENSION idem');
+$small->safe_psql('postgres', q{
+	SELECT count(*) FROM generate_series(1, 5) g,
+	       LATERAL idem_create_order(g, 'stats-max-key-' || lpad(g::text, 6, '0'), 1, 1);
+	SELECT idem_outbox_emit('topic_' || g, '{}') FROM generate_series(1, 5) g;
+});
+is($small->safe_psql('postgres', q{
+	SELECT string_agg(coalesce(datname, '-') || ' ' || operation || ' ' || calls || ' ' || executed || ' ' || outbox_emitted,
+	                  ', ' ORDER BY operation)
+	FROM idem_stats}),
+	'- (other) 0 0 3, postgres CREATE_ORDER 5 5 0, postgres topic_1 0 0 1, postgres topic_2 0 0 1',
+	'3 rows, and the operations beyond idem.stats_max count in the (other) row');
+$small->stop;
 
 done_testing();
