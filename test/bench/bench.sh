@@ -12,6 +12,8 @@
 #   IDEM_BENCH_QUICK=1 bash test/bench/bench.sh   # 1 repetition of 3 s, 1M records
 #   IDEM_BENCH_ONLY="run_fresh limit_run_fresh" IDEM_BENCH_REPS=9 bash test/bench/bench.sh
 #                        # only those variants, interleaved, then their table rows
+#   IDEM_BENCH_ONLY="idem_fresh idem_fresh_nostats idem_replay idem_replay_nostats" ...
+#                        # what idem_stats costs: VARIANT_nostats runs with idem.stats_track = off
 source "$(dirname "$0")/../lib.sh"
 
 SECONDS_PER_RUN=10
@@ -138,7 +140,12 @@ declare -A TPS
 log "main runs: $REPS x $VARIANTS, $SECONDS_PER_RUN s each, 8 clients"
 for rep in $(seq 1 "$REPS"); do
 	for v in $VARIANTS; do
-		t=$(run_pgbench "$v.$rep" 8 -f "$W/$v.sql")
+		# VARIANT_nostats: the same script with idem_stats counting off
+		if [[ $v == *_nostats ]]; then
+			t=$(PGOPTIONS="-c idem.stats_track=off" run_pgbench "$v.$rep" 8 -f "$W/${v%_nostats}.sql")
+		else
+			t=$(run_pgbench "$v.$rep" 8 -f "$W/$v.sql")
+		fi
 		TPS[$v]="${TPS[$v]:-} $t"
 		log "  rep $rep $v: $t TPS"
 	done
@@ -163,6 +170,9 @@ if [ -n "${IDEM_BENCH_ONLY:-}" ]; then
 	pair run_fresh limit_run_fresh
 	pair run_replay limit_run_replay
 	pair begin_replay limit_run_replay
+	pair idem_fresh idem_fresh_nostats
+	pair idem_replay idem_replay_nostats
+	pair run_fresh run_fresh_nostats
 	pair idem_fresh limit_fresh
 	pair idem_replay limit_replay
 	exit 0
