@@ -24,6 +24,11 @@ ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation --load-ext
 # the cleanup worker, restarts, crashes, a standby: PostgreSQL::Test::Cluster (t/*.pl)
 TAP_TESTS = 1
 
+# a VPATH build (pg_buildext, debian/rules) writes src/*.o in the build directory
+ifdef VPATH
+$(shell mkdir -p src)
+endif
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The Debian package: dpkg-buildpackage -us -uc -b builds postgresql-15-idem
+# with Debian's pg_buildext tooling from a copy of the repository, apt-get
+# installs it, and the pg_regress suite passes (make installcheck) against a
+# fresh server started from the installed files.  Afterwards the package is
+# removed and this tree's build installed again.  As root (apt-get, dpkg).
+# Prints "ok - ..." / "not ok - ..." lines.
+source "$(dirname "$0")/../lib.sh"
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "not ok - the package check needs root (apt-get, dpkg)"
+	exit 0
+fi
+need=()
+command -v dpkg-buildpackage >/dev/null && command -v dh >/dev/null || need+=(debhelper)
+command -v pg_buildext >/dev/null || need+=(postgresql-server-dev-all)
+if [ ${#need[@]} -gt 0 ]; then
+	log "installing ${need[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+work=$(mktemp -d /tmp/idem-package.XXXXXX)
+chmod 755 "$work"
+mkdir "$work/src"
+if git -C "$IDEM_ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+	git -C "$IDEM_ROOT" ls-files -z | (cd "$IDEM_ROOT" && xargs -0 tar -cf -) | tar -C "$work/src" -xf -
+else
+	tar -C "$IDEM_ROOT" --exclude=.git -cf - . | tar -C "$work/src" -xf -
+fi
+
+if (cd "$work/src" && dpkg-buildpackage -us -uc -b) >"$work/build.log" 2>&1; then
+	echo "ok - dpkg-buildpackage -us -uc -b builds postgresql-15-idem"
+else
+	echo "not ok - dpkg-buildpackage -us -uc -b builds postgresql-15-idem"
+	tail -30 "$work/build.log"
+	exit 0
+fi
+deb=$(ls "$work"/postgresql-15-idem_*_*.deb | head -1)
+version=$(dpkg-deb -f "$deb" Version)
+
+if DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$deb" >"$work/install.log" 2>&1 &&
+	dpkg-query -W -f='${Status}' postgresql-15-idem | grep -q 'install ok installed'; then
+	echo "ok - apt-get installs postgresql-15-idem $version"
+else
+	echo "not ok - apt-get installs postgresql-15-idem"
+	tail -20 "$work/install.log"
+fi
+files=$(dpkg -L postgresql-15-idem)
+check "the package holds the library, the control file and every install script" "yes" \
+	"$(for f in /usr/lib/postgresql/15/lib/idem.so /usr/share/postgresql/15/extension/idem.control \
+		$(cd "$IDEM_ROOT" && ls idem--*.sql | sed 's|^|/usr/share/postgresql/15/extension/|'); do
+		echo "$files" | grep -qx "$f" || { echo "no: $f"; exit; }; done; echo yes)"
+
+# a fresh server started from the installed files: the suite passes
+data=$work/data
+chown -R postgres: "$work"
+as_pg_user "$PG_BINDIR/initdb" -D "$data" -U postgres --auth=trust --no-sync >/dev/null 2>&1
+{
+	echo "listen_addresses = ''"
+	echo "unix_socket_directories = '$work'"
+	echo "port = 5433"
+	echo "shared_preload_libraries = 'idem'"
+	echo "idem.cleanup_interval = 0"
+	echo "fsync = off"
+} >>"$data/postgresql.conf"
+as_pg_user "$PG_BINDIR/pg_ctl" -D "$data" -l "$work/server.log" -w -s start
+if as_pg_user env PGHOST="$work" PGPORT=5433 PGUSER=postgres \
+		make -C "$work/src" -s installcheck ISOLATION= TAP_TESTS= >"$work/installcheck.log" 2>&1; then
+	echo "ok - make installcheck passes against a server running the installed package ($(grep -cE '\.\.\. ok' "$work/installcheck.log") tests)"
+else
+	echo "not ok - make installcheck against the installed package"
+	grep -E '\.\.\. ' "$work/installcheck.log"
+	head -60 "$work/src/regression.diffs" 2>/dev/null
+fi
+as_pg_user "$PG_BINDIR/pg_ctl" -D "$data" -m fast -w -s stop
+
+# leave the machine as it was: this tree's build installed
+DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq postgresql-15-idem >/dev/null 2>&1
+make -C "$IDEM_ROOT" -s install >/dev/null
+rm -rf "$work"
