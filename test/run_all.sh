@@ -110,5 +110,9 @@ run_shell_check dump "$IDEM_ROOT/test/dump/dump_restore.sh" "pg_dump keeps idem'
 run_shell_check upgrade_suite "$IDEM_ROOT/test/upgrade/suite_after_update.sh" \
 	"the pg_regress suite on databases created at 1.0, 1.1, 1.2, 1.3 and updated"
 
+# last: it replaces the installed files with the package's, then restores them
+run_shell_check package "$IDEM_ROOT/test/package/check.sh" \
+	"the Debian package: built with pg_buildext, installed, make installcheck against it"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
