@@ -11,9 +11,11 @@ if [ "$(id -u)" -ne 0 ]; then
 	echo "not ok - the package check needs root (apt-get, dpkg)"
 	exit 0
 fi
+# the package's Build-Depends, by package (pg_buildext alone comes with postgresql-common)
 need=()
-command -v dpkg-buildpackage >/dev/null && command -v dh >/dev/null || need+=(debhelper)
-command -v pg_buildext >/dev/null || need+=(postgresql-server-dev-all)
+for pkg in debhelper postgresql-server-dev-all; do
+	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
+done
 if [ ${#need[@]} -gt 0 ]; then
 	log "installing ${need[*]}"
 	apt-get update -qq
