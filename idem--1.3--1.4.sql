@@ -326,20 +326,14 @@ SELECT
     (SELECT pg_catalog.count(*) FROM @extschema@.idem_inbox i),
     (SELECT pg_catalog.count(*) FROM @extschema@.idem_inbox i
       WHERE i.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
-    (SELECT pg_catalog.sum(pg_catalog.pg_table_size(c.oid))::pg_catalog.int8
-       FROM pg_catalog.pg_class c
-      WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY['@extschema@.idempotency_record'::pg_catalog.regclass,
-                                                   '@extschema@.purchase_order'::pg_catalog.regclass,
-                                                   '@extschema@.idem_outbox'::pg_catalog.regclass,
-                                                   '@extschema@.idem_inbox'::pg_catalog.regclass]::pg_catalog.oid[])),
-    (SELECT pg_catalog.sum(pg_catalog.pg_indexes_size(c.oid))::pg_catalog.int8
-       FROM pg_catalog.pg_class c
-      WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY['@extschema@.idempotency_record'::pg_catalog.regclass,
-                                                   '@extschema@.purchase_order'::pg_catalog.regclass,
-                                                   '@extschema@.idem_outbox'::pg_catalog.regclass,
-                                                   '@extschema@.idem_inbox'::pg_catalog.regclass]::pg_catalog.oid[])),
+    sizes.table_bytes, sizes.index_bytes,
     w.last_run_started, w.last_run_finished, w.last_run_deleted, w.last_error, w.last_error_at
-FROM (SELECT 1) one
+FROM (SELECT pg_catalog.sum(pg_catalog.pg_table_size(t.rel))::pg_catalog.int8 AS table_bytes,
+             pg_catalog.sum(pg_catalog.pg_indexes_size(t.rel))::pg_catalog.int8 AS index_bytes
+        FROM pg_catalog.unnest(ARRAY['@extschema@.idempotency_record'::pg_catalog.regclass,
+                                     '@extschema@.purchase_order'::pg_catalog.regclass,
+                                     '@extschema@.idem_outbox'::pg_catalog.regclass,
+                                     '@extschema@.idem_inbox'::pg_catalog.regclass]) AS t(rel)) sizes
 LEFT JOIN @extschema@.idem_cleanup_status() w
        ON w.datid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
                                           WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
