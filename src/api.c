@@ -250,7 +250,7 @@ finish_claim(const IdemCatalog *cat, const IdemScope *scope, PendingClaim *p,
 					   NULL);
 	idem_restore_caller(&identity);
 	p->finished_subid = GetCurrentSubTransactionId();
-	idem_log_outcome(scope, IDEM_LOG_EXECUTED, !res->resource_isnull, res->resource_id);
+	idem_note_outcome(scope, IDEM_LOG_EXECUTED, !res->resource_isnull, res->resource_id);
 	if (status == IDEM_STATUS_FAILED_FINAL)
 		idem_stats_count_at_commit(scope->operation, IDEM_STAT_FAILED_FINAL, 1);
 }

@@ -110,7 +110,7 @@ idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 
 			/* expired: the key starts afresh, the old record goes */
 			idem_use_safe_search_path(c->identity);
-			if (idem_record_delete_expired(c->cat, rec) != IDEM_RENEW_CHANGED)
+			if (idem_record_delete_expired(c->cat, rec) != IDEM_ROW_CHANGED)
 			{
 				idem_stats_count_at_commit(c->scope->operation, IDEM_STAT_RENEWED, 1);
 				return IDEM_EXECUTE;
@@ -129,7 +129,7 @@ idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 			LockRelease(&c->tag, ExclusiveLock, false);
 			c->locked = false;
 		}
-		idem_log_outcome(c->scope, IDEM_LOG_REPLAYED, !rec->result.resource_isnull,
+		idem_note_outcome(c->scope, IDEM_LOG_REPLAYED, !rec->result.resource_isnull,
 						 rec->result.resource_id);
 		return IDEM_REPLAY;
 	}

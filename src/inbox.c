@@ -210,38 +210,6 @@ probe(const IdemTableLayout *t, IdemRows *rows, Datum consumer, Datum message_id
 	return entry;
 }
 
-/*
- * Delete the expired entry at tid; false if it changed meanwhile (read
- * again).  Gone already (the cleanup took it) is as good as deleted.
- */
-static bool
-delete_expired(const IdemTableLayout *t, ItemPointer tid)
-{
-	IdemRows	rows;
-	TM_FailureData tmfd;
-	TM_Result	tmres;
-	bool		done = true;
-
-	idem_rows_begin(&rows, &t->relid, 1, CMD_DELETE);
-	tmres = table_tuple_lock(rows.rels[0]->ri_RelationDesc, tid, GetActiveSnapshot(),
-							 rows.slots[0], GetCurrentCommandId(false),
-							 LockTupleExclusive, LockWaitBlock, 0, &tmfd);
-	if (tmres == TM_Ok)
-		idem_rows_delete(&rows, 0, rows.slots[0]);
-	else if (tmres == TM_Updated || tmres == TM_SelfModified)
-	{
-		if (IsolationUsesXactSnapshot())
-			ereport(ERROR,
-					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-					 errmsg("could not serialize access due to concurrent update")));
-		done = false;
-	}
-	else if (tmres != TM_Deleted)
-		elog(ERROR, "idem: unexpected result %d locking an expired inbox entry", (int) tmres);
-	idem_rows_end(&rows);
-	return done;
-}
-
 static void
 insert_entry(IdemRows *rows, const IdemTableLayout *t, Datum consumer, Datum message_id,
 			 TimestampTz now, TimestampTz expires)
@@ -336,8 +304,8 @@ idem_consume(PG_FUNCTION_ARGS)
 			idem_stats_count(consumer_str, IDEM_STAT_INBOX_DUPLICATES, 1);
 			break;
 		}
-		/* expired: delete it, then look again */
-		(void) delete_expired(t, &tid);
+		/* expired: delete it (or find it gone or changed), then look again */
+		(void) idem_rows_delete_read(t->relid, &tid, "an expired inbox entry");
 	}
 	idem_restore_caller(&identity);
 	PG_RETURN_BOOL(consumed);

@@ -51,7 +51,7 @@ static const struct config_enum_entry log_outcomes_options[] = {
 	{NULL, 0, false}
 };
 
-static int	idem_log_outcomes = LOG_OUTCOMES_OFF;
+static int	idem_note_outcomes = LOG_OUTCOMES_OFF;
 
 /*
  * idem.allowed_owners, parsed: the owners a role may act for, as ranges.
@@ -213,7 +213,7 @@ idem_key_init(void)
 							 "Which calls log one line with their owner, operation, key, resource and outcome.",
 							 "off; conflicts: refused keys (IK001, IK002); all: every call, "
 							 "executed and replayed ones too.",
-							 &idem_log_outcomes,
+							 &idem_note_outcomes,
 							 LOG_OUTCOMES_OFF,
 							 log_outcomes_options,
 							 PGC_SUSET,
@@ -434,7 +434,7 @@ idem_lock_key(const LOCKTAG *tag, const char *operation)
  * holds only [A-Za-z0-9_-]).
  */
 void
-idem_log_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
+idem_note_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
 				 bool has_resource, int64 resource_id)
 {
 	static const char *const names[] = {
@@ -454,8 +454,8 @@ idem_log_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
 						 outcome == IDEM_LOG_CONFLICT ? IDEM_STAT_CONFLICTS :
 						 IDEM_STAT_IN_FLIGHT, 1);
 
-	if (idem_log_outcomes == LOG_OUTCOMES_OFF ||
-		(idem_log_outcomes == LOG_OUTCOMES_CONFLICTS &&
+	if (idem_note_outcomes == LOG_OUTCOMES_OFF ||
+		(idem_note_outcomes == LOG_OUTCOMES_CONFLICTS &&
 		 outcome != IDEM_LOG_CONFLICT && outcome != IDEM_LOG_IN_FLIGHT))
 		return;
 	if (has_resource)
@@ -471,7 +471,7 @@ idem_log_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
 void
 idem_report_in_flight(const IdemScope *scope, IdemInFlight why)
 {
-	idem_log_outcome(scope, IDEM_LOG_IN_FLIGHT, false, 0);
+	idem_note_outcome(scope, IDEM_LOG_IN_FLIGHT, false, 0);
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEM_IN_FLIGHT),
 			 errmsg("a request with this idempotency key is still being processed"),
@@ -491,7 +491,7 @@ idem_report_in_flight(const IdemScope *scope, IdemInFlight why)
 void
 idem_report_key_reused(const IdemScope *scope)
 {
-	idem_log_outcome(scope, IDEM_LOG_CONFLICT, false, 0);
+	idem_note_outcome(scope, IDEM_LOG_CONFLICT, false, 0);
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEM_KEY_REUSED),
 			 errmsg("idempotency key was already used with a different request"),

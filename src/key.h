@@ -29,7 +29,7 @@ typedef enum IdemInFlight
 	IDEM_IN_FLIGHT_THIS_XACT	/* claimed by this transaction, not finished */
 } IdemInFlight;
 
-/* What a call did with its key, for idem.log_outcomes. */
+/* What a call did with its key: counted in idem_stats, logged per idem.log_outcomes. */
 typedef enum IdemOutcomeLog
 {
 	IDEM_LOG_EXECUTED,
@@ -49,7 +49,7 @@ extern void idem_scope_init(IdemScope *scope, int64 owner, Datum operation_text,
 							Datum key_text);
 extern void idem_key_locktag(LOCKTAG *tag, const IdemScope *scope);
 extern bool idem_lock_key(const LOCKTAG *tag, const char *operation);
-extern void idem_log_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
+extern void idem_note_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
 							 bool has_resource, int64 resource_id);
 extern void idem_report_in_flight(const IdemScope *scope, IdemInFlight why) pg_attribute_noreturn();
 extern void idem_report_key_reused(const IdemScope *scope) pg_attribute_noreturn();

@@ -355,7 +355,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 	call.values[RES_REPLAYED] = BoolGetDatum(outcome == IDEM_REPLAY);
 	call.nulls[RES_REPLAYED] = false;
 	if (outcome == IDEM_EXECUTE)
-		idem_log_outcome(&scope, IDEM_LOG_EXECUTED, !call.nulls[RES_ORDER_ID],
+		idem_note_outcome(&scope, IDEM_LOG_EXECUTED, !call.nulls[RES_ORDER_ID],
 						 call.nulls[RES_ORDER_ID] ? 0 : DatumGetInt64(call.values[RES_ORDER_ID]));
 	ereport(DEBUG1,
 			(errmsg_internal("idem: owner " INT64_FORMAT " operation %s key \"%.8s...\" order " INT64_FORMAT " replayed=%s",

@@ -273,50 +273,15 @@ idem_record_unseen(const IdemCatalog *cat, const IdemScope *scope)
 
 /*
  * Delete the expired record rec, under the key lock, so that a new one can
- * be inserted in its place.  The row is locked first, as a DELETE's would
- * be: if the cleanup (or anything else) deleted it meanwhile, it is gone
- * and the key is free; if something changed it, the caller reads again (or,
- * where the transaction keeps its snapshot, gets 40001, as for a DELETE).
+ * be inserted in its place (see idem_rows_delete_read).
  */
-IdemRenewal
+IdemRowDeletion
 idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec)
 {
-	Oid			relid = cat->tables[IDEM_TABLE_RECORD].relid;
-	IdemRows	rows;
-	TupleTableSlot *slot;
-	TM_FailureData tmfd;
-	TM_Result	tmres;
 	ItemPointerData tid = rec->tid;
-	IdemRenewal outcome = IDEM_RENEW_DELETED;
 
-	idem_rows_begin(&rows, &relid, 1, CMD_DELETE);
-	slot = rows.slots[0];
-	tmres = table_tuple_lock(rows.rels[0]->ri_RelationDesc, &tid, GetActiveSnapshot(),
-							 slot, GetCurrentCommandId(false), LockTupleExclusive,
-							 LockWaitBlock, 0, &tmfd);
-	switch (tmres)
-	{
-		case TM_Ok:
-			idem_rows_delete(&rows, 0, slot);
-			break;
-		case TM_Deleted:
-			outcome = IDEM_RENEW_GONE;
-			break;
-		case TM_Updated:
-			if (IsolationUsesXactSnapshot())
-				ereport(ERROR,
-						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-						 errmsg("could not serialize access due to concurrent update")));
-			outcome = IDEM_RENEW_CHANGED;
-			break;
-		case TM_SelfModified:
-			outcome = IDEM_RENEW_CHANGED;
-			break;
-		default:
-			elog(ERROR, "idem: unexpected result %d locking an expired record", (int) tmres);
-	}
-	idem_rows_end(&rows);
-	return outcome;
+	return idem_rows_delete_read(cat->tables[IDEM_TABLE_RECORD].relid, &tid,
+								 "an expired record");
 }
 
 /*

@@ -57,14 +57,6 @@ typedef struct IdemBusinessWrite
 	void	   *arg;
 } IdemBusinessWrite;
 
-/* Outcome of replacing an expired record. */
-typedef enum IdemRenewal
-{
-	IDEM_RENEW_DELETED,			/* deleted by us: insert the new record */
-	IDEM_RENEW_GONE,			/* deleted by someone else: likewise */
-	IDEM_RENEW_CHANGED			/* changed by someone else: read again */
-} IdemRenewal;
-
 extern int	idem_ttl;
 extern int	idem_failure_ttl;
 extern int	idem_max_ttl;
@@ -77,7 +69,7 @@ extern bool idem_record_read(const IdemCatalog *cat, const IdemScope *scope,
 							 TimestampTz now, IdemRecord *rec);
 extern bool idem_transactions_ended_since(uint64 completions);
 extern bool idem_record_unseen(const IdemCatalog *cat, const IdemScope *scope);
-extern IdemRenewal idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec);
+extern IdemRowDeletion idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec);
 extern void idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 							   const char *fingerprint, IdemStatus status,
 							   IdemResult *res, TimestampTz now,

@@ -231,6 +231,53 @@ idem_rows_delete(IdemRows *rows, int i, TupleTableSlot *locked)
 }
 
 /*
+ * Delete the row at tid of relid, which the caller read (an expired record
+ * or inbox entry, under its key's lock).  The row is locked first, as a
+ * DELETE's would be: if the cleanup (or anything else) deleted it
+ * meanwhile, it is gone; if something changed it, the caller reads again
+ * (or, where the transaction keeps its snapshot, gets 40001, as for a
+ * DELETE).  what names the row in an unexpected error.
+ */
+IdemRowDeletion
+idem_rows_delete_read(Oid relid, ItemPointer tid, const char *what)
+{
+	IdemRows	rows;
+	TupleTableSlot *slot;
+	TM_FailureData tmfd;
+	TM_Result	tmres;
+	IdemRowDeletion outcome = IDEM_ROW_DELETED;
+
+	idem_rows_begin(&rows, &relid, 1, CMD_DELETE);
+	slot = rows.slots[0];
+	tmres = table_tuple_lock(rows.rels[0]->ri_RelationDesc, tid, GetActiveSnapshot(),
+							 slot, GetCurrentCommandId(false), LockTupleExclusive,
+							 LockWaitBlock, 0, &tmfd);
+	switch (tmres)
+	{
+		case TM_Ok:
+			idem_rows_delete(&rows, 0, slot);
+			break;
+		case TM_Deleted:
+			outcome = IDEM_ROW_GONE;
+			break;
+		case TM_Updated:
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent update")));
+			outcome = IDEM_ROW_CHANGED;
+			break;
+		case TM_SelfModified:
+			outcome = IDEM_ROW_CHANGED;
+			break;
+		default:
+			elog(ERROR, "idem: unexpected result %d locking %s", (int) tmres, what);
+	}
+	idem_rows_end(&rows);
+	return outcome;
+}
+
+/*
  * Fire the queued AFTER triggers, close everything, and make the rows
  * visible to what the caller's transaction runs next, this statement
  * included.

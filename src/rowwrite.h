@@ -28,4 +28,14 @@ extern void idem_rows_insert(IdemRows *rows, int i, const Datum *values, const b
 extern void idem_rows_delete(IdemRows *rows, int i, TupleTableSlot *locked);
 extern void idem_rows_end(IdemRows *rows);
 
+/* What deleting a row the caller had read came to. */
+typedef enum IdemRowDeletion
+{
+	IDEM_ROW_DELETED,			/* deleted by us */
+	IDEM_ROW_GONE,				/* deleted by someone else meanwhile */
+	IDEM_ROW_CHANGED			/* changed by someone else: read it again */
+} IdemRowDeletion;
+
+extern IdemRowDeletion idem_rows_delete_read(Oid relid, ItemPointer tid, const char *what);
+
 #endif							/* IDEM_ROWWRITE_H */
