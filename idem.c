@@ -2,7 +2,7 @@
  *
  * idem.c
  *	  Module entry of the idem extension: _PG_init hands each module its
- *	  start-up, nothing else.
+ *	  start-up, and the shared-memory hooks call each module's part.
  *
  * The layers (src/), each including only headers of its own or a lower one:
  *	 L0  idem.h (constants), util, identity, jcs, rowwrite
@@ -21,6 +21,8 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
 #include "utils/guc.h"
 
 #include "entry.h"
@@ -34,11 +36,39 @@ PG_MODULE_MAGIC;
 
 void		_PG_init(void);
 
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* Reserve what the worker, the notifier and the statistics keep in shared memory. */
+static void
+idem_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	idem_worker_shmem_request();
+	idem_notify_shmem_request();
+	idem_stats_shmem_request();
+}
+
+/* Create or attach to it, under AddinShmemInitLock. */
+static void
+idem_shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	idem_worker_shmem_startup();
+	idem_notify_shmem_startup();
+	idem_stats_shmem_startup();
+	LWLockRelease(AddinShmemInitLock);
+}
+
 /*
  * Define the GUCs, register the tables and transaction callbacks, and when
- * loaded from shared_preload_libraries register the cleanup worker.
- * Loaded on first use instead, every SQL function works and only the
- * worker is absent.
+ * loaded from shared_preload_libraries reserve the shared memory (the
+ * cleanup status, the notifier's slots, idem_stats) and register the cleanup
+ * worker.  Loaded on first use instead, every SQL function works; the
+ * worker, the notifier and idem_stats are absent.
  */
 void
 _PG_init(void)
@@ -57,8 +87,11 @@ _PG_init(void)
 	/* pg_upgrade must not start workers */
 	if (process_shared_preload_libraries_in_progress && !IsBinaryUpgrade)
 	{
+		prev_shmem_request_hook = shmem_request_hook;
+		shmem_request_hook = idem_shmem_request;
+		prev_shmem_startup_hook = shmem_startup_hook;
+		shmem_startup_hook = idem_shmem_startup;
 		idem_worker_init();
-		idem_notify_init();
 		idem_stats_init();
 	}
 }

@@ -72,45 +72,29 @@ typedef struct NotifyShared
 
 static NotifyShared *shared = NULL;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* In a notifier: its slot. */
 static int	my_slot = -1;
 
-static void
-notify_shmem_request(void)
+/* Reserve the slots (from idem.c's shmem_request_hook). */
+void
+idem_notify_shmem_request(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
 	RequestAddinShmemSpace(MAXALIGN(sizeof(NotifyShared)));
 }
 
-static void
-notify_shmem_startup(void)
+/* Create or attach to the slots (idem.c's shmem_startup_hook, under AddinShmemInitLock). */
+void
+idem_notify_shmem_startup(void)
 {
 	bool		found;
 
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	shared = ShmemInitStruct("idem outbox notifier", sizeof(NotifyShared), &found);
 	if (!found)
 	{
 		memset(shared, 0, sizeof(NotifyShared));
 		SpinLockInit(&shared->mutex);
 	}
-	LWLockRelease(AddinShmemInitLock);
-}
-
-/* Reserve the shared memory; from _PG_init under shared_preload_libraries. */
-void
-idem_notify_init(void)
-{
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = notify_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = notify_shmem_startup;
 }
 
 /* This database's slot, or a free one claimed for it, or NULL; under mutex. */

@@ -208,7 +208,31 @@ key_has_unacked(Relation heap, Relation index, TupleTableSlot *slot,
 	return found;
 }
 
-/* Keyed messages first, by key hash, each key's in emit order. */
+/* Order two texts by length, then bytes: any total order does. */
+static int
+text_order(const text *a, const text *b)
+{
+	int			alen = VARSIZE_ANY_EXHDR(a);
+	int			blen = VARSIZE_ANY_EXHDR(b);
+
+	if (alen != blen)
+		return alen < blen ? -1 : 1;
+	return memcmp(VARDATA_ANY(a), VARDATA_ANY(b), alen);
+}
+
+/* Order two keyed messages by key: hash, then (topic, msg_key) apart. */
+static int
+key_order(const PendingMessage *m1, const PendingMessage *m2)
+{
+	int			c;
+
+	if (m1->keyhash != m2->keyhash)
+		return m1->keyhash < m2->keyhash ? -1 : 1;
+	c = text_order(m1->topic, m2->topic);
+	return c != 0 ? c : text_order(m1->msg_key, m2->msg_key);
+}
+
+/* Keyed messages first, by key (see key_order), each key's in emit order. */
 static int
 flush_order(const void *a, const void *b)
 {
@@ -217,29 +241,14 @@ flush_order(const void *a, const void *b)
 
 	if ((m1->msg_key == NULL) != (m2->msg_key == NULL))
 		return m1->msg_key == NULL ? 1 : -1;
-	if (m1->msg_key != NULL && m1->keyhash != m2->keyhash)
-		return m1->keyhash < m2->keyhash ? -1 : 1;
 	if (m1->msg_key != NULL)
 	{
-		/* two keys of one hash: one after the other */
-		int			c = strcmp(text_to_cstring(m1->topic), text_to_cstring(m2->topic));
+		int			c = key_order(m1, m2);
 
-		if (c == 0)
-			c = strcmp(text_to_cstring(m1->msg_key), text_to_cstring(m2->msg_key));
 		if (c != 0)
 			return c;
 	}
 	return m1->message_id < m2->message_id ? -1 : (m1->message_id > m2->message_id);
-}
-
-/* Are a and b (keyed) of the same (topic, msg_key)? */
-static bool
-equal_texts(const PendingMessage *a, const PendingMessage *b)
-{
-	return VARSIZE_ANY_EXHDR(a->topic) == VARSIZE_ANY_EXHDR(b->topic) &&
-		VARSIZE_ANY_EXHDR(a->msg_key) == VARSIZE_ANY_EXHDR(b->msg_key) &&
-		memcmp(VARDATA_ANY(a->topic), VARDATA_ANY(b->topic), VARSIZE_ANY_EXHDR(a->topic)) == 0 &&
-		memcmp(VARDATA_ANY(a->msg_key), VARDATA_ANY(b->msg_key), VARSIZE_ANY_EXHDR(a->msg_key)) == 0;
 }
 
 /*
@@ -298,9 +307,7 @@ flush_pending(void)
 		{
 			commit_seq = nextval_internal(target->seq, false);
 			/* the head of its key if the key has nothing unacknowledged */
-			if (i > 0 && order[i - 1]->msg_key != NULL &&
-				order[i - 1]->keyhash == m->keyhash &&
-				equal_texts(order[i - 1], m))
+			if (i > 0 && order[i - 1]->msg_key != NULL && key_order(order[i - 1], m) == 0)
 				ready = false;
 			else
 				ready = !key_has_unacked(rows.rels[0]->ri_RelationDesc, key_index,
@@ -319,12 +326,6 @@ flush_pending(void)
 		idem_row_set(&row, OB_ATTEMPT, Int32GetDatum(0));
 		idem_row_set(&row, OB_READY, BoolGetDatum(ready));
 		idem_rows_insert(&rows, 0, row.values, row.nulls);
-		{
-			char	   *t = text_to_cstring(m->topic);
-
-			idem_stats_count_at_commit(t, IDEM_STAT_OUTBOX_EMITTED, 1);
-			pfree(t);
-		}
 	}
 	if (key_index != NULL)
 	{
@@ -338,27 +339,34 @@ flush_pending(void)
 }
 
 /*
- * Wake the publishers of the transaction's topics once it has committed:
- * through the notifier (see notify.c), or, when that cannot be counted on
- * or the transaction is being prepared, by its own NOTIFY.
+ * For each topic of the transaction's messages: count them in idem_stats
+ * (at commit), and wake the topic's publishers once the transaction has
+ * committed, through the notifier (see notify.c), or, when that cannot be
+ * counted on or the transaction is being prepared, by its own NOTIFY.
  */
 static void
-notify_topics(bool preparing)
+announce_topics(bool preparing)
 {
 	char	  **topics = MemoryContextAlloc(TopTransactionContext, npending * sizeof(char *));
+	int64	   *messages = palloc0(npending * sizeof(int64));
 	int			n = 0;
 
 	for (PendingMessage *m = pending; m != NULL; m = m->next)
 	{
 		char	   *t = text_to_cstring(m->topic);
-		bool		seen = false;
+		int			i = 0;
 
-		for (int i = 0; i < n && !seen; i++)
-			seen = strcmp(topics[i], t) == 0;
-		if (!seen)
+		while (i < n && strcmp(topics[i], t) != 0)
+			i++;
+		if (i == n)
 			topics[n++] = MemoryContextStrdup(TopTransactionContext, t);
+		messages[i]++;
 		pfree(t);
 	}
+	for (int i = 0; i < n; i++)
+		idem_stats_count_at_commit(topics[i], IDEM_STAT_OUTBOX_EMITTED, messages[i]);
+	pfree(messages);
+
 	if (!preparing && idem_notify_defer(n))
 	{
 		deferred_topics = topics;
@@ -393,7 +401,7 @@ outbox_xact_callback(XactEvent event, void *arg)
 			if (npending > 0)
 			{
 				flush_pending();
-				notify_topics(event == XACT_EVENT_PRE_PREPARE);
+				announce_topics(event == XACT_EVENT_PRE_PREPARE);
 			}
 			break;
 		case XACT_EVENT_COMMIT:

@@ -75,8 +75,6 @@ static bool idem_stats_track = true;
 static StatsShared *shared = NULL;
 static HTAB *shared_hash = NULL;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* This backend's pointers to the entries it used. */
 typedef struct LocalEntry
@@ -109,24 +107,21 @@ stats_shmem_size(void)
 					hash_estimate_size(idem_stats_max + 1, sizeof(StatsEntry)));
 }
 
-static void
-stats_shmem_request(void)
+/* Reserve the table and its lock (from idem.c's shmem_request_hook). */
+void
+idem_stats_shmem_request(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
 	RequestAddinShmemSpace(stats_shmem_size());
 	RequestNamedLWLockTranche("idem stats", 1);
 }
 
-static void
-stats_shmem_startup(void)
+/* Create or attach to the table (idem.c's shmem_startup_hook, under AddinShmemInitLock). */
+void
+idem_stats_shmem_startup(void)
 {
 	bool		found;
 	HASHCTL		info;
 
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	shared = ShmemInitStruct("idem stats", sizeof(StatsShared), &found);
 	info.keysize = sizeof(StatsKey);
 	info.entrysize = sizeof(StatsEntry);
@@ -146,7 +141,6 @@ stats_shmem_startup(void)
 		shared->other = other;
 		shared->entries = 1;
 	}
-	LWLockRelease(AddinShmemInitLock);
 }
 
 /* The entry of (this database, name): found, added, or "(other)". */
@@ -231,9 +225,22 @@ void
 idem_stats_count_at_commit(const char *operation, IdemCounter counter, int64 n)
 {
 	PendingCount *p;
+	StatsEntry *entry;
 
 	if (shared == NULL || n == 0 || !idem_stats_track)
 		return;
+	entry = entry_for(operation);
+	/* the same count again (a cleanup batch's rows): add to it */
+	if (npending > 0)
+	{
+		p = &pending[npending - 1];
+		if (p->entry == entry && p->counter == counter &&
+			p->subid == GetCurrentSubTransactionId())
+		{
+			p->n += n;
+			return;
+		}
+	}
 	if (npending == maxpending)
 	{
 		maxpending = Max(16, maxpending * 2);
@@ -242,7 +249,7 @@ idem_stats_count_at_commit(const char *operation, IdemCounter counter, int64 n)
 			repalloc(pending, maxpending * sizeof(PendingCount));
 	}
 	p = &pending[npending++];
-	p->entry = entry_for(operation);
+	p->entry = entry;
 	p->counter = counter;
 	p->n = n;
 	p->subid = GetCurrentSubTransactionId();
@@ -317,14 +324,10 @@ idem_stats_define_gucs(void)
 							 NULL, NULL, NULL);
 }
 
-/* Reserve the shared memory; from _PG_init under shared_preload_libraries. */
+/* Count at commit; from _PG_init under shared_preload_libraries. */
 void
 idem_stats_init(void)
 {
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = stats_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = stats_shmem_startup;
 	RegisterXactCallback(stats_xact_callback, NULL);
 	RegisterSubXactCallback(stats_subxact_callback, NULL);
 }

@@ -32,6 +32,8 @@ typedef enum IdemCounter
 
 extern void idem_stats_define_gucs(void);
 extern void idem_stats_init(void);
+extern void idem_stats_shmem_request(void);
+extern void idem_stats_shmem_startup(void);
 extern void idem_stats_count(const char *operation, IdemCounter counter, int64 n);
 extern void idem_stats_count_at_commit(const char *operation, IdemCounter counter, int64 n);
 

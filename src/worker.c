@@ -110,8 +110,6 @@ static HTAB *idem_status = NULL;
 /* In a worker: this database's entry, once a run has begun (NULL if full). */
 static IdemDbStatus *my_status = NULL;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* A database the launcher visits in a round. */
 typedef struct IdemDatabase
@@ -130,27 +128,24 @@ idem_shmem_size(void)
 									   sizeof(IdemDbStatus)));
 }
 
-/* Reserve the status table and its lock (shmem_request_hook). */
-static void
-idem_shmem_request(void)
+/* Reserve the status table and its lock (from idem.c's shmem_request_hook). */
+void
+idem_worker_shmem_request(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
 	RequestAddinShmemSpace(idem_shmem_size());
 	RequestNamedLWLockTranche("idem", 1);
 }
 
-/* Create or attach to the status table (shmem_startup_hook). */
-static void
-idem_shmem_startup(void)
+/*
+ * Create or attach to the status table (from idem.c's shmem_startup_hook,
+ * which holds AddinShmemInitLock).
+ */
+void
+idem_worker_shmem_startup(void)
 {
 	bool		found;
 	HASHCTL		info;
 
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
-
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	idem_shared = ShmemInitStruct("idem cleanup", sizeof(IdemShared), &found);
 	if (!found)
 		idem_shared->lock = &(GetNamedLWLockTranche("idem"))->lock;
@@ -160,7 +155,6 @@ idem_shmem_startup(void)
 								IDEM_MAX_TRACKED_DATABASES,
 								IDEM_MAX_TRACKED_DATABASES,
 								&info, HASH_ELEM | HASH_BLOBS);
-	LWLockRelease(AddinShmemInitLock);
 }
 
 /*
@@ -229,7 +223,7 @@ idem_worker_define_gucs(void)
 }
 
 /*
- * Register the shared memory and the launcher.  Called from _PG_init while
+ * Register the launcher.  Called from _PG_init while
  * shared_preload_libraries is processed, and never under pg_upgrade.
  */
 void
@@ -238,11 +232,6 @@ idem_worker_init(void)
 	BackgroundWorker worker;
 
 	idem_preloaded = true;
-
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = idem_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = idem_shmem_startup;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;

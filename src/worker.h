@@ -10,5 +10,7 @@
 
 extern void idem_worker_define_gucs(void);
 extern void idem_worker_init(void);
+extern void idem_worker_shmem_request(void);
+extern void idem_worker_shmem_startup(void);
 
 #endif							/* IDEM_WORKER_H */
