@@ -5,20 +5,20 @@ OBJS = idem.o \
 	src/util.o src/identity.o src/jcs.o src/rowwrite.o \
 	src/fingerprint.o src/key.o src/catalog.o \
 	src/record.o src/claim.o \
-	src/order.o src/api.o src/outbox.o src/inbox.o \
+	src/order.o src/api.o src/task.o src/outbox.o src/inbox.o \
 	src/cleanup.o src/worker.o src/notify.o src/stats.o
 
 EXTENSION = idem
-DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql idem--1.2--1.3.sql idem--1.3--1.4.sql
+DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql idem--1.2--1.3.sql idem--1.3--1.4.sql idem--1.4--1.5.sql
 
 PG_CPPFLAGS = -I$(srcdir)/src
 # -Wextra less unused-parameter, which PostgreSQL 15's own headers raise (bufpage.h, ilist.h)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
-REGRESS = jcs jcs_numbers encoding order cleanup writes api outbox inbox health stats owners hijack scripts rename tempschema security upgrade
+REGRESS = jcs jcs_numbers encoding order cleanup writes api tasks outbox inbox health stats owners hijack scripts rename tempschema security upgrade
 REGRESS_OPTS = --load-extension=idem --load-extension=pgcrypto
 
-ISOLATION = claim-race-2 claim-race-3 in-flight-timeout repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint bypass-writer api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race inbox-race stats-waits
+ISOLATION = claim-race-2 claim-race-3 in-flight-timeout repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint bypass-writer api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race inbox-race stats-waits task-lease-race task-submit-race task-takeover
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation --load-extension=idem
 
 # the cleanup worker, restarts, crashes, a standby: PostgreSQL::Test::Cluster (t/*.pl)

@@ -30,6 +30,7 @@
 #include "notify.h"
 #include "stats.h"
 #include "record.h"
+#include "task.h"
 #include "worker.h"
 
 PG_MODULE_MAGIC;
@@ -48,6 +49,7 @@ idem_shmem_request(void)
 	idem_worker_shmem_request();
 	idem_notify_shmem_request();
 	idem_stats_shmem_request();
+	idem_task_shmem_request();
 }
 
 /* Create or attach to it, under AddinShmemInitLock. */
@@ -60,6 +62,7 @@ idem_shmem_startup(void)
 	idem_worker_shmem_startup();
 	idem_notify_shmem_startup();
 	idem_stats_shmem_startup();
+	idem_task_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -83,6 +86,7 @@ _PG_init(void)
 	idem_api_init();
 	idem_outbox_init();
 	idem_inbox_init();
+	idem_task_init();
 
 	/* pg_upgrade must not start workers */
 	if (process_shared_preload_libraries_in_progress && !IsBinaryUpgrade)

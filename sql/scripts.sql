@@ -59,6 +59,12 @@ BEGIN
         EXECUTE format('SELECT %I.idem_outbox_ack(ARRAY(SELECT message_id FROM %I.idem_outbox_fetch(%L)))',
                        s, s, 'scripts');
         EXECUTE format('SELECT %I.idem_consume(%L, %L)', s, 'scripts', 'm-1');
+        EXECUTE format('SELECT %I.idem_submit(1, %L, %L, %L)', s, 'TASK', 'scripts-key-00000003', '{}');
+        EXECUTE format('SELECT %1$I.idem_complete(task_id, token, 200, %2$L) FROM %1$I.idem_lease(%3$L, %4$L)',
+                       s, '{}', 'TASK', 'w');
+        EXECUTE format('SELECT %I.idem_submit(1, %L, %L, %L)', s, 'TASK', 'scripts-key-00000004', '{}');
+        EXECUTE format('SELECT %1$I.idem_heartbeat(task_id, token), %1$I.idem_fail(task_id, token, %2$L, false) FROM %1$I.idem_lease(%3$L, %4$L, bind_session => true)',
+                       s, '{}', 'TASK', 'w');
         SELECT format('installed %s; members owned by regress_evil: %s; regress_evil superuser: %s',
                       (SELECT extversion FROM pg_extension WHERE extname = 'idem'),
                       (SELECT count(*) FROM pg_depend d
@@ -107,6 +113,13 @@ INSERT INTO plants VALUES
  ('function idem_outbox_fetch', 'CREATE FUNCTION idem_outbox_fetch(text, integer DEFAULT 100, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
  ('function idem_outbox_ack', 'CREATE FUNCTION idem_outbox_ack(bigint[]) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
  ('function idem_consume', 'CREATE FUNCTION idem_consume(text, text, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
+ ('index name idem_task_due', 'CREATE TABLE evil_t5 (a int); CREATE INDEX idem_task_due ON evil_t5 (a)', '1.4'),
+ ('sequence idem_task_token_seq', 'CREATE SEQUENCE idem_task_token_seq', '1.4'),
+ ('function idem_submit', 'CREATE FUNCTION idem_submit(bigint, text, text, jsonb, jsonb DEFAULT NULL, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.4'),
+ ('function idem_lease', 'CREATE FUNCTION idem_lease(text, text, interval DEFAULT NULL, integer DEFAULT 1, boolean DEFAULT false) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.4'),
+ ('function idem_heartbeat', 'CREATE FUNCTION idem_heartbeat(bigint, bigint, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.4'),
+ ('function idem_complete', 'CREATE FUNCTION idem_complete(bigint, bigint, integer, json, bigint DEFAULT NULL, jsonb DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.4'),
+ ('function idem_fail', 'CREATE FUNCTION idem_fail(bigint, bigint, jsonb, boolean DEFAULT true) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.4'),
  ('operators and functions idem compares or calls',
   $p$CREATE FUNCTION evil_cat(text, text) RETURNS text LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN $1 END $$;
      CREATE FUNCTION evil_vc(varchar, varchar) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$;
@@ -133,7 +146,7 @@ ORDER BY s, name;
 -- Updates from every released version: plant what a later script creates
 -- (or resolves), then ALTER EXTENSION idem UPDATE.
 SELECT v.version AS from_version, s AS schema, name, pg_temp.attempt(s, stmt, v.version) AS outcome
-FROM plants, (VALUES ('1.0'), ('1.1'), ('1.2'), ('1.3')) v(version),
+FROM plants, (VALUES ('1.0'), ('1.1'), ('1.2'), ('1.3'), ('1.4')) v(version),
      (VALUES ('regress_evil_schema'), ('public')) w(s)
 WHERE since = 'always' OR since > v.version
 ORDER BY v.version, s, name;

@@ -1,5 +1,5 @@
 --
--- ALTER EXTENSION idem UPDATE from 1.0, 1.1, 1.2 and 1.3 gives what a fresh
+-- ALTER EXTENSION idem UPDATE from 1.0, 1.1, 1.2, 1.3 and 1.4 gives what a fresh
 -- install gives (members, grants, function security and settings, table
 -- columns, constraints, indexes, types), and keeps the data.  The older
 -- definitions run with this library too.
@@ -124,6 +124,25 @@ SELECT idem_consume('upgrade', 'm-1') AS first_time;
 COMMIT;
 SELECT msg_key, payload FROM idem_outbox_fetch('upgrade');
 SELECT idem_consume('upgrade', 'm-1') AS redelivered;
+
+-- From 1.4: tasks do not exist before 1.5; a library that knows them
+-- serves a 1.4 database (records read, written and replayed), and after
+-- the update a record made before is no task.
+DROP EXTENSION idem;
+CREATE EXTENSION idem VERSION '1.4';
+SELECT count(*) AS tasks FROM pg_proc WHERE proname IN ('idem_submit', 'idem_lease');
+BEGIN;
+SELECT replayed FROM idem_begin(305, 'NOOP', 'upgrade-key-0000007', '{}');
+SELECT idem_finish(305, 'NOOP', 'upgrade-key-0000007', 201, '{"done": true}');
+COMMIT;
+SELECT replayed, body FROM idem_begin(305, 'NOOP', 'upgrade-key-0000007', '{}');
+ALTER EXTENSION idem UPDATE;
+SELECT * FROM pg_temp.catalog_diff();
+SELECT replayed, body FROM idem_begin(305, 'NOOP', 'upgrade-key-0000007', '{}');
+-- the record made at 1.4 is no task: a submit of its key replays it
+SELECT replayed, status, http_status, task_id FROM idem_submit(305, 'NOOP', 'upgrade-key-0000007', '{}');
+SELECT replayed, status, http_status FROM idem_submit(305, 'LONG', 'upgrade-key-0000008', '{"n": 1}');
+SELECT key, request, attempt FROM idem_lease('LONG', 'upgrade-worker');
 
 -- a version that does not exist
 ALTER EXTENSION idem UPDATE TO '9.9';

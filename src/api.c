@@ -40,6 +40,7 @@
 
 #include "idem.h"
 #include "claim.h"
+#include "api.h"
 #include "entry.h"
 #include "stats.h"
 #include "util.h"
@@ -197,12 +198,17 @@ find_claim(const IdemScope *scope)
 
 /*
  * Before claiming: a claim of scope this transaction holds, not finished,
- * is in flight (IK002), or a different request (IK001).
+ * is in flight (IK002), or a different request (IK001).  (idem_submit
+ * asks too.)
  */
-static void
-check_not_claimed(const IdemScope *scope, const char *fingerprint)
+void
+idem_api_check_unclaimed(const IdemScope *scope, const char *fingerprint)
 {
-	PendingClaim *p = find_claim(scope);
+	PendingClaim *p;
+
+	if (pending == NULL)
+		return;
+	p = find_claim(scope);
 
 	if (p == NULL || p->finished_subid != InvalidSubTransactionId)
 		return;
@@ -247,7 +253,7 @@ finish_claim(const IdemCatalog *cat, const IdemScope *scope, PendingClaim *p,
 	idem_use_safe_search_path(&identity);
 	idem_record_insert(cat, scope, p->fingerprint, status, res, now,
 					   idem_record_expiry(status, now, p->has_ttl ? &p->ttl : NULL),
-					   NULL);
+					   NULL, NULL);
 	idem_restore_caller(&identity);
 	p->finished_subid = GetCurrentSubTransactionId();
 	idem_note_outcome(scope, IDEM_LOG_EXECUTED, !res->resource_isnull, res->resource_id);
@@ -256,74 +262,6 @@ finish_claim(const IdemCatalog *cat, const IdemScope *scope, PendingClaim *p,
 }
 
 /* ---------- results ---------- */
-
-/* The record status of an HTTP status: 2xx/3xx done, 4xx a final failure; else 22023. */
-static IdemStatus
-status_of_http(int32 http_status)
-{
-	if (http_status >= 200 && http_status <= 399)
-		return IDEM_STATUS_SUCCEEDED;
-	if (http_status >= 400 && http_status <= 499)
-		return IDEM_STATUS_FAILED_FINAL;
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("http_status must be between 200 and 499"),
-			 errdetail("The result has http_status %d.", http_status),
-			 errhint("A 5xx failure is transient: roll back, and the key stays retryable.")));
-	return IDEM_STATUS_UNKNOWN; /* keep compiler quiet */
-}
-
-/* Refuse (22023) headers that are not a JSON object of string values. */
-static void
-check_headers(Jsonb *headers)
-{
-	JsonbIterator *it;
-	JsonbValue	v;
-	JsonbIteratorToken tok;
-
-	if (!JB_ROOT_IS_OBJECT(headers))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("headers must be a JSON object")));
-	it = JsonbIteratorInit(&headers->root);
-	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
-		if (tok == WJB_VALUE && v.type != jbvString)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("headers must be a JSON object of string values")));
-}
-
-/* Fill res from a status, body, headers and resource id, checking them. */
-static IdemStatus
-make_result(IdemResult *res, bool http_isnull, int32 http_status,
-			bool body_isnull, Datum body, bool headers_isnull, Datum headers,
-			bool resource_isnull, int64 resource_id)
-{
-	IdemStatus	status;
-
-	if (http_isnull)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("http_status must not be null")));
-	status = status_of_http(http_status);
-	memset(res, 0, sizeof(IdemResult));
-	res->http_status = http_status;
-	res->body_isnull = body_isnull;
-	if (!body_isnull)
-		res->body = PointerGetDatum(PG_DETOAST_DATUM(body));
-	res->headers_isnull = headers_isnull;
-	if (!headers_isnull)
-	{
-		Jsonb	   *jb = DatumGetJsonbP(headers);
-
-		check_headers(jb);
-		res->headers = JsonbPGetDatum(jb);
-	}
-	res->resource_isnull = resource_isnull;
-	res->resource_id = resource_id;
-	res->snapshot_isnull = true;
-	return status;
-}
 
 /* The idem_outcome row of a call. */
 static Datum
@@ -413,8 +351,7 @@ idem_begin(PG_FUNCTION_ARGS)
 	idem_check_not_null(fcinfo, 3, "request");
 	ttl = ttl_arg(fcinfo, 4, now);
 	idem_fingerprint_jsonb(PG_GETARG_JSONB_P(3), fingerprint);
-	if (pending != NULL)
-		check_not_claimed(&scope, fingerprint);
+	idem_api_check_unclaimed(&scope, fingerprint);
 
 	cat = *idem_catalog(fcinfo);
 	outcome = idem_claim(&claim, &cat, &scope, fingerprint, now, &identity);
@@ -444,7 +381,7 @@ idem_finish(PG_FUNCTION_ARGS)
 
 	scope_args(fcinfo, &scope);
 	idem_check_not_null(fcinfo, 3, "http_status");
-	status = make_result(&res, false, PG_GETARG_INT32(3),
+	status = idem_result_make(&res, false, PG_GETARG_INT32(3),
 						 PG_ARGISNULL(4), PG_GETARG_DATUM(4),
 						 PG_ARGISNULL(6), PG_GETARG_DATUM(6),
 						 PG_ARGISNULL(5), PG_ARGISNULL(5) ? 0 : PG_GETARG_INT64(5));
@@ -583,7 +520,7 @@ call_handler(FmgrInfo *flinfo, Jsonb *request, IdemResult *res)
 	tuple.t_data = th;
 	heap_deform_tuple(&tuple, desc, values, isnull);
 	ReleaseTupleDesc(desc);
-	return make_result(res, isnull[RESULT_HTTP - 1], DatumGetInt32(values[RESULT_HTTP - 1]),
+	return idem_result_make(res, isnull[RESULT_HTTP - 1], DatumGetInt32(values[RESULT_HTTP - 1]),
 					   isnull[RESULT_BODY - 1], values[RESULT_BODY - 1],
 					   isnull[RESULT_HEADERS - 1], values[RESULT_HEADERS - 1],
 					   isnull[RESULT_RESOURCE - 1],
@@ -623,8 +560,7 @@ idem_run(PG_FUNCTION_ARGS)
 	cat = *idem_catalog(fcinfo);
 	hflinfo = handler_fmgr(handler, cat.result_type);
 	idem_fingerprint_jsonb(request, fingerprint);
-	if (pending != NULL)
-		check_not_claimed(&scope, fingerprint);
+	idem_api_check_unclaimed(&scope, fingerprint);
 
 	if (idem_claim(&claim, &cat, &scope, fingerprint, now, &identity) == IDEM_REPLAY)
 	{

@@ -50,7 +50,7 @@ static const IdemColumnSpec record_columns[REC_NCOLS] = {
 	[REC_OPERATION] = {"operation", VARCHAROID, IDEM_OPERATION_MAX_LEN, false, false},
 	[REC_KEY] = {"idempotency_key", VARCHAROID, IDEM_KEY_MAX_LEN, false, false},
 	[REC_HASH] = {"request_hash", BPCHAROID, IDEM_HASH_HEX_LEN, true, false},
-	[REC_STATUS] = {"status", VARCHAROID, 12, false, false},
+	[REC_STATUS] = {"status", VARCHAROID, 16, false, false},
 	[REC_HTTP] = {"http_status", INT4OID, 0, false, false},
 	[REC_RESPONSE] = {"response_json", JSONBOID, 0, false, false},
 	[REC_RESOURCE] = {"resource_id", INT8OID, 0, false, false},
@@ -60,6 +60,18 @@ static const IdemColumnSpec record_columns[REC_NCOLS] = {
 	/* 1.3 */
 	[REC_BODY] = {"response_body", JSONOID, 0, false, true},
 	[REC_HEADERS] = {"response_headers", JSONBOID, 0, false, true},
+	/* 1.5 */
+	[REC_TASK_REQUEST] = {"task_request", JSONBOID, 0, false, true},
+	[REC_TASK_PAYLOAD] = {"task_payload", JSONBOID, 0, false, true},
+	[REC_TASK_ATTEMPTS] = {"task_attempts", INT4OID, 0, false, true},
+	[REC_TASK_TOKEN] = {"task_token", INT8OID, 0, false, true},
+	[REC_TASK_DUE] = {"task_due_at", TIMESTAMPTZOID, 0, false, true},
+	[REC_TASK_LEASE_EXPIRES] = {"task_lease_expires_at", TIMESTAMPTZOID, 0, false, true},
+	[REC_TASK_WORKER] = {"task_worker", VARCHAROID, IDEM_WORKER_MAX_LEN, false, true},
+	[REC_TASK_HEARTBEAT] = {"task_heartbeat_at", TIMESTAMPTZOID, 0, false, true},
+	[REC_TASK_SESSION] = {"task_session", INT8OID, 0, false, true},
+	[REC_TASK_LAST_ERROR] = {"task_last_error", JSONBOID, 0, false, true},
+	[REC_TASK_TTL] = {"task_ttl", INTERVALOID, 0, false, true},
 };
 
 static const IdemTableSpec record_table = {

@@ -120,7 +120,10 @@ idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 
 		if (!idem_fingerprints_equal(rec->request_hash, c->fingerprint))
 			idem_report_key_reused(c->scope);
-		if (!replayable(rec->status))
+		if (!replayable(rec->status) &&
+			!(c->accept_unfinished && rec->is_task &&
+			  (rec->status == IDEM_STATUS_PROCESSING ||
+			   rec->status == IDEM_STATUS_FAILED_RETRYABLE)))
 			idem_report_in_flight(c->scope, IDEM_IN_FLIGHT_RECORDED);
 
 		/* a replay leaves the key to others at once */

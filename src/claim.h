@@ -14,7 +14,8 @@
 
 typedef enum IdemOutcome
 {
-	IDEM_REPLAY,				/* claim->rec holds the finished record */
+	IDEM_REPLAY,				/* claim->rec holds the finished record (or,
+								 * with accept_unfinished, an unfinished one) */
 	IDEM_EXECUTE				/* the key is this transaction's: execute */
 } IdemOutcome;
 
@@ -27,6 +28,9 @@ typedef struct IdemClaim
 	IdemIdentity *identity;		/* switched to the owner by idem_claim */
 	LOCKTAG		tag;
 	bool		locked;			/* the key lock is held */
+	bool		accept_unfinished;	/* set by the caller: a task's record
+									 * PROCESSING or FAILED_RETRYABLE is
+									 * returned, not IK002 */
 	IdemRecord	rec;
 } IdemClaim;
 

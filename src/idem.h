@@ -34,22 +34,31 @@
 #define IDEM_TOPIC_MAX_LEN		128
 #define IDEM_OUTBOX_CHANNEL		"idem_outbox"
 
+/* Workers LISTEN here for NOTIFY idem_tasks, '<operation>' after a submit. */
+#define IDEM_TASKS_CHANNEL		"idem_tasks"
+
+/* A worker's name in a lease: 1 to 64 printable characters. */
+#define IDEM_WORKER_MAX_LEN		64
+
 /* SQLSTATEs of the protocol's own outcomes (class "IK": idempotency key). */
 #define ERRCODE_IDEM_KEY_REUSED			MAKE_SQLSTATE('I','K','0','0','1')
 #define ERRCODE_IDEM_IN_FLIGHT			MAKE_SQLSTATE('I','K','0','0','2')
 #define ERRCODE_IDEM_NO_CLAIM			MAKE_SQLSTATE('I','K','0','0','3')
+#define ERRCODE_IDEM_STALE_TOKEN		MAKE_SQLSTATE('I','K','0','0','4')
 #define ERRCODE_IDEM_UNFINISHED_CLAIM	MAKE_SQLSTATE('I','K','0','0','5')
 
 /*
  * The status column of idempotency_record.  A record is written finished
  * (SUCCEEDED, or FAILED_FINAL for a deterministic 4xx failure) in the
- * transaction that executed; PROCESSING is what a long flow commits.
+ * transaction that executed.  A long flow commits PROCESSING, and between
+ * attempts FAILED_RETRYABLE, until a worker finishes it.
  */
 typedef enum IdemStatus
 {
 	IDEM_STATUS_PROCESSING,
 	IDEM_STATUS_SUCCEEDED,
 	IDEM_STATUS_FAILED_FINAL,
+	IDEM_STATUS_FAILED_RETRYABLE,
 	IDEM_STATUS_UNKNOWN			/* a value idem does not write */
 } IdemStatus;
 

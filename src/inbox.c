@@ -99,39 +99,6 @@ idem_inbox_init(void)
 							NULL, NULL, NULL);
 }
 
-/*
- * Check a message id: 1 to 512 characters of printable text; control
- * characters (C0, DEL, C1) are refused.  Never echoed when invalid.
- */
-static void
-check_message_id(const char *s, int len)
-{
-	int			nchars = pg_mbstrlen_with_len(s, len);
-	const unsigned char *p = (const unsigned char *) s;
-	const unsigned char *end = p + len;
-	int			pos = 1;
-
-	if (nchars < 1 || nchars > INBOX_MESSAGE_ID_MAX_LEN)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("message_id must be 1 to %d characters long", INBOX_MESSAGE_ID_MAX_LEN),
-				 errdetail("The message_id has %d characters.", nchars)));
-	while (p < end)
-	{
-		int			clen = pg_mblen((const char *) p);
-		pg_wchar	c = *p;
-
-		if (GetDatabaseEncoding() == PG_UTF8 && clen > 1)
-			c = utf8_to_unicode(p);
-		if (c < 0x20 || c == 0x7f || (GetDatabaseEncoding() == PG_UTF8 && c >= 0x80 && c <= 0x9f))
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("message_id must not contain control characters"),
-					 errdetail("Character %d of the message_id is a control character.", pos)));
-		p += clen;
-		pos++;
-	}
-}
 
 /* The lock of one (consumer, message_id) in this database. */
 static void
@@ -245,7 +212,8 @@ idem_consume(PG_FUNCTION_ARGS)
 	message_id = PG_GETARG_TEXT_PP(1);
 	idem_check_name("consumer", VARDATA_ANY(consumer), VARSIZE_ANY_EXHDR(consumer),
 					INBOX_CONSUMER_MAX_LEN);
-	check_message_id(VARDATA_ANY(message_id), VARSIZE_ANY_EXHDR(message_id));
+	idem_check_printable("message_id", VARDATA_ANY(message_id), VARSIZE_ANY_EXHDR(message_id),
+						 INBOX_MESSAGE_ID_MAX_LEN);
 	if (PG_ARGISNULL(2))
 		expires = now + (TimestampTz) idem_inbox_ttl * USECS_PER_SEC;
 	else

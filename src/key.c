@@ -292,6 +292,41 @@ idem_check_name(const char *what, const char *name, int len, int maxlen)
 	}
 }
 
+/*
+ * Check a name given as free text (an inbox message id, a worker): 1 to
+ * maxlen characters of printable text; control characters (C0, DEL, C1) are
+ * refused.  Never echoed when invalid.
+ */
+void
+idem_check_printable(const char *what, const char *s, int len, int maxlen)
+{
+	int			nchars = pg_mbstrlen_with_len(s, len);
+	const unsigned char *p = (const unsigned char *) s;
+	const unsigned char *end = p + len;
+	int			pos = 1;
+
+	if (nchars < 1 || nchars > maxlen)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be 1 to %d characters long", what, maxlen),
+				 errdetail("The %s has %d characters.", what, nchars)));
+	while (p < end)
+	{
+		int			clen = pg_mblen((const char *) p);
+		pg_wchar	c = *p;
+
+		if (GetDatabaseEncoding() == PG_UTF8 && clen > 1)
+			c = utf8_to_unicode(p);
+		if (c < 0x20 || c == 0x7f || (GetDatabaseEncoding() == PG_UTF8 && c >= 0x80 && c <= 0x9f))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s must not contain control characters", what),
+					 errdetail("Character %d of the %s is a control character.", pos, what)));
+		p += clen;
+		pos++;
+	}
+}
+
 /* Check an operation name: 1 to 64 characters from [A-Za-z0-9_.:-]. */
 void
 idem_check_operation(const char *operation, int len)

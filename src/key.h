@@ -45,6 +45,7 @@ extern void idem_check_owner(int64 owner);
 extern void idem_check_key(const char *key, int len);
 extern void idem_check_name(const char *what, const char *name, int len, int maxlen);
 extern void idem_check_operation(const char *operation, int len);
+extern void idem_check_printable(const char *what, const char *s, int len, int maxlen);
 extern void idem_scope_init(IdemScope *scope, int64 owner, Datum operation_text,
 							Datum key_text);
 extern void idem_key_locktag(LOCKTAG *tag, const IdemScope *scope);

@@ -62,6 +62,7 @@ typedef struct NotifySlot
 	int			reserved;		/* room promised to transactions in commit */
 	int			ntopics;
 	char		topics[NOTIFY_TOPICS][NOTIFY_TOPIC_SIZE];
+	uint8		channels[NOTIFY_TOPICS];	/* IdemNotifyChannel of each topic */
 } NotifySlot;
 
 typedef struct NotifyShared
@@ -75,6 +76,13 @@ static NotifyShared *shared = NULL;
 
 /* In a notifier: its slot. */
 static int	my_slot = -1;
+
+/* The NOTIFY channel of channel. */
+const char *
+idem_notify_channel_name(IdemNotifyChannel channel)
+{
+	return channel == IDEM_NOTIFY_TASKS ? IDEM_TASKS_CHANNEL : IDEM_OUTBOX_CHANNEL;
+}
 
 /* Reserve the slots (from idem.c's shmem_request_hook). */
 void
@@ -192,7 +200,7 @@ idem_notify_defer(int ntopics)
  * (ntopics, as reserved) and wake the notifier.  Cannot fail.
  */
 void
-idem_notify_committed(const char *const *topics, int ntopics)
+idem_notify_committed(IdemNotifyChannel channel, const char *const *topics, int ntopics)
 {
 	NotifySlot *s;
 	Latch	   *latch = NULL;
@@ -209,9 +217,12 @@ idem_notify_committed(const char *const *topics, int ntopics)
 			bool		known = false;
 
 			for (int j = 0; j < s->ntopics && !known; j++)
-				known = strcmp(s->topics[j], topics[i]) == 0;
+				known = s->channels[j] == channel && strcmp(s->topics[j], topics[i]) == 0;
 			if (!known && s->ntopics < NOTIFY_TOPICS)
+			{
+				s->channels[s->ntopics] = (uint8) channel;
 				strlcpy(s->topics[s->ntopics++], topics[i], NOTIFY_TOPIC_SIZE);
+			}
 		}
 		/* a list that was not empty had its notifier woken already */
 		latch = was_empty ? s->latch : NULL;
@@ -253,11 +264,13 @@ send_gathered(void)
 {
 	NotifySlot *s = &shared->slots[my_slot];
 	char		topics[NOTIFY_TOPICS][NOTIFY_TOPIC_SIZE];
+	uint8		channels[NOTIFY_TOPICS];
 	int			n;
 
 	SpinLockAcquire(&shared->mutex);
 	n = s->ntopics;
 	memcpy(topics, s->topics, n * NOTIFY_TOPIC_SIZE);
+	memcpy(channels, s->channels, n);
 	s->ntopics = 0;
 	SpinLockRelease(&shared->mutex);
 	if (n == 0)
@@ -267,7 +280,7 @@ send_gathered(void)
 	StartTransactionCommand();
 	pgstat_report_activity(STATE_RUNNING, "idem: notifying publishers");
 	for (int i = 0; i < n; i++)
-		Async_Notify(IDEM_OUTBOX_CHANNEL, topics[i]);
+		Async_Notify(idem_notify_channel_name(channels[i]), topics[i]);
 	CommitTransactionCommand();
 	pgstat_report_activity(STATE_IDLE, NULL);
 	return true;

@@ -406,7 +406,7 @@ outbox_xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_COMMIT:
 			if (ndeferred_topics > 0)
-				idem_notify_committed((const char *const *) deferred_topics, ndeferred_topics);
+				idem_notify_committed(IDEM_NOTIFY_OUTBOX, (const char *const *) deferred_topics, ndeferred_topics);
 			forget_pending();
 			break;
 		case XACT_EVENT_ABORT:

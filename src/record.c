@@ -35,6 +35,7 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/jsonb.h"
 #include "utils/guc.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -125,6 +126,77 @@ idem_record_expiry(IdemStatus status, TimestampTz now, const Interval *ttl)
 	return now + (TimestampTz) idem_ttl * USECS_PER_SEC;
 }
 
+/* The record status of an HTTP status: 2xx/3xx done, 4xx a final failure; else 22023. */
+static IdemStatus
+status_of_http(int32 http_status)
+{
+	if (http_status >= 200 && http_status <= 399)
+		return IDEM_STATUS_SUCCEEDED;
+	if (http_status >= 400 && http_status <= 499)
+		return IDEM_STATUS_FAILED_FINAL;
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("http_status must be between 200 and 499"),
+			 errdetail("The result has http_status %d.", http_status),
+			 errhint("A 5xx failure is transient: roll back, and the key stays retryable.")));
+	return IDEM_STATUS_UNKNOWN; /* keep compiler quiet */
+}
+
+/* Refuse (22023) headers that are not a JSON object of string values. */
+static void
+check_headers(Jsonb *headers)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+
+	if (!JB_ROOT_IS_OBJECT(headers))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("headers must be a JSON object")));
+	it = JsonbIteratorInit(&headers->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+		if (tok == WJB_VALUE && v.type != jbvString)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("headers must be a JSON object of string values")));
+}
+
+/*
+ * Fill res from an HTTP status, body, headers and resource id given by a
+ * caller, checking them; returns the status of the record that stores it.
+ */
+IdemStatus
+idem_result_make(IdemResult *res, bool http_isnull, int32 http_status,
+			bool body_isnull, Datum body, bool headers_isnull, Datum headers,
+			bool resource_isnull, int64 resource_id)
+{
+	IdemStatus	status;
+
+	if (http_isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("http_status must not be null")));
+	status = status_of_http(http_status);
+	memset(res, 0, sizeof(IdemResult));
+	res->http_status = http_status;
+	res->body_isnull = body_isnull;
+	if (!body_isnull)
+		res->body = PointerGetDatum(PG_DETOAST_DATUM(body));
+	res->headers_isnull = headers_isnull;
+	if (!headers_isnull)
+	{
+		Jsonb	   *jb = DatumGetJsonbP(headers);
+
+		check_headers(jb);
+		res->headers = JsonbPGetDatum(jb);
+	}
+	res->resource_isnull = resource_isnull;
+	res->resource_id = resource_id;
+	res->snapshot_isnull = true;
+	return status;
+}
+
 /*
  * Scan the unique index for the scope under snapshot and return the first
  * row it gives in slot; false if none.  The relations stay locked until the
@@ -201,6 +273,7 @@ idem_record_read(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now
 		Datum		d;
 
 		rec->tid = slot->tts_tid;
+		rec->id = DatumGetInt64(slot_getattr(slot, att[REC_ID], &isnull));
 		d = slot_getattr(slot, att[REC_HASH], &isnull);
 		text_to_cstring_buffer(DatumGetTextPP(d), rec->request_hash, sizeof(IdemFingerprint));
 		status = TextDatumGetCString(slot_getattr(slot, att[REC_STATUS], &isnull));
@@ -214,6 +287,12 @@ idem_record_read(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now
 		r->snapshot = copy_column(slot, att[REC_RESPONSE], &r->snapshot_isnull);
 		r->body = copy_column(slot, att[REC_BODY], &r->body_isnull);
 		r->headers = copy_column(slot, att[REC_HEADERS], &r->headers_isnull);
+		rec->is_task = false;
+		if (att[REC_TASK_ATTEMPTS] != InvalidAttrNumber)
+		{
+			(void) slot_getattr(slot, att[REC_TASK_ATTEMPTS], &isnull);
+			rec->is_task = !isnull;
+		}
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(heap, NoLock);
@@ -285,22 +364,25 @@ idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec)
 }
 
 /*
- * Claim a key by inserting its record, already finished and holding res,
+ * Claim a key by inserting its record, already finished and holding res
+ * (or, for idem_submit, PROCESSING with its task), and return its id;
  * and with it, in one IdemRows, the business row biz writes (if any),
  * first, so that biz can complete res from the row as stored.  The
  * key lock is held and the last read saw no record.  Whatever else writes
  * the table, the unique index stays the arbiter: a duplicate raises 23505.
  */
-void
+int64
 idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 				   const char *fingerprint, IdemStatus status, IdemResult *res,
-				   TimestampTz now, TimestampTz expires, const IdemBusinessWrite *biz)
+				   TimestampTz now, TimestampTz expires, const IdemBusinessWrite *biz,
+				   const IdemTaskNew *task)
 {
 	const IdemTableLayout *rt = &cat->tables[IDEM_TABLE_RECORD];
 	Oid			relids[IDEM_ROWS_MAX_RELS];
 	int			nrels = 0;
 	IdemRows	rows;
 	IdemRow		record;
+	int64		id;
 
 	relids[nrels++] = rt->relid;
 	if (biz)
@@ -319,7 +401,8 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 		biz->write(&rows, biz->arg, res);
 
 	idem_row_init(&record, rt);
-	idem_row_set(&record, REC_ID, Int64GetDatum(nextval_internal(rt->seq, true)));
+	id = nextval_internal(rt->seq, true);
+	idem_row_set(&record, REC_ID, Int64GetDatum(id));
 	idem_row_set(&record, REC_OWNER, Int64GetDatum(scope->owner));
 	idem_row_set(&record, REC_OPERATION, scope->operation_text);
 	idem_row_set(&record, REC_KEY, scope->key_text);
@@ -338,6 +421,22 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	idem_row_set(&record, REC_CREATED, TimestampTzGetDatum(now));
 	idem_row_set(&record, REC_UPDATED, TimestampTzGetDatum(now));
 	idem_row_set(&record, REC_EXPIRES, TimestampTzGetDatum(expires));
+	if (task)
+	{
+		if (rt->att[REC_TASK_DUE] == InvalidAttrNumber)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("idem's table idempotency_record has no task columns"),
+					 errhint("ALTER EXTENSION idem UPDATE.")));
+		idem_row_set(&record, REC_TASK_REQUEST, task->request);
+		if (task->payload != (Datum) 0)
+			idem_row_set(&record, REC_TASK_PAYLOAD, task->payload);
+		idem_row_set(&record, REC_TASK_ATTEMPTS, Int32GetDatum(0));
+		idem_row_set(&record, REC_TASK_DUE, TimestampTzGetDatum(now));
+		if (task->ttl)
+			idem_row_set(&record, REC_TASK_TTL, IntervalPGetDatum(task->ttl));
+	}
 	idem_rows_insert(&rows, 0, record.values, record.nulls);
 	idem_rows_end(&rows);
+	return id;
 }

@@ -37,6 +37,8 @@ typedef struct IdemResult
 typedef struct IdemRecord
 {
 	ItemPointerData tid;
+	int64		id;
+	bool		is_task;		/* written by idem_submit */
 	IdemFingerprint request_hash;
 	IdemStatus	status;
 	bool		expired;		/* expires_at < now */
@@ -57,11 +59,22 @@ typedef struct IdemBusinessWrite
 	void	   *arg;
 } IdemBusinessWrite;
 
+/* What idem_submit writes on a new record besides its status: the task. */
+typedef struct IdemTaskNew
+{
+	Datum		request;		/* jsonb */
+	Datum		payload;		/* jsonb, or 0 for NULL */
+	const Interval *ttl;		/* of the finished record; NULL: the defaults */
+} IdemTaskNew;
+
 extern int	idem_ttl;
 extern int	idem_failure_ttl;
 extern int	idem_max_ttl;
 
 extern void idem_record_init(void);
+extern IdemStatus idem_result_make(IdemResult *res, bool http_isnull, int32 http_status,
+								   bool body_isnull, Datum body, bool headers_isnull,
+								   Datum headers, bool resource_isnull, int64 resource_id);
 extern TimestampTz idem_record_expiry(IdemStatus status, TimestampTz now, const Interval *ttl);
 extern TimestampTz idem_timestamp_plus(TimestampTz now, const Interval *ttl);
 extern void idem_check_ttl(const Interval *ttl, TimestampTz now);
@@ -70,9 +83,10 @@ extern bool idem_record_read(const IdemCatalog *cat, const IdemScope *scope,
 extern bool idem_transactions_ended_since(uint64 completions);
 extern bool idem_record_unseen(const IdemCatalog *cat, const IdemScope *scope);
 extern IdemRowDeletion idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec);
-extern void idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
+extern int64 idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 							   const char *fingerprint, IdemStatus status,
 							   IdemResult *res, TimestampTz now,
-							   TimestampTz expires, const IdemBusinessWrite *biz);
+							   TimestampTz expires, const IdemBusinessWrite *biz,
+							   const IdemTaskNew *task);
 
 #endif							/* IDEM_RECORD_H */

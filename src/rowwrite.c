@@ -81,10 +81,11 @@ idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels, CmdType cmd)
 {
 	List	   *rtable = NIL;
 	MemoryContext oldcxt;
-	const char *cmdname = (cmd == CMD_DELETE) ? "DELETE" : "INSERT";
+	const char *cmdname = (cmd == CMD_DELETE) ? "DELETE" :
+		(cmd == CMD_UPDATE) ? "UPDATE" : "INSERT";
 
 	Assert(nrels > 0 && nrels <= IDEM_ROWS_MAX_RELS);
-	Assert(cmd == CMD_INSERT || cmd == CMD_DELETE);
+	Assert(cmd == CMD_INSERT || cmd == CMD_DELETE || cmd == CMD_UPDATE);
 
 	/* what ExecCheckXactReadOnly says to such a statement */
 	PreventCommandIfReadOnly(cmdname);
@@ -103,7 +104,8 @@ idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels, CmdType cmd)
 		rte->relid = relids[i];
 		rte->relkind = RELKIND_RELATION;
 		rte->rellockmode = RowExclusiveLock;
-		rte->requiredPerms = (cmd == CMD_DELETE) ? ACL_DELETE : ACL_INSERT;
+		rte->requiredPerms = (cmd == CMD_DELETE) ? ACL_DELETE :
+			(cmd == CMD_UPDATE) ? (ACL_SELECT | ACL_UPDATE) : ACL_INSERT;
 		rtable = lappend(rtable, rte);
 	}
 	(void) ExecCheckRTPerms(rtable, true);
@@ -226,6 +228,30 @@ idem_rows_delete(IdemRows *rows, int i, TupleTableSlot *locked)
 
 	EvalPlanQualInit(&epq, rows->estate, NULL, NIL, -1);
 	ExecSimpleRelationDelete(rows->rels[i], rows->estate, &epq, locked);
+	EvalPlanQualEnd(&epq);
+	ResetPerTupleExprContext(rows->estate);
+}
+
+/*
+ * Update in table i the row in slot `locked`, which the caller has locked:
+ * values and nulls hold every attribute of the new version.  Row triggers
+ * fire, constraints are checked and index entries made as for an UPDATE
+ * (none when the update is HOT).
+ */
+void
+idem_rows_update(IdemRows *rows, int i, TupleTableSlot *locked,
+				 const Datum *values, const bool *nulls)
+{
+	TupleTableSlot *slot = rows->slots[i];
+	int			natts = slot->tts_tupleDescriptor->natts;
+	EPQState	epq;
+
+	ExecClearTuple(slot);
+	memcpy(slot->tts_values, values, natts * sizeof(Datum));
+	memcpy(slot->tts_isnull, nulls, natts * sizeof(bool));
+	ExecStoreVirtualTuple(slot);
+	EvalPlanQualInit(&epq, rows->estate, NULL, NIL, -1);
+	ExecSimpleRelationUpdate(rows->rels[i], rows->estate, &epq, locked, slot);
 	EvalPlanQualEnd(&epq);
 	ResetPerTupleExprContext(rows->estate);
 }

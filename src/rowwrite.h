@@ -26,6 +26,8 @@ extern bool idem_rows_run_user_code(IdemRows *rows, int i);
 extern void idem_rows_set_checks(IdemRows *rows, int i, Expr **checks, int ncheck);
 extern void idem_rows_insert(IdemRows *rows, int i, const Datum *values, const bool *nulls);
 extern void idem_rows_delete(IdemRows *rows, int i, TupleTableSlot *locked);
+extern void idem_rows_update(IdemRows *rows, int i, TupleTableSlot *locked,
+							 const Datum *values, const bool *nulls);
 extern void idem_rows_end(IdemRows *rows);
 
 /* What deleting a row the caller had read came to. */
