@@ -34,6 +34,10 @@ ALTER TABLE @extschema@.idempotency_record
         status::pg_catalog.text OPERATOR(pg_catalog.=)
             ANY (ARRAY['PROCESSING', 'SUCCEEDED', 'FAILED_RETRYABLE', 'FAILED_FINAL']::pg_catalog.text[]));
 
+-- a lease and a heartbeat change no indexed column: HOT updates, given room
+-- on the page
+ALTER TABLE @extschema@.idempotency_record SET (fillfactor = 90);
+
 -- what a lease scans: the unfinished tasks of an operation, soonest due first
 CREATE INDEX idem_task_due ON @extschema@.idempotency_record (operation, task_due_at)
     WHERE task_due_at IS NOT NULL;

@@ -611,7 +611,6 @@ lease_locked(LeaseCall *lc)
 	SET(REC_UPDATED, TimestampTzGetDatum(lc->now));
 	SET(REC_TASK_ATTEMPTS, Int32GetDatum(attempt));
 	SET(REC_TASK_TOKEN, Int64GetDatum(token));
-	SET(REC_TASK_DUE, TimestampTzGetDatum(lc->expires));
 	SET(REC_TASK_LEASE_EXPIRES, TimestampTzGetDatum(lc->expires));
 	SET(REC_TASK_WORKER, lc->worker);
 	SET(REC_TASK_HEARTBEAT, TimestampTzGetDatum(lc->now));
@@ -637,55 +636,63 @@ lease_locked(LeaseCall *lc)
 	lc->leased++;
 }
 
-/* Start a scan of operation's tasks in the lease index: due by now, or not yet. */
-static IndexScanDesc
-begin_due_scan(LeaseCall *lc, Relation index, Datum operation, bool due)
+/*
+ * Lease operation's due tasks, oldest due first, up to the batch: those
+ * never leased or due again after a failure, and those whose lease has
+ * lapsed or whose bound session has ended (takeovers).  A lease leaves the
+ * index key alone (so that it is a HOT update): the leased tasks stay in
+ * place, and the scan steps over those whose lease holds.  Whether a bound
+ * session has ended is asked only when some session ended since this
+ * backend last went through operation's leases.
+ */
+static void
+lease_due(LeaseCall *lc, Relation index, Datum operation, const char *opname)
 {
 	ScanKeyData skey[2];
 	IndexScanDesc scan;
+	uint64		ended = 0;
+	uint64	   *live = NULL;
+	int			nlive = 0;
+	bool		check_sessions = false;
+	bool		complete = true;
+
+	if (task_shared != NULL)
+	{
+		ended = pg_atomic_read_u64(&task_shared->ended);
+		if (last_checked(opname) != ended)
+		{
+			pg_read_barrier();
+			live = live_sessions(&nlive);
+			check_sessions = true;
+		}
+	}
 
 	ScanKeyEntryInitialize(&skey[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   index->rd_indcollation[0], F_TEXTEQ, operation);
-	ScanKeyInit(&skey[1], 2, due ? BTLessEqualStrategyNumber : BTGreaterStrategyNumber,
-				due ? F_TIMESTAMPTZ_LE : F_TIMESTAMPTZ_GT, TimestampTzGetDatum(lc->now));
+	ScanKeyInit(&skey[1], 2, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
+				TimestampTzGetDatum(lc->now));
 	scan = index_beginscan(lc->heap, index, lc->snapshot, 2, 0);
 	index_rescan(scan, skey, 2, NULL, 0);
-	return scan;
-}
-
-/*
- * Take over the leased tasks of operation whose bound session has ended,
- * if a session ended since this backend last looked.  Marks the operation
- * looked through (at commit) only if it took every such task it saw.
- */
-static void
-take_over_dead_sessions(LeaseCall *lc, Relation index, Datum operation, const char *opname)
-{
-	uint64		ended;
-	uint64	   *live;
-	int			nlive;
-	IndexScanDesc scan;
-	bool		complete = true;
-
-	if (task_shared == NULL)
-		return;
-	ended = pg_atomic_read_u64(&task_shared->ended);
-	if (last_checked(opname) == ended)
-		return;
-	pg_read_barrier();
-	live = live_sessions(&nlive);
-
-	scan = begin_due_scan(lc, index, operation, false);
 	while (index_getnext_slot(scan, ForwardScanDirection, lc->scanslot))
 	{
 		bool		isnull;
-		uint64		session;
+		bool		dead_session = false;
+		Datum		d;
 
-		session = (uint64) DatumGetInt64(slot_getattr(lc->scanslot,
-													  lc->att[REC_TASK_SESSION], &isnull));
-		if (isnull ||
-			bsearch(&session, live, nlive, sizeof(uint64), cmp_uint64) != NULL)
-			continue;
+		d = slot_getattr(lc->scanslot, lc->att[REC_TASK_LEASE_EXPIRES], &isnull);
+		if (!isnull && DatumGetTimestampTz(d) > lc->now)
+		{
+			uint64		session;
+
+			/* leased, and the lease holds: unless its session has ended */
+			if (!check_sessions)
+				continue;
+			d = slot_getattr(lc->scanslot, lc->att[REC_TASK_SESSION], &isnull);
+			session = (uint64) DatumGetInt64(d);
+			if (isnull || bsearch(&session, live, nlive, sizeof(uint64), cmp_uint64) != NULL)
+				continue;
+			dead_session = true;
+		}
 		if (lc->leased == lc->batch)
 		{
 			complete = false;
@@ -693,28 +700,20 @@ take_over_dead_sessions(LeaseCall *lc, Relation index, Datum operation, const ch
 		}
 		if (!lock_scanned(lc))
 		{
-			complete = false;	/* its session's transaction may still be ending */
+			/* a dead session's task its ending transaction may still hold */
+			if (dead_session)
+				complete = false;
 			continue;
 		}
 		lease_locked(lc);
 	}
 	index_endscan(scan);
-	pfree(live);
-	if (complete)
-		mark_checked(opname, ended);
-}
-
-/* Lease operation's due tasks, oldest due first, up to the batch. */
-static void
-lease_due(LeaseCall *lc, Relation index, Datum operation)
-{
-	IndexScanDesc scan = begin_due_scan(lc, index, operation, true);
-
-	while (lc->leased < lc->batch &&
-		   index_getnext_slot(scan, ForwardScanDirection, lc->scanslot))
-		if (lock_scanned(lc))
-			lease_locked(lc);
-	index_endscan(scan);
+	if (check_sessions)
+	{
+		pfree(live);
+		if (complete)
+			mark_checked(opname, ended);
+	}
 }
 
 /*
@@ -778,9 +777,7 @@ idem_lease(PG_FUNCTION_ARGS)
 	lc.snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	index = index_open(due_index, AccessShareLock);
 
-	take_over_dead_sessions(&lc, index, PointerGetDatum(operation), opname);
-	if (lc.leased < lc.batch)
-		lease_due(&lc, index, PointerGetDatum(operation));
+	lease_due(&lc, index, PointerGetDatum(operation), opname);
 
 	index_close(index, NoLock);
 	UnregisterSnapshot(lc.snapshot);
@@ -967,7 +964,6 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 	}
 	else
 		expires = plus_positive(hc.now, PG_GETARG_INTERVAL_P(2), "extend");
-	HC_SET(&hc, REC_TASK_DUE, TimestampTzGetDatum(expires));
 	HC_SET(&hc, REC_TASK_LEASE_EXPIRES, TimestampTzGetDatum(expires));
 	HC_SET(&hc, REC_TASK_HEARTBEAT, TimestampTzGetDatum(hc.now));
 	HC_SET(&hc, REC_UPDATED, TimestampTzGetDatum(hc.now));

@@ -103,12 +103,14 @@ run_shell_check debit "$IDEM_ROOT/test/load/debit.sh" "20 clients on one key thr
 run_shell_check hot_keys "$IDEM_ROOT/test/load/hot_keys.sh" "16 clients racing on a new key every 5 ms"
 run_shell_check e2e "$IDEM_ROOT/test/e2e/outbox_inbox.sh" \
 	"outbox -> publishers -> broker -> idem_consume, 10,000 requests, kill -9 of publishers and consumers"
+run_shell_check chaos "$IDEM_ROOT/test/chaos/tasks.sh" \
+	"10,000 tasks, 6 workers leasing with bind_session, kill -9 of two of them, retryable failures"
 run_shell_check exporter "$IDEM_ROOT/test/exporter/check_queries.sh" \
 	"the postgres_exporter queries run as a pg_monitor role and return their metrics"
 run_shell_check fuzz "$IDEM_ROOT/test/fuzz/fuzz.sh" "idem_canonical_json and idem_request_hash against npm's canonicalize, 20,000 random documents"
 run_shell_check dump "$IDEM_ROOT/test/dump/dump_restore.sh" "pg_dump keeps idem's rows"
 run_shell_check upgrade_suite "$IDEM_ROOT/test/upgrade/suite_after_update.sh" \
-	"the pg_regress suite on databases created at 1.0, 1.1, 1.2, 1.3 and updated"
+	"the pg_regress suite on databases created at 1.0, 1.1, 1.2, 1.3, 1.4 and updated"
 
 # last: it replaces the installed files with the package's, then restores them
 run_shell_check package "$IDEM_ROOT/test/package/check.sh" \
