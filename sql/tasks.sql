@@ -39,7 +39,7 @@ SELECT task_id AS t1, token AS tok1 FROM idempotency_record r, LATERAL (SELECT r
 WHERE idempotency_key = 'task-key-000000000001' \gset
 -- leased: nobody else gets it
 SELECT count(*) AS leased_again FROM idem_lease('SHIP', 'worker-b');
-SELECT status, task_attempts, task_worker, task_lease_expires_at = task_due_at AS due_at_lease_end
+SELECT status, task_attempts, task_worker, task_due_at < task_lease_expires_at AS due_time_kept
 FROM idempotency_record WHERE id = :t1;
 SELECT replayed, status, http_status, body FROM idem_submit(1, 'SHIP', 'task-key-000000000001', '{"order": 1, "carrier": "dhl"}');
 
