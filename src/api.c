@@ -52,7 +52,7 @@ PG_FUNCTION_INFO_V1(idem_run);
 /* The columns of idem_outcome, what idem_begin and idem_run return. */
 enum
 {
-	OUT_REPLAYED, OUT_HTTP, OUT_BODY, OUT_HEADERS, OUT_RESOURCE, OUT_NCOLS
+	OUT_REPLAYED, OUT_HTTP, OUT_BODY, OUT_HEADERS, OUT_RESOURCE, OUT_NCOLS	/* HTTP..RESOURCE: idem_result_values() */
 };
 
 /* The attributes of idem_result, what a handler returns (1-based). */
@@ -281,22 +281,7 @@ outcome_datum(const IdemCatalog *cat, FunctionCallInfo fcinfo, bool replayed,
 	}
 	else
 	{
-		values[OUT_HTTP] = Int32GetDatum(res->http_status);
-		nulls[OUT_HTTP] = res->http_isnull;
-		values[OUT_BODY] = res->body;
-		nulls[OUT_BODY] = res->body_isnull;
-		if (res->body_isnull && !res->snapshot_isnull)
-		{
-			/* a record of the order demo: its jsonb response as the body */
-			values[OUT_BODY] = CStringGetTextDatum(JsonbToCString(NULL,
-																  &DatumGetJsonbP(res->snapshot)->root,
-																  VARSIZE(DatumGetPointer(res->snapshot))));
-			nulls[OUT_BODY] = false;
-		}
-		values[OUT_HEADERS] = res->headers;
-		nulls[OUT_HEADERS] = res->headers_isnull;
-		values[OUT_RESOURCE] = Int64GetDatum(res->resource_id);
-		nulls[OUT_RESOURCE] = res->resource_isnull;
+		idem_result_values(res, &values[OUT_HTTP], &nulls[OUT_HTTP]);
 	}
 	return HeapTupleGetDatum(heap_form_tuple(idem_catalog_result(cat, fcinfo),
 											 values, nulls));

@@ -198,6 +198,32 @@ idem_result_make(IdemResult *res, bool http_isnull, int32 http_status,
 }
 
 /*
+ * res as the four columns a call returns, in this order: http_status, body,
+ * headers, resource_id.  A record of the order demo has no body: its jsonb
+ * response is the body.
+ */
+void
+idem_result_values(const IdemResult *res, Datum *values, bool *nulls)
+{
+	values[0] = Int32GetDatum(res->http_status);
+	nulls[0] = res->http_isnull;
+	values[1] = res->body;
+	nulls[1] = res->body_isnull;
+	if (res->body_isnull && !res->snapshot_isnull)
+	{
+		Jsonb	   *snapshot = DatumGetJsonbP(res->snapshot);
+
+		values[1] = CStringGetTextDatum(JsonbToCString(NULL, &snapshot->root,
+													   VARSIZE(snapshot)));
+		nulls[1] = false;
+	}
+	values[2] = res->headers;
+	nulls[2] = res->headers_isnull;
+	values[3] = Int64GetDatum(res->resource_id);
+	nulls[3] = res->resource_isnull;
+}
+
+/*
  * Scan the unique index for the scope under snapshot and return the first
  * row it gives in slot; false if none.  The relations stay locked until the
  * end of the transaction, as a statement's do.

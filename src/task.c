@@ -88,7 +88,7 @@ PG_FUNCTION_INFO_V1(idem_fail);
 #define TASK_HTTP_FAILED		500
 #define TASK_BATCH_MAX			1000
 
-/* The columns of what idem_submit returns. */
+/* The columns of what idem_submit returns (HTTP..RESOURCE: idem_result_values()). */
 enum
 {
 	SUB_REPLAYED, SUB_STATUS, SUB_HTTP, SUB_BODY, SUB_HEADERS, SUB_RESOURCE,
@@ -508,7 +508,6 @@ idem_submit(PG_FUNCTION_ARGS)
 	else
 	{
 		IdemRecord *rec = &claim.rec;
-		IdemResult *r = &rec->result;
 
 		idem_restore_caller(&identity);
 		values[SUB_REPLAYED] = BoolGetDatum(true);
@@ -524,22 +523,7 @@ idem_submit(PG_FUNCTION_ARGS)
 		}
 		else
 		{
-			values[SUB_HTTP] = Int32GetDatum(r->http_status);
-			nulls[SUB_HTTP] = r->http_isnull;
-			values[SUB_BODY] = r->body;
-			nulls[SUB_BODY] = r->body_isnull;
-			if (r->body_isnull && !r->snapshot_isnull)
-			{
-				/* a record of the order demo: its jsonb response as the body */
-				values[SUB_BODY] = CStringGetTextDatum(JsonbToCString(NULL,
-																	  &DatumGetJsonbP(r->snapshot)->root,
-																	  VARSIZE(DatumGetPointer(r->snapshot))));
-				nulls[SUB_BODY] = false;
-			}
-			values[SUB_HEADERS] = r->headers;
-			nulls[SUB_HEADERS] = r->headers_isnull;
-			values[SUB_RESOURCE] = Int64GetDatum(r->resource_id);
-			nulls[SUB_RESOURCE] = r->resource_isnull;
+			idem_result_values(&rec->result, &values[SUB_HTTP], &nulls[SUB_HTTP]);
 		}
 	}
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(idem_catalog_result(&cat, fcinfo),
