@@ -256,7 +256,7 @@ SELECT count(*) AS none_due FROM idem_lease('SHIP', repeat('é', 64));
 -- Statistics: leases, takeovers, stale tokens, retries, final failures.
 SELECT operation, calls, executed, replayed, conflicts, in_flight, leases, takeovers,
        stale_tokens, retries, failed_final
-FROM idem_stats WHERE operation IN ('SHIP', 'BATCH', 'BACKOFF') ORDER BY operation;
+FROM idem_stats WHERE datname = current_database() AND operation IN ('SHIP', 'BATCH', 'BACKOFF') ORDER BY operation;
 
 -- Nobody but the administrator's grantees may call them.
 SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') AS public_may
