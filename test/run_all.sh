@@ -105,6 +105,8 @@ run_shell_check e2e "$IDEM_ROOT/test/e2e/outbox_inbox.sh" \
 	"outbox -> publishers -> broker -> idem_consume, 10,000 requests, kill -9 of publishers and consumers"
 run_shell_check chaos "$IDEM_ROOT/test/chaos/tasks.sh" \
 	"10,000 tasks, 6 workers leasing with bind_session, kill -9 of two of them, retryable failures"
+run_shell_check examples "$IDEM_ROOT/test/examples/run.sh" \
+	"the HTTP API in Python, Node and Java, a double click in Chromium, the Redis fast layer"
 run_shell_check exporter "$IDEM_ROOT/test/exporter/check_queries.sh" \
 	"the postgres_exporter queries run as a pg_monitor role and return their metrics"
 run_shell_check fuzz "$IDEM_ROOT/test/fuzz/fuzz.sh" "idem_canonical_json and idem_request_hash against npm's canonicalize, 20,000 random documents"
