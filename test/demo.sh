@@ -152,6 +152,36 @@ SQL
 echo "-> the replayed request emitted nothing and the rolled-back one left no message: one message"
 echo "   for one order; the redelivered message is recognised (false) and not applied twice."
 
+say "11. A long flow: committed as PROCESSING, leased to a worker, taken over, completed once"
+sql_script <<'SQL'
+-- the request: 202 and a task, committed at once; a repeat reports the state
+SELECT replayed, status, http_status, task_id FROM idem_submit(42, 'REFUND', '01JZ6Q4X7M9K8P2A6T3B5C1D40', '{"order": 1, "amount": 30}');
+SELECT replayed, status, http_status, task_id FROM idem_submit(42, 'REFUND', '01JZ6Q4X7M9K8P2A6T3B5C1D40', '{"amount": 30, "order": 1}');
+-- worker A leases it for 100 ms and stalls on the payment provider
+CREATE TEMP TABLE lease_a AS SELECT task_id, token, attempt FROM idem_lease('REFUND', 'worker-a', '100 milliseconds');
+SELECT attempt FROM lease_a;
+SELECT pg_sleep(0.2);
+-- its lease lapsed: worker B takes the task over, with a greater token
+CREATE TEMP TABLE lease_b AS SELECT task_id, token, attempt FROM idem_lease('REFUND', 'worker-b');
+SELECT b.attempt, b.token > a.token AS greater_token FROM lease_a a, lease_b b;
+-- B's first try fails transiently: retried after a backoff
+SELECT idem_fail(task_id, token, '{"provider": "timeout"}') FROM lease_b;
+SELECT replayed, status, http_status FROM idem_submit(42, 'REFUND', '01JZ6Q4X7M9K8P2A6T3B5C1D40', '{"order": 1, "amount": 30}');
+SELECT pg_sleep(1.1);
+CREATE TEMP TABLE lease_c AS SELECT task_id, token, attempt FROM idem_lease('REFUND', 'worker-b');
+SELECT attempt FROM lease_c;
+SELECT idem_complete(task_id, token, 201, '{"refund": "R-1"}') FROM lease_c;
+-- worker A wakes up and tries to complete with its stale token: IK004
+\set VERBOSITY terse
+SELECT idem_complete(task_id, token, 201, '{"refund": "R-by-A"}') FROM lease_a;
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+SELECT replayed, status, http_status, body FROM idem_submit(42, 'REFUND', '01JZ6Q4X7M9K8P2A6T3B5C1D40', '{"order": 1, "amount": 30}');
+SQL
+echo "-> one task for the key; worker A's lease lapsed and B took over (attempt 2, a greater token);"
+echo "   a transient failure was retried after its backoff (attempt 3); A's late complete was fenced"
+echo "   off (IK004); the client's repeat gets 202 while it runs and the stored 201 once it is done."
+
 say "Fingerprints: RFC 8785 canonical JSON, then SHA-256"
 sql -c "SELECT idem_canonical_json('{\"sku\": 1001, \"qty\": 2.0}') AS canonical,
                idem_request_hash('{\"qty\":2,\"sku\":1001}') = idem_request_hash('{\"sku\": 1001, \"qty\": 2.0}') AS same_hash"
