@@ -435,10 +435,6 @@ accepted_body(IdemStatus status, int64 task_id)
 	return CStringGetTextDatum(buf);
 }
 
-/* A timestamptz column of the slot's values, or 0 if NULL. */
-#define VALUE_OR(values, nulls, att, get, dflt) \
-	((nulls)[(att) - 1] ? (dflt) : get((values)[(att) - 1]))
-
 /* ---------- idem_submit ---------- */
 
 /*
@@ -535,7 +531,6 @@ idem_submit(PG_FUNCTION_ARGS)
 /* One call of idem_lease. */
 typedef struct LeaseCall
 {
-	const IdemCatalog *cat;
 	const AttrNumber *att;
 	IdemRows	rows;
 	Relation	heap;
@@ -585,7 +580,8 @@ lease_locked(LeaseCall *lc)
 	memcpy(lc->values, slot->tts_values, natts * sizeof(Datum));
 	memcpy(lc->nulls, slot->tts_isnull, natts * sizeof(bool));
 
-	attempt = VALUE_OR(lc->values, lc->nulls, att[REC_TASK_ATTEMPTS], DatumGetInt32, 0) + 1;
+	attempt = (lc->nulls[att[REC_TASK_ATTEMPTS] - 1] ? 0 :
+			   DatumGetInt32(lc->values[att[REC_TASK_ATTEMPTS] - 1])) + 1;
 	if (!lc->nulls[att[REC_TASK_LEASE_EXPIRES] - 1])
 		lc->takeovers++;		/* lapsed, or its session ended */
 	token = nextval_internal(token_seq, false);
@@ -742,7 +738,6 @@ idem_lease(PG_FUNCTION_ARGS)
 	lc.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	cat = *idem_catalog(fcinfo);
 	task_relations(&cat);
-	lc.cat = &cat;
 	lc.att = cat.tables[IDEM_TABLE_RECORD].att;
 
 	idem_become_owner(&identity, cat.owner);
