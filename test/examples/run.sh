@@ -69,10 +69,11 @@ trap cleanup EXIT
 start_service() {	# start_service LANG PORT [ENV=VALUE ...]: starts it, waits until it answers
 	local lang=$1 port=$2
 	shift 2
+	# exec: $! is then the service itself, which stop_services ends
 	case $lang in
-	python) env PORT="$port" "$@" /usr/bin/python3 "$ex/python/server.py" ;;
-	node) env PORT="$port" "$@" node "$ex/node/server.js" ;;
-	java) env PORT="$port" "$@" java -cp "$ex/java/classes:/usr/share/java/postgresql.jar" IdemServer ;;
+	python) exec env PORT="$port" "$@" /usr/bin/python3 "$ex/python/server.py" ;;
+	node) exec env PORT="$port" "$@" node "$ex/node/server.js" ;;
+	java) exec env PORT="$port" "$@" java -cp "$ex/java/classes:/usr/share/java/postgresql.jar" IdemServer ;;
 	esac >>"$IDEM_TMP/$lang-$port.log" 2>&1 &
 	pids+=($!)
 	for _ in $(seq 1 100); do
