@@ -287,31 +287,6 @@ outcome_datum(const IdemCatalog *cat, FunctionCallInfo fcinfo, bool replayed,
 											 values, nulls));
 }
 
-/* ---------- arguments ---------- */
-
-/* (owner, operation, key) from arguments 0..2, checked. */
-static void
-scope_args(FunctionCallInfo fcinfo, IdemScope *scope)
-{
-	idem_check_not_null(fcinfo, 0, "owner");
-	idem_check_not_null(fcinfo, 1, "operation");
-	idem_check_not_null(fcinfo, 2, "key");
-	idem_scope_init(scope, PG_GETARG_INT64(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2));
-}
-
-/* The ttl argument argno: NULL for the default, else checked. */
-static Interval *
-ttl_arg(FunctionCallInfo fcinfo, int argno, TimestampTz now)
-{
-	Interval   *ttl;
-
-	if (PG_ARGISNULL(argno))
-		return NULL;
-	ttl = PG_GETARG_INTERVAL_P(argno);
-	idem_check_ttl(ttl, now);
-	return ttl;
-}
-
 /* ---------- SQL functions ---------- */
 
 /*
@@ -331,10 +306,10 @@ idem_begin(PG_FUNCTION_ARGS)
 	Interval   *ttl;
 	IdemOutcome outcome;
 
-	scope_args(fcinfo, &scope);
+	idem_scope_from_args(fcinfo, &scope);
 	idem_stats_count(scope.operation, IDEM_STAT_CALLS, 1);
 	idem_check_not_null(fcinfo, 3, "request");
-	ttl = ttl_arg(fcinfo, 4, now);
+	ttl = idem_ttl_arg(fcinfo, 4, now);
 	idem_fingerprint_jsonb(PG_GETARG_JSONB_P(3), fingerprint);
 	idem_api_check_unclaimed(&scope, fingerprint);
 
@@ -364,7 +339,7 @@ idem_finish(PG_FUNCTION_ARGS)
 	PendingClaim *p;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
-	scope_args(fcinfo, &scope);
+	idem_scope_from_args(fcinfo, &scope);
 	idem_check_not_null(fcinfo, 3, "http_status");
 	status = idem_result_make(&res, false, PG_GETARG_INT32(3),
 						 PG_ARGISNULL(4), PG_GETARG_DATUM(4),
@@ -534,11 +509,11 @@ idem_run(PG_FUNCTION_ARGS)
 	Oid			handler;
 	FmgrInfo   *hflinfo;
 
-	scope_args(fcinfo, &scope);
+	idem_scope_from_args(fcinfo, &scope);
 	idem_stats_count(scope.operation, IDEM_STAT_CALLS, 1);
 	idem_check_not_null(fcinfo, 3, "request");
 	idem_check_not_null(fcinfo, 4, "handler");
-	ttl = ttl_arg(fcinfo, 5, now);
+	ttl = idem_ttl_arg(fcinfo, 5, now);
 	request = PG_GETARG_JSONB_P(3);
 	handler = PG_GETARG_OID(4);
 

@@ -218,8 +218,7 @@ idem_consume(PG_FUNCTION_ARGS)
 		expires = now + (TimestampTz) idem_inbox_ttl * USECS_PER_SEC;
 	else
 	{
-		idem_check_ttl(PG_GETARG_INTERVAL_P(2), now);
-		expires = idem_timestamp_plus(now, PG_GETARG_INTERVAL_P(2));
+		expires = idem_check_ttl(PG_GETARG_INTERVAL_P(2), now);
 	}
 	PreventCommandIfReadOnly("idem_consume()");
 

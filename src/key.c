@@ -31,6 +31,7 @@
 #include "idem.h"
 #include "key.h"
 #include "stats.h"
+#include "util.h"
 
 /* GUC variables */
 int			idem_wait_timeout = 5000;
@@ -352,6 +353,19 @@ idem_scope_init(IdemScope *scope, int64 owner, Datum operation_text, Datum key_t
 	scope->key = text_to_cstring(key);
 	idem_check_key(scope->key, VARSIZE_ANY_EXHDR(key));
 	scope->key_text = PointerGetDatum(key);
+}
+
+/*
+ * (owner, operation, key) from a call's arguments 0..2: none NULL (22004),
+ * each checked.
+ */
+void
+idem_scope_from_args(FunctionCallInfo fcinfo, IdemScope *scope)
+{
+	idem_check_not_null(fcinfo, 0, "owner");
+	idem_check_not_null(fcinfo, 1, "operation");
+	idem_check_not_null(fcinfo, 2, "key");
+	idem_scope_init(scope, PG_GETARG_INT64(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2));
 }
 
 /* The lock tag of one (owner, operation, key) in this database. */

@@ -9,6 +9,7 @@
 #ifndef IDEM_KEY_H
 #define IDEM_KEY_H
 
+#include "fmgr.h"
 #include "storage/lock.h"
 
 /* One (owner, operation, key): the scope of a claim, of a record. */
@@ -48,6 +49,7 @@ extern void idem_check_operation(const char *operation, int len);
 extern void idem_check_printable(const char *what, const char *s, int len, int maxlen);
 extern void idem_scope_init(IdemScope *scope, int64 owner, Datum operation_text,
 							Datum key_text);
+extern void idem_scope_from_args(FunctionCallInfo fcinfo, IdemScope *scope);
 extern void idem_key_locktag(LOCKTAG *tag, const IdemScope *scope);
 extern bool idem_lock_key(const LOCKTAG *tag, const char *operation);
 extern void idem_note_outcome(const IdemScope *scope, IdemOutcomeLog outcome,

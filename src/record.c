@@ -90,19 +90,34 @@ idem_timestamp_plus(TimestampTz now, const Interval *ttl)
 												   PointerGetDatum(ttl)));
 }
 
-/* Refuse (22023) a ttl that is not positive or longer than idem.max_ttl. */
-void
-idem_check_ttl(const Interval *ttl, TimestampTz now)
+/*
+ * now + iv, refused (22023) unless it is later than now: what names the
+ * interval argument in the error.
+ */
+TimestampTz
+idem_plus_positive(TimestampTz now, const Interval *iv, const char *what)
 {
-	TimestampTz expires = idem_timestamp_plus(now, ttl);
+	TimestampTz t = idem_timestamp_plus(now, iv);
 
-	if (expires <= now)
+	if (t <= now)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ttl must be positive"),
-				 errdetail("The call has ttl %s.",
+				 errmsg("%s must be positive", what),
+				 errdetail("The call has %s %s.", what,
 						   DatumGetCString(DirectFunctionCall1(interval_out,
-															   PointerGetDatum(ttl))))));
+															   PointerGetDatum(iv))))));
+	return t;
+}
+
+/*
+ * now + ttl, refused (22023) if the ttl is not positive or longer than
+ * idem.max_ttl.
+ */
+TimestampTz
+idem_check_ttl(const Interval *ttl, TimestampTz now)
+{
+	TimestampTz expires = idem_plus_positive(now, ttl, "ttl");
+
 	if (expires - now > (int64) idem_max_ttl * USECS_PER_SEC)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -110,6 +125,20 @@ idem_check_ttl(const Interval *ttl, TimestampTz now)
 				 errdetail("The call has ttl %s.",
 						   DatumGetCString(DirectFunctionCall1(interval_out,
 															   PointerGetDatum(ttl))))));
+	return expires;
+}
+
+/* The ttl argument argno of a call: NULL for the default, else checked. */
+Interval *
+idem_ttl_arg(FunctionCallInfo fcinfo, int argno, TimestampTz now)
+{
+	Interval   *ttl;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	ttl = PG_GETARG_INTERVAL_P(argno);
+	(void) idem_check_ttl(ttl, now);
+	return ttl;
 }
 
 /*

@@ -78,7 +78,9 @@ extern IdemStatus idem_result_make(IdemResult *res, bool http_isnull, int32 http
 extern void idem_result_values(const IdemResult *res, Datum *values, bool *nulls);
 extern TimestampTz idem_record_expiry(IdemStatus status, TimestampTz now, const Interval *ttl);
 extern TimestampTz idem_timestamp_plus(TimestampTz now, const Interval *ttl);
-extern void idem_check_ttl(const Interval *ttl, TimestampTz now);
+extern TimestampTz idem_plus_positive(TimestampTz now, const Interval *iv, const char *what);
+extern TimestampTz idem_check_ttl(const Interval *ttl, TimestampTz now);
+extern Interval *idem_ttl_arg(FunctionCallInfo fcinfo, int argno, TimestampTz now);
 extern bool idem_record_read(const IdemCatalog *cat, const IdemScope *scope,
 							 TimestampTz now, IdemRecord *rec);
 extern bool idem_transactions_ended_since(uint64 completions);

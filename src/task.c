@@ -408,20 +408,83 @@ task_relations(const IdemCatalog *cat)
 	rels_generation = cat->generation;
 }
 
-/* Refuse (22023) an interval argument that is not positive. */
-static TimestampTz
-plus_positive(TimestampTz now, Interval *iv, const char *what)
+/*
+ * A record being rewritten by a task call: idempotency_record opened for an
+ * update as the extension's owner, and the new version, built in values
+ * and nulls from a copy of the locked version's columns.
+ */
+typedef struct TaskRecord
 {
-	TimestampTz t = idem_timestamp_plus(now, iv);
+	const AttrNumber *att;
+	IdemIdentity identity;
+	IdemRows	rows;
+	Relation	heap;
+	Datum	   *values;
+	bool	   *nulls;
+} TaskRecord;
 
-	if (t <= now)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must be positive", what),
-				 errdetail("The call has %s %s.", what,
-						   DatumGetCString(DirectFunctionCall1(interval_out,
-															   IntervalPGetDatum(iv))))));
-	return t;
+static void
+task_record_open(TaskRecord *tr, const IdemCatalog *cat)
+{
+	const IdemTableLayout *rt = &cat->tables[IDEM_TABLE_RECORD];
+	int			natts;
+
+	tr->att = rt->att;
+	idem_become_owner(&tr->identity, cat->owner);
+	idem_use_safe_search_path(&tr->identity);
+	idem_rows_begin(&tr->rows, &rt->relid, 1, CMD_UPDATE);
+	if (idem_catalog_current(cat))
+		idem_rows_set_checks(&tr->rows, 0, rt->checks, rt->ncheck);
+	tr->heap = tr->rows.rels[0]->ri_RelationDesc;
+	natts = RelationGetDescr(tr->heap)->natts;
+	tr->values = palloc(natts * sizeof(Datum));
+	tr->nulls = palloc(natts * sizeof(bool));
+}
+
+/* A slot for tr's table, kept until task_record_close. */
+static TupleTableSlot *
+task_record_slot(TaskRecord *tr)
+{
+	return table_slot_create(tr->heap, &tr->rows.estate->es_tupleTable);
+}
+
+/* Start the new version from the locked one's columns. */
+static void
+task_record_take(TaskRecord *tr, TupleTableSlot *locked)
+{
+	int			natts = locked->tts_tupleDescriptor->natts;
+
+	slot_getallattrs(locked);
+	memcpy(tr->values, locked->tts_values, natts * sizeof(Datum));
+	memcpy(tr->nulls, locked->tts_isnull, natts * sizeof(bool));
+}
+
+/* Column col of the new version: d, or NULL. */
+static void
+task_record_put(TaskRecord *tr, int col, Datum d, bool isnull)
+{
+	tr->values[tr->att[col] - 1] = d;
+	tr->nulls[tr->att[col] - 1] = isnull;
+}
+
+#define TR_SET(tr, col, d)	task_record_put(tr, col, d, false)
+#define TR_CLEAR(tr, col)	task_record_put(tr, col, (Datum) 0, true)
+#define TR_VALUE(tr, col)	((tr)->values[(tr)->att[col] - 1])
+#define TR_ISNULL(tr, col)	((tr)->nulls[(tr)->att[col] - 1])
+
+/* Replace the locked version by the new one. */
+static void
+task_record_write(TaskRecord *tr, TupleTableSlot *locked)
+{
+	idem_rows_update(&tr->rows, 0, locked, tr->values, tr->nulls);
+}
+
+/* Fire what the updates queued, and give the caller back its rights. */
+static void
+task_record_close(TaskRecord *tr)
+{
+	idem_rows_end(&tr->rows);
+	idem_restore_caller(&tr->identity);
 }
 
 /* The JSON body of a 202: {"status": ..., "task_id": ...}. */
@@ -450,22 +513,18 @@ idem_submit(PG_FUNCTION_ARGS)
 	IdemIdentity identity = {0};
 	IdemClaim	claim = {0};
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	Interval   *ttl = NULL;
+	Interval   *ttl;
 	Jsonb	   *request;
+	bool		replayed;
+	IdemStatus	status;
+	int64		task_id;
 	Datum		values[SUB_NCOLS] = {0};
 	bool		nulls[SUB_NCOLS] = {0};
 
-	idem_check_not_null(fcinfo, 0, "owner");
-	idem_check_not_null(fcinfo, 1, "operation");
-	idem_check_not_null(fcinfo, 2, "key");
-	idem_scope_init(&scope, PG_GETARG_INT64(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2));
+	idem_scope_from_args(fcinfo, &scope);
 	idem_stats_count(scope.operation, IDEM_STAT_CALLS, 1);
 	idem_check_not_null(fcinfo, 3, "request");
-	if (!PG_ARGISNULL(5))
-	{
-		ttl = PG_GETARG_INTERVAL_P(5);
-		idem_check_ttl(ttl, now);
-	}
+	ttl = idem_ttl_arg(fcinfo, 5, now);
 	request = PG_GETARG_JSONB_P(3);
 	idem_fingerprint_jsonb(request, fingerprint);
 	idem_api_check_unclaimed(&scope, fingerprint);
@@ -473,12 +532,12 @@ idem_submit(PG_FUNCTION_ARGS)
 	cat = *idem_catalog(fcinfo);
 	task_relations(&cat);
 	claim.accept_unfinished = true;
-	if (idem_claim(&claim, &cat, &scope, fingerprint, now, &identity) == IDEM_EXECUTE)
+	replayed = idem_claim(&claim, &cat, &scope, fingerprint, now, &identity) == IDEM_REPLAY;
+	if (!replayed)
 	{
 		IdemTaskNew task;
 		IdemResult	res;
 		TimestampTz never;
-		int64		id;
 
 		TIMESTAMP_NOEND(never);
 		memset(&res, 0, sizeof(res));
@@ -488,40 +547,32 @@ idem_submit(PG_FUNCTION_ARGS)
 		task.payload = PG_ARGISNULL(4) ? (Datum) 0 : PointerGetDatum(PG_GETARG_JSONB_P(4));
 		task.ttl = ttl;
 		idem_use_safe_search_path(&identity);
-		id = idem_record_insert(&cat, &scope, fingerprint, IDEM_STATUS_PROCESSING, &res,
-								now, never, NULL, &task);
-		idem_restore_caller(&identity);
+		task_id = idem_record_insert(&cat, &scope, fingerprint, IDEM_STATUS_PROCESSING, &res,
+									 now, never, NULL, &task);
+		status = IDEM_STATUS_PROCESSING;
 		note_submitted(scope.operation);
 		idem_note_outcome(&scope, IDEM_LOG_EXECUTED, false, 0);
-
-		values[SUB_REPLAYED] = BoolGetDatum(false);
-		values[SUB_STATUS] = CStringGetTextDatum(idem_status_name(IDEM_STATUS_PROCESSING));
-		values[SUB_HTTP] = Int32GetDatum(TASK_HTTP_ACCEPTED);
-		values[SUB_BODY] = accepted_body(IDEM_STATUS_PROCESSING, id);
-		nulls[SUB_HEADERS] = nulls[SUB_RESOURCE] = true;
-		values[SUB_TASK] = Int64GetDatum(id);
 	}
 	else
 	{
-		IdemRecord *rec = &claim.rec;
-
-		idem_restore_caller(&identity);
-		values[SUB_REPLAYED] = BoolGetDatum(true);
-		values[SUB_STATUS] = CStringGetTextDatum(idem_status_name(rec->status));
-		values[SUB_TASK] = Int64GetDatum(rec->id);
-		nulls[SUB_TASK] = !rec->is_task;
-		if (rec->status == IDEM_STATUS_PROCESSING ||
-			rec->status == IDEM_STATUS_FAILED_RETRYABLE)
-		{
-			values[SUB_HTTP] = Int32GetDatum(TASK_HTTP_ACCEPTED);
-			values[SUB_BODY] = accepted_body(rec->status, rec->id);
-			nulls[SUB_HEADERS] = nulls[SUB_RESOURCE] = true;
-		}
-		else
-		{
-			idem_result_values(&rec->result, &values[SUB_HTTP], &nulls[SUB_HTTP]);
-		}
+		status = claim.rec.status;
+		task_id = claim.rec.id;
+		nulls[SUB_TASK] = !claim.rec.is_task;
 	}
+	idem_restore_caller(&identity);
+
+	values[SUB_REPLAYED] = BoolGetDatum(replayed);
+	values[SUB_STATUS] = CStringGetTextDatum(idem_status_name(status));
+	values[SUB_TASK] = Int64GetDatum(task_id);
+	if (status == IDEM_STATUS_PROCESSING || status == IDEM_STATUS_FAILED_RETRYABLE)
+	{
+		/* the task runs: 202, and where it stands */
+		values[SUB_HTTP] = Int32GetDatum(TASK_HTTP_ACCEPTED);
+		values[SUB_BODY] = accepted_body(status, task_id);
+		nulls[SUB_HEADERS] = nulls[SUB_RESOURCE] = true;
+	}
+	else
+		idem_result_values(&claim.rec.result, &values[SUB_HTTP], &nulls[SUB_HTTP]);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(idem_catalog_result(&cat, fcinfo),
 													  values, nulls)));
 }
@@ -531,14 +582,10 @@ idem_submit(PG_FUNCTION_ARGS)
 /* One call of idem_lease. */
 typedef struct LeaseCall
 {
-	const AttrNumber *att;
-	IdemRows	rows;
-	Relation	heap;
+	TaskRecord	rec;
 	TupleTableSlot *scanslot;
 	TupleTableSlot *lockslot;
 	Snapshot	snapshot;
-	Datum	   *values;			/* the new version being built */
-	bool	   *nulls;
 	Datum		worker;
 	TimestampTz now;
 	TimestampTz expires;
@@ -559,7 +606,7 @@ lock_scanned(LeaseCall *lc)
 {
 	TM_FailureData tmfd;
 
-	return table_tuple_lock(lc->heap, &lc->scanslot->tts_tid, lc->snapshot, lc->lockslot,
+	return table_tuple_lock(lc->rec.heap, &lc->scanslot->tts_tid, lc->snapshot, lc->lockslot,
 							GetCurrentCommandId(false), LockTupleNoKeyExclusive,
 							LockWaitSkip, 0, &tmfd) == TM_Ok;
 }
@@ -568,51 +615,41 @@ lock_scanned(LeaseCall *lc)
 static void
 lease_locked(LeaseCall *lc)
 {
-	const AttrNumber *att = lc->att;
-	TupleTableSlot *slot = lc->lockslot;
-	int			natts = slot->tts_tupleDescriptor->natts;
+	TaskRecord *tr = &lc->rec;
 	Datum		out[LEASE_NCOLS];
 	bool		outnulls[LEASE_NCOLS] = {0};
 	int32		attempt;
 	int64		token;
 
-	slot_getallattrs(slot);
-	memcpy(lc->values, slot->tts_values, natts * sizeof(Datum));
-	memcpy(lc->nulls, slot->tts_isnull, natts * sizeof(bool));
-
-	attempt = (lc->nulls[att[REC_TASK_ATTEMPTS] - 1] ? 0 :
-			   DatumGetInt32(lc->values[att[REC_TASK_ATTEMPTS] - 1])) + 1;
-	if (!lc->nulls[att[REC_TASK_LEASE_EXPIRES] - 1])
+	task_record_take(tr, lc->lockslot);
+	attempt = (TR_ISNULL(tr, REC_TASK_ATTEMPTS) ? 0 :
+			   DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS))) + 1;
+	if (!TR_ISNULL(tr, REC_TASK_LEASE_EXPIRES))
 		lc->takeovers++;		/* lapsed, or its session ended */
 	token = nextval_internal(token_seq, false);
 
-#define SET(col, d) (lc->values[att[col] - 1] = (d), lc->nulls[att[col] - 1] = false)
-	SET(REC_STATUS, CStringGetTextDatum(idem_status_name(IDEM_STATUS_PROCESSING)));
-	SET(REC_UPDATED, TimestampTzGetDatum(lc->now));
-	SET(REC_TASK_ATTEMPTS, Int32GetDatum(attempt));
-	SET(REC_TASK_TOKEN, Int64GetDatum(token));
-	SET(REC_TASK_LEASE_EXPIRES, TimestampTzGetDatum(lc->expires));
-	SET(REC_TASK_WORKER, lc->worker);
-	SET(REC_TASK_HEARTBEAT, TimestampTzGetDatum(lc->now));
-	if (lc->session != 0)
-		SET(REC_TASK_SESSION, Int64GetDatum((int64) lc->session));
-	else
-		lc->nulls[att[REC_TASK_SESSION] - 1] = true;
-#undef SET
+	TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(IDEM_STATUS_PROCESSING)));
+	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(lc->now));
+	TR_SET(tr, REC_TASK_ATTEMPTS, Int32GetDatum(attempt));
+	TR_SET(tr, REC_TASK_TOKEN, Int64GetDatum(token));
+	TR_SET(tr, REC_TASK_LEASE_EXPIRES, TimestampTzGetDatum(lc->expires));
+	TR_SET(tr, REC_TASK_WORKER, lc->worker);
+	TR_SET(tr, REC_TASK_HEARTBEAT, TimestampTzGetDatum(lc->now));
+	task_record_put(tr, REC_TASK_SESSION, Int64GetDatum((int64) lc->session), lc->session == 0);
 
-	out[LEASE_TASK] = lc->values[att[REC_ID] - 1];
-	out[LEASE_OWNER] = lc->values[att[REC_OWNER] - 1];
-	out[LEASE_KEY] = lc->values[att[REC_KEY] - 1];
-	out[LEASE_REQUEST] = lc->values[att[REC_TASK_REQUEST] - 1];
-	outnulls[LEASE_REQUEST] = lc->nulls[att[REC_TASK_REQUEST] - 1];
-	out[LEASE_PAYLOAD] = lc->values[att[REC_TASK_PAYLOAD] - 1];
-	outnulls[LEASE_PAYLOAD] = lc->nulls[att[REC_TASK_PAYLOAD] - 1];
+	out[LEASE_TASK] = TR_VALUE(tr, REC_ID);
+	out[LEASE_OWNER] = TR_VALUE(tr, REC_OWNER);
+	out[LEASE_KEY] = TR_VALUE(tr, REC_KEY);
+	out[LEASE_REQUEST] = TR_VALUE(tr, REC_TASK_REQUEST);
+	outnulls[LEASE_REQUEST] = TR_ISNULL(tr, REC_TASK_REQUEST);
+	out[LEASE_PAYLOAD] = TR_VALUE(tr, REC_TASK_PAYLOAD);
+	outnulls[LEASE_PAYLOAD] = TR_ISNULL(tr, REC_TASK_PAYLOAD);
 	out[LEASE_ATTEMPT] = Int32GetDatum(attempt);
 	out[LEASE_TOKEN] = Int64GetDatum(token);
 	out[LEASE_EXPIRES] = TimestampTzGetDatum(lc->expires);
 	tuplestore_putvalues(lc->rsinfo->setResult, lc->rsinfo->setDesc, out, outnulls);
 
-	idem_rows_update(&lc->rows, 0, slot, lc->values, lc->nulls);
+	task_record_write(tr, lc->lockslot);
 	lc->leased++;
 }
 
@@ -628,6 +665,7 @@ lease_locked(LeaseCall *lc)
 static void
 lease_due(LeaseCall *lc, Relation index, Datum operation, const char *opname)
 {
+	const AttrNumber *att = lc->rec.att;
 	ScanKeyData skey[2];
 	IndexScanDesc scan;
 	uint64		ended = 0;
@@ -651,7 +689,7 @@ lease_due(LeaseCall *lc, Relation index, Datum operation, const char *opname)
 						   index->rd_indcollation[0], F_TEXTEQ, operation);
 	ScanKeyInit(&skey[1], 2, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
 				TimestampTzGetDatum(lc->now));
-	scan = index_beginscan(lc->heap, index, lc->snapshot, 2, 0);
+	scan = index_beginscan(lc->rec.heap, index, lc->snapshot, 2, 0);
 	index_rescan(scan, skey, 2, NULL, 0);
 	while (index_getnext_slot(scan, ForwardScanDirection, lc->scanslot))
 	{
@@ -659,7 +697,7 @@ lease_due(LeaseCall *lc, Relation index, Datum operation, const char *opname)
 		bool		dead_session = false;
 		Datum		d;
 
-		d = slot_getattr(lc->scanslot, lc->att[REC_TASK_LEASE_EXPIRES], &isnull);
+		d = slot_getattr(lc->scanslot, att[REC_TASK_LEASE_EXPIRES], &isnull);
 		if (!isnull && DatumGetTimestampTz(d) > lc->now)
 		{
 			uint64		session;
@@ -667,7 +705,7 @@ lease_due(LeaseCall *lc, Relation index, Datum operation, const char *opname)
 			/* leased, and the lease holds: unless its session has ended */
 			if (!check_sessions)
 				continue;
-			d = slot_getattr(lc->scanslot, lc->att[REC_TASK_SESSION], &isnull);
+			d = slot_getattr(lc->scanslot, att[REC_TASK_SESSION], &isnull);
 			session = (uint64) DatumGetInt64(d);
 			if (isnull || bsearch(&session, live, nlive, sizeof(uint64), cmp_uint64) != NULL)
 				continue;
@@ -706,13 +744,10 @@ idem_lease(PG_FUNCTION_ARGS)
 {
 	LeaseCall	lc = {0};
 	IdemCatalog cat;
-	IdemIdentity identity = {0};
 	text	   *operation;
 	text	   *worker;
 	char	   *opname;
 	Relation	index;
-	Oid			relid;
-	int			natts;
 
 	for (int i = 0; i < 5; i++)
 		idem_check_not_null(fcinfo, i,
@@ -724,7 +759,7 @@ idem_lease(PG_FUNCTION_ARGS)
 	idem_check_printable("worker", VARDATA_ANY(worker), VARSIZE_ANY_EXHDR(worker),
 						 IDEM_WORKER_MAX_LEN);
 	lc.now = GetCurrentTimestamp();
-	lc.expires = plus_positive(lc.now, PG_GETARG_INTERVAL_P(2), "lease");
+	lc.expires = idem_plus_positive(lc.now, PG_GETARG_INTERVAL_P(2), "lease");
 	lc.batch = PG_GETARG_INT32(3);
 	if (lc.batch < 1 || lc.batch > TASK_BATCH_MAX)
 		ereport(ERROR,
@@ -738,21 +773,10 @@ idem_lease(PG_FUNCTION_ARGS)
 	lc.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	cat = *idem_catalog(fcinfo);
 	task_relations(&cat);
-	lc.att = cat.tables[IDEM_TABLE_RECORD].att;
 
-	idem_become_owner(&identity, cat.owner);
-	idem_use_safe_search_path(&identity);
-	relid = cat.tables[IDEM_TABLE_RECORD].relid;
-	idem_rows_begin(&lc.rows, &relid, 1, CMD_UPDATE);
-	if (idem_catalog_current(&cat))
-		idem_rows_set_checks(&lc.rows, 0, cat.tables[IDEM_TABLE_RECORD].checks,
-							 cat.tables[IDEM_TABLE_RECORD].ncheck);
-	lc.heap = lc.rows.rels[0]->ri_RelationDesc;
-	lc.scanslot = table_slot_create(lc.heap, &lc.rows.estate->es_tupleTable);
-	lc.lockslot = table_slot_create(lc.heap, &lc.rows.estate->es_tupleTable);
-	natts = RelationGetDescr(lc.heap)->natts;
-	lc.values = palloc(natts * sizeof(Datum));
-	lc.nulls = palloc(natts * sizeof(bool));
+	task_record_open(&lc.rec, &cat);
+	lc.scanslot = task_record_slot(&lc.rec);
+	lc.lockslot = task_record_slot(&lc.rec);
 	lc.snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	index = index_open(due_index, AccessShareLock);
 
@@ -760,8 +784,7 @@ idem_lease(PG_FUNCTION_ARGS)
 
 	index_close(index, NoLock);
 	UnregisterSnapshot(lc.snapshot);
-	idem_rows_end(&lc.rows);
-	idem_restore_caller(&identity);
+	task_record_close(&lc.rec);
 
 	idem_stats_count_at_commit(opname, IDEM_STAT_LEASES, lc.leased);
 	idem_stats_count_at_commit(opname, IDEM_STAT_TAKEOVERS, lc.takeovers);
@@ -774,12 +797,8 @@ idem_lease(PG_FUNCTION_ARGS)
 typedef struct HolderCall
 {
 	IdemCatalog cat;
-	const AttrNumber *att;
-	IdemIdentity identity;
-	IdemRows	rows;
+	TaskRecord	rec;
 	TupleTableSlot *locked;
-	Datum	   *values;			/* the locked row's, then the new version */
-	bool	   *nulls;
 	char	   *operation;		/* the task's */
 	TimestampTz now;
 } HolderCall;
@@ -806,8 +825,7 @@ report_stale(int64 task_id, int64 token, const char *operation, const char *deta
 static void
 begin_holder_call(HolderCall *hc, FunctionCallInfo fcinfo, int64 task_id, int64 token)
 {
-	const IdemTableLayout *rt;
-	Relation	heap;
+	TaskRecord *tr = &hc->rec;
 	Relation	index;
 	Oid			pk;
 	ScanKeyData skey;
@@ -817,37 +835,30 @@ begin_holder_call(HolderCall *hc, FunctionCallInfo fcinfo, int64 task_id, int64 
 	TM_FailureData tmfd;
 	TM_Result	tmres = TM_Invisible;
 	IdemStatus	status;
+	int32		attempts;
 	char		detail[160];
-	int			natts;
 
 	hc->cat = *idem_catalog(fcinfo);
 	task_relations(&hc->cat);
-	rt = &hc->cat.tables[IDEM_TABLE_RECORD];
-	hc->att = rt->att;
 	hc->now = GetCurrentTimestamp();
 
-	idem_become_owner(&hc->identity, hc->cat.owner);
-	idem_use_safe_search_path(&hc->identity);
-	idem_rows_begin(&hc->rows, &rt->relid, 1, CMD_UPDATE);
-	if (idem_catalog_current(&hc->cat))
-		idem_rows_set_checks(&hc->rows, 0, rt->checks, rt->ncheck);
-	heap = hc->rows.rels[0]->ri_RelationDesc;
-	pk = RelationGetPrimaryKeyIndex(heap);
+	task_record_open(tr, &hc->cat);
+	pk = RelationGetPrimaryKeyIndex(tr->heap);
 	if (!OidIsValid(pk))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("idem's table idempotency_record has no primary key"),
 				 errhint("Drop and re-create the extension idem.")));
-	found = table_slot_create(heap, &hc->rows.estate->es_tupleTable);
-	hc->locked = table_slot_create(heap, &hc->rows.estate->es_tupleTable);
+	found = task_record_slot(tr);
+	hc->locked = task_record_slot(tr);
 
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	index = index_open(pk, AccessShareLock);
 	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(task_id));
-	scan = index_beginscan(heap, index, snapshot, 1, 0);
+	scan = index_beginscan(tr->heap, index, snapshot, 1, 0);
 	index_rescan(scan, &skey, 1, NULL, 0);
 	if (index_getnext_slot(scan, ForwardScanDirection, found))
-		tmres = table_tuple_lock(heap, &found->tts_tid, snapshot, hc->locked,
+		tmres = table_tuple_lock(tr->heap, &found->tts_tid, snapshot, hc->locked,
 								 GetCurrentCommandId(false), LockTupleNoKeyExclusive,
 								 LockWaitBlock,
 								 IsolationUsesXactSnapshot() ? 0 : TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
@@ -868,59 +879,48 @@ begin_holder_call(HolderCall *hc, FunctionCallInfo fcinfo, int64 task_id, int64 
 		report_stale(task_id, token, NULL, detail);
 	}
 
-	slot_getallattrs(hc->locked);
-	natts = hc->locked->tts_tupleDescriptor->natts;
-	hc->values = palloc(natts * sizeof(Datum));
-	hc->nulls = palloc(natts * sizeof(bool));
-	memcpy(hc->values, hc->locked->tts_values, natts * sizeof(Datum));
-	memcpy(hc->nulls, hc->locked->tts_isnull, natts * sizeof(bool));
-	hc->operation = TextDatumGetCString(hc->values[hc->att[REC_OPERATION] - 1]);
-
-	status = idem_status_from_name(TextDatumGetCString(hc->values[hc->att[REC_STATUS] - 1]));
-	if (hc->nulls[hc->att[REC_TASK_ATTEMPTS] - 1])
+	task_record_take(tr, hc->locked);
+	hc->operation = TextDatumGetCString(TR_VALUE(tr, REC_OPERATION));
+	status = idem_status_from_name(TextDatumGetCString(TR_VALUE(tr, REC_STATUS)));
+	attempts = TR_ISNULL(tr, REC_TASK_ATTEMPTS) ? 0 : DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS));
+	if (TR_ISNULL(tr, REC_TASK_ATTEMPTS))
 		snprintf(detail, sizeof(detail), "Record " INT64_FORMAT " is not a task.", task_id);
 	else if (status != IDEM_STATUS_PROCESSING && status != IDEM_STATUS_FAILED_RETRYABLE)
 		snprintf(detail, sizeof(detail), "The task is finished: %s.", idem_status_name(status));
-	else if (hc->nulls[hc->att[REC_TASK_LEASE_EXPIRES] - 1])
+	else if (TR_ISNULL(tr, REC_TASK_LEASE_EXPIRES))
 		snprintf(detail, sizeof(detail), "The task is not leased (%s, attempt %d).",
-				 idem_status_name(status),
-				 DatumGetInt32(hc->values[hc->att[REC_TASK_ATTEMPTS] - 1]));
-	else if (DatumGetInt64(hc->values[hc->att[REC_TASK_TOKEN] - 1]) != token)
+				 idem_status_name(status), attempts);
+	else if (DatumGetInt64(TR_VALUE(tr, REC_TASK_TOKEN)) != token)
 		snprintf(detail, sizeof(detail), "The task was leased again, with token " INT64_FORMAT " (attempt %d).",
-				 DatumGetInt64(hc->values[hc->att[REC_TASK_TOKEN] - 1]),
-				 DatumGetInt32(hc->values[hc->att[REC_TASK_ATTEMPTS] - 1]));
+				 DatumGetInt64(TR_VALUE(tr, REC_TASK_TOKEN)), attempts);
 	else
 		return;
 	report_stale(task_id, token, hc->operation, detail);
 }
 
-/* Write the new version built in hc->values, and give the caller back its rights. */
+/* Write the new version built in hc->rec, and give the caller back its rights. */
 static void
 end_holder_call(HolderCall *hc)
 {
-	idem_rows_update(&hc->rows, 0, hc->locked, hc->values, hc->nulls);
-	idem_rows_end(&hc->rows);
-	idem_restore_caller(&hc->identity);
+	task_record_write(&hc->rec, hc->locked);
+	task_record_close(&hc->rec);
 }
-
-#define HC_SET(hc, col, d) \
-	((hc)->values[(hc)->att[col] - 1] = (d), (hc)->nulls[(hc)->att[col] - 1] = false)
-#define HC_CLEAR(hc, col) ((hc)->nulls[(hc)->att[col] - 1] = true)
 
 /* The task is over: nothing more to lease. */
 static void
 finish_task(HolderCall *hc, IdemStatus status)
 {
+	TaskRecord *tr = &hc->rec;
 	const Interval *ttl = NULL;
 
-	if (!hc->nulls[hc->att[REC_TASK_TTL] - 1])
-		ttl = DatumGetIntervalP(hc->values[hc->att[REC_TASK_TTL] - 1]);
-	HC_SET(hc, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
-	HC_SET(hc, REC_UPDATED, TimestampTzGetDatum(hc->now));
-	HC_SET(hc, REC_EXPIRES, TimestampTzGetDatum(idem_record_expiry(status, hc->now, ttl)));
-	HC_CLEAR(hc, REC_TASK_DUE);
-	HC_CLEAR(hc, REC_TASK_LEASE_EXPIRES);
-	HC_CLEAR(hc, REC_TASK_SESSION);
+	if (!TR_ISNULL(tr, REC_TASK_TTL))
+		ttl = DatumGetIntervalP(TR_VALUE(tr, REC_TASK_TTL));
+	TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
+	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(hc->now));
+	TR_SET(tr, REC_EXPIRES, TimestampTzGetDatum(idem_record_expiry(status, hc->now, ttl)));
+	TR_CLEAR(tr, REC_TASK_DUE);
+	TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
+	TR_CLEAR(tr, REC_TASK_SESSION);
 }
 
 /* SQL: idem_heartbeat(task_id, token, extend) returns the new lease_expires_at. */
@@ -928,6 +928,7 @@ Datum
 idem_heartbeat(PG_FUNCTION_ARGS)
 {
 	HolderCall	hc = {0};
+	TaskRecord *tr = &hc.rec;
 	TimestampTz expires;
 
 	idem_check_not_null(fcinfo, 0, "task_id");
@@ -936,16 +937,16 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(2))
 	{
 		/* the interval the lease was granted (or last extended) for */
-		TimestampTz old_expires = DatumGetTimestampTz(hc.values[hc.att[REC_TASK_LEASE_EXPIRES] - 1]);
-		TimestampTz old_beat = DatumGetTimestampTz(hc.values[hc.att[REC_TASK_HEARTBEAT] - 1]);
+		TimestampTz old_expires = DatumGetTimestampTz(TR_VALUE(tr, REC_TASK_LEASE_EXPIRES));
+		TimestampTz old_beat = DatumGetTimestampTz(TR_VALUE(tr, REC_TASK_HEARTBEAT));
 
 		expires = hc.now + Max(old_expires - old_beat, 1);
 	}
 	else
-		expires = plus_positive(hc.now, PG_GETARG_INTERVAL_P(2), "extend");
-	HC_SET(&hc, REC_TASK_LEASE_EXPIRES, TimestampTzGetDatum(expires));
-	HC_SET(&hc, REC_TASK_HEARTBEAT, TimestampTzGetDatum(hc.now));
-	HC_SET(&hc, REC_UPDATED, TimestampTzGetDatum(hc.now));
+		expires = idem_plus_positive(hc.now, PG_GETARG_INTERVAL_P(2), "extend");
+	TR_SET(tr, REC_TASK_LEASE_EXPIRES, TimestampTzGetDatum(expires));
+	TR_SET(tr, REC_TASK_HEARTBEAT, TimestampTzGetDatum(hc.now));
+	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(hc.now));
 	end_holder_call(&hc);
 	PG_RETURN_TIMESTAMPTZ(expires);
 }
@@ -958,6 +959,7 @@ Datum
 idem_complete(PG_FUNCTION_ARGS)
 {
 	HolderCall	hc = {0};
+	TaskRecord *tr = &hc.rec;
 	IdemResult	res;
 	IdemStatus	status;
 
@@ -970,19 +972,10 @@ idem_complete(PG_FUNCTION_ARGS)
 							  PG_ARGISNULL(4), PG_ARGISNULL(4) ? 0 : PG_GETARG_INT64(4));
 	begin_holder_call(&hc, fcinfo, PG_GETARG_INT64(0), PG_GETARG_INT64(1));
 	finish_task(&hc, status);
-	HC_SET(&hc, REC_HTTP, Int32GetDatum(res.http_status));
-	if (res.body_isnull)
-		HC_CLEAR(&hc, REC_BODY);
-	else
-		HC_SET(&hc, REC_BODY, res.body);
-	if (res.headers_isnull)
-		HC_CLEAR(&hc, REC_HEADERS);
-	else
-		HC_SET(&hc, REC_HEADERS, res.headers);
-	if (res.resource_isnull)
-		HC_CLEAR(&hc, REC_RESOURCE);
-	else
-		HC_SET(&hc, REC_RESOURCE, Int64GetDatum(res.resource_id));
+	TR_SET(tr, REC_HTTP, Int32GetDatum(res.http_status));
+	task_record_put(tr, REC_BODY, res.body, res.body_isnull);
+	task_record_put(tr, REC_HEADERS, res.headers, res.headers_isnull);
+	task_record_put(tr, REC_RESOURCE, Int64GetDatum(res.resource_id), res.resource_isnull);
 	end_holder_call(&hc);
 	if (status == IDEM_STATUS_FAILED_FINAL)
 		idem_stats_count_at_commit(hc.operation, IDEM_STAT_FAILED_FINAL, 1);
@@ -1011,6 +1004,7 @@ Datum
 idem_fail(PG_FUNCTION_ARGS)
 {
 	HolderCall	hc = {0};
+	TaskRecord *tr = &hc.rec;
 	Jsonb	   *error;
 	bool		retryable;
 	int32		attempts;
@@ -1023,16 +1017,16 @@ idem_fail(PG_FUNCTION_ARGS)
 	error = PG_GETARG_JSONB_P(2);
 	retryable = PG_GETARG_BOOL(3);
 	begin_holder_call(&hc, fcinfo, PG_GETARG_INT64(0), PG_GETARG_INT64(1));
-	attempts = DatumGetInt32(hc.values[hc.att[REC_TASK_ATTEMPTS] - 1]);
-	HC_SET(&hc, REC_TASK_LAST_ERROR, JsonbPGetDatum(error));
+	attempts = DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS));
+	TR_SET(tr, REC_TASK_LAST_ERROR, JsonbPGetDatum(error));
 	if (retryable && attempts < idem_max_attempts)
 	{
 		status = IDEM_STATUS_FAILED_RETRYABLE;
-		HC_SET(&hc, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
-		HC_SET(&hc, REC_UPDATED, TimestampTzGetDatum(hc.now));
-		HC_SET(&hc, REC_TASK_DUE, TimestampTzGetDatum(hc.now + backoff_usecs(attempts)));
-		HC_CLEAR(&hc, REC_TASK_LEASE_EXPIRES);
-		HC_CLEAR(&hc, REC_TASK_SESSION);
+		TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
+		TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(hc.now));
+		TR_SET(tr, REC_TASK_DUE, TimestampTzGetDatum(hc.now + backoff_usecs(attempts)));
+		TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
+		TR_CLEAR(tr, REC_TASK_SESSION);
 	}
 	else
 	{
@@ -1040,15 +1034,15 @@ idem_fail(PG_FUNCTION_ARGS)
 
 		status = IDEM_STATUS_FAILED_FINAL;
 		finish_task(&hc, status);
-		HC_SET(&hc, REC_HTTP, Int32GetDatum(TASK_HTTP_FAILED));
+		TR_SET(tr, REC_HTTP, Int32GetDatum(TASK_HTTP_FAILED));
 		/* {"error": error}: only what the caller passed */
 		initStringInfo(&body);
 		appendStringInfoString(&body, "{\"error\": ");
 		(void) JsonbToCString(&body, &error->root, VARSIZE(error));
 		appendStringInfoChar(&body, '}');
-		HC_SET(&hc, REC_BODY, PointerGetDatum(cstring_to_text_with_len(body.data, body.len)));
-		HC_CLEAR(&hc, REC_HEADERS);
-		HC_CLEAR(&hc, REC_RESOURCE);
+		TR_SET(tr, REC_BODY, PointerGetDatum(cstring_to_text_with_len(body.data, body.len)));
+		TR_CLEAR(tr, REC_HEADERS);
+		TR_CLEAR(tr, REC_RESOURCE);
 	}
 	end_holder_call(&hc);
 	idem_stats_count_at_commit(hc.operation,
