@@ -104,6 +104,16 @@ new_idem_database() {
 	"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$1" -c "CREATE EXTENSION idem"
 }
 
+# Benchmarks: the median of the numbers on stdin (space- or newline-separated).
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# Benchmarks: the ratios A_i / B_i of two lists of per-repetition figures,
+# to two decimals, each followed by a space.
+per_repetition_ratios() {	# per_repetition_ratios "A1 A2 ..." "B1 B2 ..."
+	paste -d' ' <(echo "$1" | tr ' ' '\n' | grep -v '^$') <(echo "$2" | tr ' ' '\n' | grep -v '^$') |
+		awk '{printf "%.2f ", $1 / $2}'
+}
+
 # One line of a shell check: "ok - NAME" or "not ok - NAME (...)".
 check() {	# check NAME EXPECTED ACTUAL
 	if [ "$2" = "$3" ]; then

@@ -132,7 +132,6 @@ run_pgbench() {
 	echo "$tps"
 }
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}'; }
 
 VARIANTS=${IDEM_BENCH_ONLY:-"idem_fresh idem_replay plpgsql_fresh plpgsql_replay client_fresh limit_fresh limit_replay run_fresh limit_run_fresh run_replay begin_replay limit_run_replay"}
@@ -163,8 +162,7 @@ if [ -n "${IDEM_BENCH_ONLY:-}" ]; then
 	pair() {	# pair VARIANT LIMIT: ratio of medians and the median of per-repetition ratios
 		[[ " $VARIANTS " == *" $1 "* && " $VARIANTS " == *" $2 "* ]] || return 0
 		local per
-		per=$(paste -d' ' <(echo "${TPS[$1]}" | tr ' ' '\n' | grep -v '^$') \
-			<(echo "${TPS[$2]}" | tr ' ' '\n' | grep -v '^$') | awk '{printf "%.2f ", $1 / $2}')
+		per=$(per_repetition_ratios "${TPS[$1]}" "${TPS[$2]}")
 		echo "$1 / $2: ratio of medians $(ratio "${MED[$1]}" "${MED[$2]}"), per repetition: $per(median $(echo "$per" | median))"
 	}
 	pair run_fresh limit_run_fresh

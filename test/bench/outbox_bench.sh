@@ -104,7 +104,6 @@ run_pgbench() {	# run_pgbench NAME [pgbench args]: prints the TPS
 	[ -n "$tps" ] || { log "pgbench $name failed:"; cat "$W/$name.out" >&2; tps=0; }
 	echo "$tps"
 }
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 # fill the drain topic: n messages, keyless or over 1,000 keys
 fill() {	# fill idem|plain N KEYED
@@ -153,8 +152,7 @@ echo
 echo "## idem outbox/inbox benchmark: $(date -u +%Y-%m-%d), $(nproc) cores, -c $CLIENTS -j 2, $REPS interleaved repetitions"
 pair() {	# pair LABEL A B: medians and per-repetition ratios A / B
 	local per
-	per=$(paste -d' ' <(echo "${TPS[$2]}" | tr ' ' '\n' | grep -v '^$') \
-		<(echo "${TPS[$3]}" | tr ' ' '\n' | grep -v '^$') | awk '{printf "%.2f ", $1 / $2}')
+	per=$(per_repetition_ratios "${TPS[$2]}" "${TPS[$3]}")
 	printf '%s: %s %.0f TPS, %s %.0f TPS; ratio per repetition: %s(median %s)\n' "$1" \
 		"$2" "$(echo "${TPS[$2]}" | median)" "$3" "$(echo "${TPS[$3]}" | median)" "$per" "$(echo "$per" | median)"
 }

@@ -132,7 +132,6 @@ fill() {	# fill idem|plain N
 	fi
 }
 
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 declare -A JOBS
 log "$REPS interleaved repetitions, $CLIENTS workers"
 for rep in $(seq 1 "$REPS"); do
@@ -158,8 +157,7 @@ echo
 echo "## idem long-flow benchmark: $(date -u +%Y-%m-%d), $(nproc) cores, 8 workers (-c $CLIENTS -j 2), $REPS interleaved repetitions"
 pair() {	# pair LABEL A B
 	local per
-	per=$(paste -d' ' <(echo "${JOBS[$2]}" | tr ' ' '\n' | grep -v '^$') \
-		<(echo "${JOBS[$3]}" | tr ' ' '\n' | grep -v '^$') | awk '{printf "%.2f ", $1 / $2}')
+	per=$(per_repetition_ratios "${JOBS[$2]}" "${JOBS[$3]}")
 	printf '%s: idem %s jobs/s, PL/pgSQL SKIP LOCKED queue %s jobs/s; ratio per repetition: %s(median %s)\n' "$1" \
 		"$(echo "${JOBS[$2]}" | median)" "$(echo "${JOBS[$3]}" | median)" "$per" "$(echo "$per" | median)"
 }
