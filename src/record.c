@@ -420,9 +420,9 @@ idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec)
 
 /*
  * Claim a key by inserting its record, already finished and holding res
- * (or, for idem_submit, PROCESSING with its task), and return its id;
- * and with it, in one IdemRows, the business row biz writes (if any),
- * first, so that biz can complete res from the row as stored.  The
+ * (or, for idem_submit, PROCESSING with its task), and return its id.  The
+ * business row biz writes (if any) goes into the same IdemRows, first, so
+ * that biz can complete res from the row as stored.  The
  * key lock is held and the last read saw no record.  Whatever else writes
  * the table, the unique index stays the arbiter: a duplicate raises 23505.
  */
