@@ -104,22 +104,24 @@ INSERT INTO plants VALUES
  ('function idem_begin', 'CREATE FUNCTION idem_begin(bigint, text, text, jsonb, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
  ('function idem_finish', 'CREATE FUNCTION idem_finish(bigint, text, text, integer, json, bigint DEFAULT NULL, jsonb DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
  ('function idem_run', 'CREATE FUNCTION idem_run(bigint, text, text, jsonb, regprocedure, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
- ('table idem_outbox', 'CREATE TABLE idem_outbox (id int)', '1.3'),
- ('table idem_inbox', 'CREATE TABLE idem_inbox (id int)', '1.3'),
- ('sequence idem_outbox_message_id_seq', 'CREATE SEQUENCE idem_outbox_message_id_seq', '1.3'),
- ('index name pk_idem_inbox', 'CREATE TABLE evil_t3 (a int CONSTRAINT pk_idem_inbox UNIQUE)', '1.3'),
- ('index name idem_outbox_pending', 'CREATE TABLE evil_t4 (a int); CREATE INDEX idem_outbox_pending ON evil_t4 (a)', '1.3'),
- ('function idem_outbox_emit', 'CREATE FUNCTION idem_outbox_emit(text, jsonb, text DEFAULT NULL, jsonb DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
- ('function idem_outbox_fetch', 'CREATE FUNCTION idem_outbox_fetch(text, integer DEFAULT 100, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
- ('function idem_outbox_ack', 'CREATE FUNCTION idem_outbox_ack(bigint[]) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
- ('function idem_consume', 'CREATE FUNCTION idem_consume(text, text, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.3'),
- ('index name idem_task_due', 'CREATE TABLE evil_t5 (a int); CREATE INDEX idem_task_due ON evil_t5 (a)', '1.4'),
- ('sequence idem_task_token_seq', 'CREATE SEQUENCE idem_task_token_seq', '1.4'),
- ('function idem_submit', 'CREATE FUNCTION idem_submit(bigint, text, text, jsonb, jsonb DEFAULT NULL, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.4'),
- ('function idem_lease', 'CREATE FUNCTION idem_lease(text, text, interval DEFAULT NULL, integer DEFAULT 1, boolean DEFAULT false) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.4'),
- ('function idem_heartbeat', 'CREATE FUNCTION idem_heartbeat(bigint, bigint, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.4'),
- ('function idem_complete', 'CREATE FUNCTION idem_complete(bigint, bigint, integer, json, bigint DEFAULT NULL, jsonb DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.4'),
- ('function idem_fail', 'CREATE FUNCTION idem_fail(bigint, bigint, jsonb, boolean DEFAULT true) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.4'),
+ ('table idem_outbox', 'CREATE TABLE idem_outbox (id int)', '1.4'),
+ ('table idem_inbox', 'CREATE TABLE idem_inbox (id int)', '1.4'),
+ ('sequence idem_outbox_message_id_seq', 'CREATE SEQUENCE idem_outbox_message_id_seq', '1.4'),
+ ('index name pk_idem_inbox', 'CREATE TABLE evil_t3 (a int CONSTRAINT pk_idem_inbox UNIQUE)', '1.4'),
+ ('index name idem_outbox_pending', 'CREATE TABLE evil_t4 (a int); CREATE INDEX idem_outbox_pending ON evil_t4 (a)', '1.4'),
+ ('function idem_outbox_emit', 'CREATE FUNCTION idem_outbox_emit(text, jsonb, text DEFAULT NULL, jsonb DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.4'),
+ ('function idem_outbox_fetch', 'CREATE FUNCTION idem_outbox_fetch(text, integer DEFAULT 100, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.4'),
+ ('function idem_outbox_ack', 'CREATE FUNCTION idem_outbox_ack(bigint[]) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.4'),
+ ('function idem_consume', 'CREATE FUNCTION idem_consume(text, text, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.4'),
+ ('index name idem_task_due', 'CREATE TABLE evil_t5 (a int); CREATE INDEX idem_task_due ON evil_t5 (a)', '1.5'),
+ ('sequence idem_task_token_seq', 'CREATE SEQUENCE idem_task_token_seq', '1.5'),
+ ('function idem_submit', 'CREATE FUNCTION idem_submit(bigint, text, text, jsonb, jsonb DEFAULT NULL, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.5'),
+ ('function idem_lease', 'CREATE FUNCTION idem_lease(text, text, interval DEFAULT NULL, integer DEFAULT 1, boolean DEFAULT false) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.5'),
+ ('function idem_heartbeat', 'CREATE FUNCTION idem_heartbeat(bigint, bigint, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.5'),
+ ('function idem_complete', 'CREATE FUNCTION idem_complete(bigint, bigint, integer, json, bigint DEFAULT NULL, jsonb DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.5'),
+ ('function idem_fail', 'CREATE FUNCTION idem_fail(bigint, bigint, jsonb, boolean DEFAULT true) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.5'),
+ ('function idem_distribute', 'CREATE FUNCTION idem_distribute() RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.6'),
+ ('function idem_distribute_node', 'CREATE FUNCTION idem_distribute_node() RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.6'),
  ('operators and functions idem compares or calls',
   $p$CREATE FUNCTION evil_cat(text, text) RETURNS text LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN $1 END $$;
      CREATE FUNCTION evil_vc(varchar, varchar) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$;
@@ -146,7 +148,7 @@ ORDER BY s, name;
 -- Updates from every released version: plant what a later script creates
 -- (or resolves), then ALTER EXTENSION idem UPDATE.
 SELECT v.version AS from_version, s AS schema, name, pg_temp.attempt(s, stmt, v.version) AS outcome
-FROM plants, (VALUES ('1.0'), ('1.1'), ('1.2'), ('1.3'), ('1.4')) v(version),
+FROM plants, (VALUES ('1.0'), ('1.1'), ('1.2'), ('1.3'), ('1.4'), ('1.5')) v(version),
      (VALUES ('regress_evil_schema'), ('public')) w(s)
 WHERE since = 'always' OR since > v.version
 ORDER BY v.version, s, name;

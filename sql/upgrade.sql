@@ -1,5 +1,5 @@
 --
--- ALTER EXTENSION idem UPDATE from 1.0, 1.1, 1.2, 1.3 and 1.4 gives what a fresh
+-- ALTER EXTENSION idem UPDATE from 1.0, 1.1, 1.2, 1.3, 1.4 and 1.5 gives what a fresh
 -- install gives (members, grants, function security and settings, table
 -- columns, constraints, indexes, types), and keeps the data.  The older
 -- definitions run with this library too.
@@ -142,6 +142,16 @@ SELECT replayed, body FROM idem_begin(305, 'NOOP', 'upgrade-key-0000007', '{}');
 -- the record made at 1.4 is no task: a submit of its key replays it
 SELECT replayed, status, http_status, task_id FROM idem_submit(305, 'NOOP', 'upgrade-key-0000007', '{}');
 SELECT replayed, status, http_status FROM idem_submit(305, 'LONG', 'upgrade-key-0000008', '{"n": 1}');
+SELECT key, request, attempt FROM idem_lease('LONG', 'upgrade-worker');
+
+-- From 1.5: idem_distribute() does not exist before 1.6; a task submitted
+-- at 1.5 is leased after the update.
+DROP EXTENSION idem;
+CREATE EXTENSION idem VERSION '1.5';
+SELECT count(*) AS distribute FROM pg_proc WHERE proname LIKE 'idem_distribute%';
+SELECT replayed, status FROM idem_submit(306, 'LONG', 'upgrade-key-0000009', '{"n": 2}');
+ALTER EXTENSION idem UPDATE;
+SELECT * FROM pg_temp.catalog_diff();
 SELECT key, request, attempt FROM idem_lease('LONG', 'upgrade-worker');
 
 -- a version that does not exist

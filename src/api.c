@@ -39,6 +39,7 @@
 #include "utils/timestamp.h"
 
 #include "idem.h"
+#include "citus.h"
 #include "claim.h"
 #include "api.h"
 #include "entry.h"
@@ -307,13 +308,14 @@ idem_begin(PG_FUNCTION_ARGS)
 	IdemOutcome outcome;
 
 	idem_scope_from_args(fcinfo, &scope);
+	cat = *idem_catalog(fcinfo);
+	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
 	idem_stats_count(scope.operation, IDEM_STAT_CALLS, 1);
 	idem_check_not_null(fcinfo, 3, "request");
 	ttl = idem_ttl_arg(fcinfo, 4, now);
 	idem_fingerprint_jsonb(PG_GETARG_JSONB_P(3), fingerprint);
 	idem_api_check_unclaimed(&scope, fingerprint);
 
-	cat = *idem_catalog(fcinfo);
 	outcome = idem_claim(&claim, &cat, &scope, fingerprint, now, &identity);
 	idem_restore_caller(&identity);
 
@@ -345,6 +347,9 @@ idem_finish(PG_FUNCTION_ARGS)
 						 PG_ARGISNULL(4), PG_GETARG_DATUM(4),
 						 PG_ARGISNULL(6), PG_GETARG_DATUM(6),
 						 PG_ARGISNULL(5), PG_ARGISNULL(5) ? 0 : PG_GETARG_INT64(5));
+	/* on Citus, the claim is held where idem_begin ran: on the owner's node */
+	cat = *idem_catalog(fcinfo);
+	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
 
 	p = find_claim(&scope);
 	if (p == NULL || p->finished_subid != InvalidSubTransactionId)
@@ -358,7 +363,6 @@ idem_finish(PG_FUNCTION_ARGS)
 						   scope.owner, scope.operation, scope.key),
 				 errhint("Call idem_begin first, in the same transaction, and finish only when it returned replayed = false.")));
 
-	cat = *idem_catalog(fcinfo);
 	finish_claim(&cat, &scope, p, status, &res, now);
 	PG_RETURN_VOID();
 }
@@ -510,6 +514,8 @@ idem_run(PG_FUNCTION_ARGS)
 	FmgrInfo   *hflinfo;
 
 	idem_scope_from_args(fcinfo, &scope);
+	cat = *idem_catalog(fcinfo);
+	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
 	idem_stats_count(scope.operation, IDEM_STAT_CALLS, 1);
 	idem_check_not_null(fcinfo, 3, "request");
 	idem_check_not_null(fcinfo, 4, "handler");
@@ -517,7 +523,6 @@ idem_run(PG_FUNCTION_ARGS)
 	request = PG_GETARG_JSONB_P(3);
 	handler = PG_GETARG_OID(4);
 
-	cat = *idem_catalog(fcinfo);
 	hflinfo = handler_fmgr(handler, cat.result_type);
 	idem_fingerprint_jsonb(request, fingerprint);
 	idem_api_check_unclaimed(&scope, fingerprint);

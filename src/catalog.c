@@ -42,6 +42,7 @@
 
 #include "idem.h"
 #include "catalog.h"
+#include "citus.h"
 #include "util.h"
 
 static const IdemColumnSpec record_columns[REC_NCOLS] = {
@@ -120,6 +121,9 @@ catalog_relcache_callback(Datum arg, Oid relid)
 		if (relid == catalog.tables[i].relid || relid == catalog.tables[i].seq ||
 			relid == catalog.tables[i].keyindex)
 			catalog.valid = false;
+	/* a shard of a distributed table this build has looked at */
+	if (idem_citus_known_shard(relid))
+		catalog.valid = false;
 }
 
 /* Drop the catalog when a function or a type changes (its owner, say). */
@@ -276,6 +280,89 @@ load_layout(IdemTableLayout *t, const IdemTableSpec *spec, Oid nspid)
 		t->keyindex = extension_relation(spec->keyname, nspid, RELKIND_INDEX);
 		check_key_index(t->keyindex, t->relid, t->att, spec->nkey);
 	}
+	t->distributed = idem_citus_distributed(t->relid);
+	table_close(rel, NoLock);
+}
+
+static Oid	check_scope_index(Oid indexid, const IdemTableLayout *record);
+
+/*
+ * The index of shard that Citus created from index shell_index of the
+ * distributed table: the same columns, by name, and the same uniqueness;
+ * its name is the shell's with the shard id appended, or a hash of it.
+ */
+static Oid
+shard_index(Relation shard, Oid shell_index)
+{
+	Relation	shell = index_open(shell_index, AccessShareLock);
+	Form_pg_index want = shell->rd_index;
+	List	   *indexes = RelationGetIndexList(shard);
+	Oid			found = InvalidOid;
+	ListCell   *lc;
+
+	foreach(lc, indexes)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index ind = index->rd_index;
+		bool		same = ind->indnatts == want->indnatts &&
+			ind->indisunique == want->indisunique;
+
+		for (int i = 0; same && i < ind->indnatts; i++)
+		{
+			AttrNumber	a = ind->indkey.values[i];
+			AttrNumber	b = want->indkey.values[i];
+
+			same = a > 0 && b > 0 &&
+				strcmp(get_attname(RelationGetRelid(shard), a, false),
+					   get_attname(want->indrelid, b, false)) == 0;
+		}
+		index_close(index, AccessShareLock);
+		if (same)
+		{
+			found = lfirst_oid(lc);
+			break;
+		}
+	}
+	list_free(indexes);
+	if (!OidIsValid(found))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's shard \"%s\" has no index like \"%s\"",
+						RelationGetRelationName(shard), RelationGetRelationName(shell)),
+				 errhint("Citus creates a shard's indexes from the distributed table's: undo the change to the shard.")));
+	index_close(shell, AccessShareLock);
+	return found;
+}
+
+/*
+ * The layout of shard, a shard of table number `table` of cat (a Citus
+ * distributed table): its columns mapped, its CHECKs planned, its key index
+ * and, for idempotency_record, its scope index (*scopeid) found and checked,
+ * all as for the table itself; the id sequence is the table's.  The result
+ * is a local table: not distributed.
+ */
+void
+idem_catalog_shard_layout(IdemTableLayout *t, Oid *scopeid, const IdemCatalog *cat,
+						  int table, Oid shard)
+{
+	const IdemTableSpec *spec = table_specs[table];
+	const IdemTableLayout *shell = &cat->tables[table];
+	Relation	rel = table_open(shard, AccessShareLock);
+
+	memset(t, 0, sizeof(IdemTableLayout));
+	t->relid = shard;
+	t->seq = shell->seq;
+	t->att = palloc(spec->ncols * sizeof(AttrNumber));
+	map_columns(rel, spec->columns, spec->ncols, t->att);
+	t->natts = RelationGetDescr(rel)->natts;
+	t->checks = plan_checks(rel, &t->ncheck);
+	if (OidIsValid(shell->keyindex))
+	{
+		t->keyindex = shard_index(rel, shell->keyindex);
+		check_key_index(t->keyindex, shard, t->att, spec->nkey);
+	}
+	if (table == IDEM_TABLE_RECORD)
+		*scopeid = check_scope_index(shard_index(rel, cat->scopeid), t);
 	table_close(rel, NoLock);
 }
 
@@ -285,9 +372,8 @@ load_layout(IdemTableLayout *t, const IdemTableSpec *spec, Oid nspid)
  * idempotency_key).
  */
 static Oid
-load_scope_index(Oid nspid, const IdemTableLayout *record)
+check_scope_index(Oid indexid, const IdemTableLayout *record)
 {
-	Oid			indexid = extension_relation("uk_idempotency_scope", nspid, RELKIND_INDEX);
 	Relation	index = index_open(indexid, AccessShareLock);
 	Form_pg_index ind = index->rd_index;
 
@@ -382,7 +468,9 @@ build_catalog(Oid owner, Oid nspid)
 	cat.ntables = ntable_specs;
 	for (int i = 0; i < ntable_specs; i++)
 		load_layout(&cat.tables[i], table_specs[i], nspid);
-	cat.scopeid = load_scope_index(nspid, &cat.tables[IDEM_TABLE_RECORD]);
+	cat.scopeid = check_scope_index(extension_relation("uk_idempotency_scope", nspid,
+													   RELKIND_INDEX),
+									&cat.tables[IDEM_TABLE_RECORD]);
 	cat.result_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 									  CStringGetDatum("idem_result"),
 									  ObjectIdGetDatum(nspid));

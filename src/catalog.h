@@ -55,6 +55,7 @@ typedef struct IdemTableLayout
 	AttrNumber *att;			/* by column of its spec; 0: absent */
 	int			ncheck;			/* CHECK constraints, planned */
 	Expr	  **checks;
+	bool		distributed;	/* a Citus table: rows are in its shards */
 } IdemTableLayout;
 
 /* The columns of idempotency_record, in the order of its spec. */
@@ -107,6 +108,9 @@ extern const IdemCatalog *idem_catalog(FunctionCallInfo fcinfo);
 extern bool idem_catalog_current(const IdemCatalog *cat);
 extern TupleDesc idem_catalog_result(const IdemCatalog *cat, FunctionCallInfo fcinfo);
 extern const IdemTableLayout *idem_catalog_table(const IdemCatalog *cat, int table);
+
+extern void idem_catalog_shard_layout(IdemTableLayout *t, Oid *scopeid,
+									  const IdemCatalog *cat, int table, Oid shard);
 
 extern void idem_row_init(IdemRow *row, const IdemTableLayout *t);
 extern void idem_row_set(IdemRow *row, int col, Datum value);

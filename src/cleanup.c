@@ -42,6 +42,7 @@
 
 #include "idem.h"
 #include "cleanup.h"
+#include "citus.h"
 #include "stats.h"
 #include "rowwrite.h"
 #include "util.h"
@@ -200,28 +201,36 @@ delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_
 int64
 idem_cleanup_batches(Oid nspid, int batch_size, int max_batches)
 {
-	Oid			relids[NTARGETS];
+	List	   *relids[NTARGETS];
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	int64		total = 0;
 
+	/* on Citus, a distributed table's rows are in its shards on this node */
 	for (int i = 0; i < (int) NTARGETS; i++)
-		relids[i] = target_relation(nspid, &targets[i]);
+	{
+		Oid			relid = target_relation(nspid, &targets[i]);
+
+		relids[i] = OidIsValid(relid) ? idem_citus_local_relations(relid) : NIL;
+	}
 	for (int batch = 0; max_batches < 0 || batch < max_batches; batch++)
 	{
 		bool		full = false;
 
 		for (int i = 0; i < (int) NTARGETS; i++)
 		{
-			int64		n;
+			ListCell   *lc;
 
-			CHECK_FOR_INTERRUPTS();
-			if (!OidIsValid(relids[i]))
-				continue;
-			n = delete_batch(relids[i], &targets[i], now, batch_size);
-			total += n;
-			/* a short batch: nothing is left, or only rows others hold */
-			if (n == batch_size)
-				full = true;
+			foreach(lc, relids[i])
+			{
+				int64		n;
+
+				CHECK_FOR_INTERRUPTS();
+				n = delete_batch(lfirst_oid(lc), &targets[i], now, batch_size);
+				total += n;
+				/* a short batch: nothing is left, or only rows others hold */
+				if (n == batch_size)
+					full = true;
+			}
 		}
 		if (!full)
 			break;
@@ -235,6 +244,8 @@ idem_cleanup_expired(PG_FUNCTION_ARGS)
 {
 	int32		batch_size;
 	int32		max_batches = -1;
+	Oid			nspid;
+	int64		deleted;
 
 	idem_check_not_null(fcinfo, 0, "batch_size");
 	batch_size = PG_GETARG_INT32(0);
@@ -253,5 +264,9 @@ idem_cleanup_expired(PG_FUNCTION_ARGS)
 					 errdetail("The call has max_batches %d.", max_batches)));
 	}
 
-	PG_RETURN_INT64(idem_cleanup_batches(idem_extension_schema(fcinfo), batch_size, max_batches));
+	nspid = idem_extension_schema(fcinfo);
+	deleted = idem_cleanup_batches(nspid, batch_size, max_batches);
+	/* a Citus coordinator cleans every worker's shards too */
+	deleted += idem_citus_cleanup_workers(nspid, batch_size, max_batches);
+	PG_RETURN_INT64(deleted);
 }

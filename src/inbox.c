@@ -44,6 +44,7 @@
 
 #include "idem.h"
 #include "catalog.h"
+#include "citus.h"
 #include "entry.h"
 #include "identity.h"
 #include "key.h"
@@ -225,6 +226,7 @@ idem_consume(PG_FUNCTION_ARGS)
 	/* a copy: a nested call may build the catalog again under us */
 	cat = *idem_catalog(fcinfo);
 	t = idem_catalog_table(&cat, inbox_table_index);
+	IDEM_CITUS_ROUTE(&cat, fcinfo, inbox_table_index, PointerGetDatum(consumer), TEXTOID);
 
 	consumer_str = text_to_cstring(consumer);
 	inbox_locktag(&tag, consumer, message_id);

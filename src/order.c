@@ -27,6 +27,7 @@
 #include "utils/timestamp.h"
 
 #include "idem.h"
+#include "citus.h"
 #include "claim.h"
 #include "stats.h"
 #include "entry.h"
@@ -330,14 +331,16 @@ idem_create_order(PG_FUNCTION_ARGS)
 	scope.key = text_to_cstring(key);
 	scope.key_text = PointerGetDatum(key);
 	idem_check_key(scope.key, VARSIZE_ANY_EXHDR(key));
+
+	/* a copy: a nested call may build the catalog again under us */
+	cat = *idem_catalog(fcinfo);
+	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
+	IDEM_CITUS_ROUTE(&cat, fcinfo, order_table_index, Int64GetDatum(scope.owner), INT8OID);
 	idem_stats_count(scope.operation, IDEM_STAT_CALLS, 1);
 	call.owner = scope.owner;
 	call.sku = PG_GETARG_INT64(2);
 	call.qty = PG_GETARG_INT32(3);
 	check_order_request(call.sku, call.qty);
-
-	/* a copy: a nested call may build the catalog again under us */
-	cat = *idem_catalog(fcinfo);
 	call.cat = &cat;
 	call.now = GetCurrentTransactionStartTimestamp();
 	order_fingerprint(call.sku, call.qty, fingerprint);

@@ -70,6 +70,7 @@
 #include "utils/tuplestore.h"
 
 #include "idem.h"
+#include "citus.h"
 #include "api.h"
 #include "claim.h"
 #include "entry.h"
@@ -396,6 +397,13 @@ task_relations(const IdemCatalog *cat)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("this database's idem has no tasks"),
 				 errhint("ALTER EXTENSION idem UPDATE.")));
+	/* idem_submit has pointed cat at the owner's shard: it is no longer distributed */
+	if (cat->tables[IDEM_TABLE_RECORD].distributed)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("idem cannot lease tasks on Citus yet"),
+				 errdetail("idem_submit stores a task on its owner's shard, but idem_lease, idem_heartbeat, idem_complete and idem_fail find tasks by operation or by id, which no shard decides."),
+				 errhint("Run long flows on a server whose idem is not distributed.")));
 	if (rels_generation == cat->generation && OidIsValid(due_index))
 		return;
 	due_index = get_relname_relid("idem_task_due", cat->nspid);
@@ -522,6 +530,8 @@ idem_submit(PG_FUNCTION_ARGS)
 	bool		nulls[SUB_NCOLS] = {0};
 
 	idem_scope_from_args(fcinfo, &scope);
+	cat = *idem_catalog(fcinfo);
+	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
 	idem_stats_count(scope.operation, IDEM_STAT_CALLS, 1);
 	idem_check_not_null(fcinfo, 3, "request");
 	ttl = idem_ttl_arg(fcinfo, 5, now);
@@ -529,7 +539,6 @@ idem_submit(PG_FUNCTION_ARGS)
 	idem_fingerprint_jsonb(request, fingerprint);
 	idem_api_check_unclaimed(&scope, fingerprint);
 
-	cat = *idem_catalog(fcinfo);
 	task_relations(&cat);
 	claim.accept_unfinished = true;
 	replayed = idem_claim(&claim, &cat, &scope, fingerprint, now, &identity) == IDEM_REPLAY;

@@ -1,0 +1,37 @@
+/*-------------------------------------------------------------------------
+ *
+ * citus.h
+ *	  idem on Citus: the shard of a distributed table that holds an owner's
+ *	  rows, found on the node a call was delegated to; the call sent on to
+ *	  that node when it runs elsewhere.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_CITUS_H
+#define IDEM_CITUS_H
+
+#include "fmgr.h"
+#include "nodes/pg_list.h"
+
+#include "catalog.h"
+
+extern bool idem_citus_distributed(Oid relid);
+extern bool idem_citus_localize(IdemCatalog *cat, int table, Datum value, Oid type);
+extern Datum idem_citus_redispatch(FunctionCallInfo fcinfo);
+extern bool idem_citus_known_shard(Oid relid);
+extern List *idem_citus_local_relations(Oid relid);
+extern int64 idem_citus_cleanup_workers(Oid nspid, int batch_size, int max_batches);
+
+/*
+ * In an entry point, after copying the catalog: point cat's table at the
+ * shard on this node that holds value, or, when that shard is on another
+ * node, return what the call returns there.  Outside Citus: one test.
+ */
+#define IDEM_CITUS_ROUTE(cat, fcinfo, table, value, type) \
+	do { \
+		if ((cat)->tables[(table)].distributed && \
+			!idem_citus_localize((cat), (table), (value), (type))) \
+			return idem_citus_redispatch(fcinfo); \
+	} while (0)
+
+#endif							/* IDEM_CITUS_H */

@@ -1,0 +1,99 @@
+# test/citus/cluster.sh: a Citus cluster on loopback for the Citus stage and
+# its benchmark, sourced after test/lib.sh.
+#
+# citus_cluster_start starts a coordinator and two workers, each its own
+# throwaway PostgreSQL 15 (citus and idem preloaded, TCP on 127.0.0.1 only,
+# free ports), creates database "idem" with citus and idem on every node
+# (Citus propagates CREATE EXTENSION idem), adds the workers and runs
+# idem_distribute().  Sets CITUS_TMP, COORD_PORT, WORKER1_PORT,
+# WORKER2_PORT; citus_cluster_stop stops the three servers by their data
+# directories.
+
+# Build and install Citus 13.2.2 from ../shared/vendor (or the directory
+# CITUS_VENDOR names), unless that Citus is installed already.
+ensure_citus() {
+	local control=/usr/share/postgresql/15/extension/citus.control
+	if [ -f /usr/lib/postgresql/15/lib/citus.so ] && grep -q "^default_version = '13.2-1'" "$control" 2>/dev/null; then
+		return 0
+	fi
+	local vendor=${CITUS_VENDOR:-$IDEM_ROOT/../shared/vendor}
+	if [ ! -f "$vendor/build-citus.sh" ]; then
+		log "Citus is not installed and $vendor/build-citus.sh is missing"
+		return 1
+	fi
+	log "building Citus 13.2.2 from $vendor (a few minutes)"
+	PG_CONFIG=$PG_CONFIG bash "$vendor/build-citus.sh" >&2
+}
+
+free_port() {
+	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# psql on node port $1, database idem, as postgres, quiet, unaligned.
+cq() {
+	local port=$1
+	shift
+	"$PG_BINDIR/psql" -X -q -At -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres -d idem "$@"
+}
+
+citus_node_init() {	# citus_node_init NAME PORT
+	local dir=$CITUS_TMP/$1
+	as_pg_user "$PG_BINDIR/initdb" -D "$dir" -U postgres --auth=trust --encoding=UTF8 \
+		--locale=C.UTF-8 --no-sync >"$CITUS_TMP/initdb-$1.log" 2>&1
+	{
+		echo "listen_addresses = '127.0.0.1'"
+		echo "port = $2"
+		echo "unix_socket_directories = '$CITUS_TMP'"
+		echo "shared_preload_libraries = 'citus,idem'"
+		echo "max_connections = 200"
+		echo "fsync = off"
+		echo "log_min_messages = warning"
+		echo "citus.node_conninfo = 'sslmode=disable'"
+		echo "citus.log_remote_commands = off"
+		echo "idem.cleanup_interval = ${CITUS_CLEANUP_INTERVAL:-0}"
+		echo "idem.cleanup_databases = 'idem'"
+		echo "idem.wait_timeout = ${CITUS_WAIT_TIMEOUT:-5s}"
+	} >>"$dir/postgresql.conf"
+}
+
+citus_node_start() {	# citus_node_start NAME
+	as_pg_user "$PG_BINDIR/pg_ctl" -D "$CITUS_TMP/$1" -l "$CITUS_TMP/$1.log" -w -s start
+}
+
+citus_cluster_start() {
+	CITUS_TMP=$(mktemp -d /tmp/idem-citus.XXXXXX)
+	chmod 755 "$CITUS_TMP"
+	[ "$(id -u)" -eq 0 ] && chown postgres: "$CITUS_TMP"
+	COORD_PORT=$(free_port)
+	WORKER1_PORT=$(free_port)
+	WORKER2_PORT=$(free_port)
+	trap citus_cluster_stop EXIT
+	local node port
+	for node in coord:$COORD_PORT worker1:$WORKER1_PORT worker2:$WORKER2_PORT; do
+		citus_node_init "${node%%:*}" "${node##*:}"
+		citus_node_start "${node%%:*}"
+	done
+	for port in $COORD_PORT $WORKER1_PORT $WORKER2_PORT; do
+		"$PG_BINDIR/createdb" -h 127.0.0.1 -p "$port" -U postgres idem
+		cq "$port" -c "CREATE EXTENSION citus"
+	done
+	cq "$COORD_PORT" <<-SQL >/dev/null
+		SELECT citus_set_coordinator_host('127.0.0.1', $COORD_PORT);
+		SELECT citus_add_node('127.0.0.1', $WORKER1_PORT);
+		SELECT citus_add_node('127.0.0.1', $WORKER2_PORT);
+		CREATE EXTENSION idem;
+		CREATE EXTENSION pgcrypto;
+		SELECT idem_distribute();
+	SQL
+}
+
+citus_cluster_stop() {
+	local node
+	[ -n "${CITUS_TMP:-}" ] || return 0
+	for node in coord worker1 worker2; do
+		if [ -f "$CITUS_TMP/$node/postmaster.pid" ]; then
+			as_pg_user "$PG_BINDIR/pg_ctl" -D "$CITUS_TMP/$node" -m fast -w -s stop || true
+		fi
+	done
+	[ -n "${IDEM_KEEP_TMP:-}" ] || rm -rf "$CITUS_TMP"
+}

@@ -1,0 +1,266 @@
+#!/usr/bin/env bash
+# The Citus stage: idem distributed by owner on a coordinator and two workers
+# on loopback (test/citus/cluster.sh), every call made through the
+# coordinator.  Builds and installs Citus 13.2.2 from ../shared/vendor first
+# if it is not installed.  Prints one "ok - ..." or "not ok - ..." line per
+# check.
+#
+#   bash test/citus/run.sh
+source "$(dirname "$0")/../lib.sh"
+source "$(dirname "$0")/cluster.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+
+ensure_packages
+ensure_citus
+if ! [ -f "$PG_BINDIR/../lib/idem.so" ] && ! [ -f "$($PG_CONFIG --pkglibdir)/idem.so" ]; then
+	build_install
+fi
+CITUS_WAIT_TIMEOUT=1s citus_cluster_start
+log "Citus cluster: coordinator :$COORD_PORT, workers :$WORKER1_PORT :$WORKER2_PORT"
+
+c() { cq "$COORD_PORT" "$@"; }
+# The SQLSTATE of a statement run through the coordinator, or "ok".
+sqlstate() {
+	local out
+	out=$(c -v VERBOSITY=sqlstate -c "$1" 2>&1 >/dev/null || true)
+	out=$(echo "$out" | sed -n 's/^ERROR:  *//p')
+	echo "${out:-ok}"
+}
+# The port of the worker holding owner $1's shard of idempotency_record.
+node_of() {
+	c -c "SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
+	      WHERE p.shardid = get_shard_id_for_distribution_column('idempotency_record', $1)"
+}
+# Rows of table $1 matching $2 on each worker, as "port:count port:count",
+# counted shard by shard where the shards are (run_command_on_placements).
+rows_by_node() {
+	local pred=${2//\'/\'\'}
+	pred=${pred//%/%%}
+	c -c "SELECT string_agg(nodeport || ':' || n, ' ' ORDER BY groupid) FROM (
+	        SELECT w.groupid, w.nodeport, coalesce(sum(p.result::bigint), 0) AS n
+	          FROM pg_dist_node w
+	          LEFT JOIN run_command_on_placements('$1', 'SELECT count(*) FROM %s WHERE $pred') p
+	            ON p.nodeport = w.nodeport
+	         WHERE w.groupid <> 0 GROUP BY w.groupid, w.nodeport) s"
+}
+
+# A generic operation: a ledger distributed with idem's tables; the handler
+# writes the owner's entry (the request carries the owner: a handler sees
+# only the request).
+c <<'SQL' >/dev/null
+CREATE TABLE ledger (owner_id bigint NOT NULL, id bigserial, amount numeric NOT NULL,
+                     PRIMARY KEY (owner_id, id));
+SELECT create_distributed_table('ledger', 'owner_id', colocate_with => 'idempotency_record');
+CREATE FUNCTION ledger_handler(request jsonb) RETURNS idem_result LANGUAGE plpgsql AS $$
+DECLARE e bigint;
+BEGIN
+    IF (request->>'amount')::numeric <= 0 THEN
+        RETURN ROW(422, json_build_object('error', 'amount must be positive'), NULL, NULL)::idem_result;
+    END IF;
+    INSERT INTO public.ledger (owner_id, amount)
+    VALUES ((request->>'owner')::bigint, (request->>'amount')::numeric) RETURNING id INTO e;
+    RETURN ROW(201, json_build_object('entry', e), '{"Location": "/ledger"}', e)::idem_result;
+END $$;
+CREATE TABLE load_log (round_key text, order_id bigint, replayed boolean);
+SQL
+
+w1=$WORKER1_PORT
+w2=$WORKER2_PORT
+# owners on each worker
+owner_w1=$(c -c "SELECT o FROM generate_series(1, 100) o WHERE (SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = get_shard_id_for_distribution_column('idempotency_record', o)) = $w1 LIMIT 1")
+owner_w2=$(c -c "SELECT o FROM generate_series(1, 100) o WHERE (SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = get_shard_id_for_distribution_column('idempotency_record', o)) = $w2 LIMIT 1")
+
+check "idem_distribute: idempotency_record, purchase_order co-located by owner_id, idem_inbox by consumer" \
+	"idem_inbox:consumer idempotency_record:owner_id purchase_order:owner_id t" \
+	"$(c -c "SELECT string_agg(logicalrelid::text || ':' || column_to_column_name(logicalrelid, partkey), ' ' ORDER BY logicalrelid::text),
+	               (SELECT count(DISTINCT colocationid) = 1 FROM pg_dist_partition
+	                 WHERE logicalrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass, 'ledger'::regclass))
+	          FROM pg_dist_partition WHERE logicalrelid::text NOT IN ('ledger')" | tr '|' ' ')"
+check "idem_distribute: keys include owner_id; the scope constraint unchanged" \
+	"idempotency_record_pkey:(owner_id, id) purchase_order_order_no_key:(owner_id, order_no) purchase_order_pkey:(owner_id, id) uk_idempotency_scope:(owner_id, operation, idempotency_key)" \
+	"$(c -c "SELECT string_agg(conname || ':' || regexp_replace(pg_get_constraintdef(oid), '^[A-Z ]+ ', ''), ' ' ORDER BY conname)
+	          FROM pg_constraint WHERE contype IN ('p', 'u')
+	           AND conrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass)")"
+check "idem_distribute: the functions that take an owner are delegated by it" \
+	"idem_begin idem_consume idem_create_order idem_finish idem_run idem_submit" \
+	"$(c -c "SELECT string_agg(p.proname, ' ' ORDER BY p.proname) FROM pg_dist_object d JOIN pg_proc p ON p.oid = d.objid
+	          WHERE d.classid = 'pg_proc'::regclass AND d.distribution_argument_index = 0 AND d.force_delegation")"
+c -c "SELECT idem_distribute()" >/dev/null
+check "idem_distribute: a second run changes nothing" \
+	"6 3" "$(c -c "SELECT (SELECT count(*) FROM pg_dist_object WHERE classid = 'pg_proc'::regclass AND distribution_argument_index = 0),
+	                      (SELECT count(*) FROM pg_dist_partition WHERE logicalrelid::text <> 'ledger')" | tr '|' ' ')"
+check "owners $owner_w1 and $owner_w2 have their shards on different workers" \
+	"$w1 $w2" "$(node_of "$owner_w1") $(node_of "$owner_w2")"
+
+# ---- the article's seven tests, through the coordinator ----
+for o in "$owner_w1" "$owner_w2"; do
+	key=$(printf 'citus-serial-%s-%06d' "$$" "$o")
+	first=$(c -c "SELECT order_id, order_no, status, http_status, replayed FROM idem_create_order($o, '$key', 5, 2)")
+	second=$(c -c "SELECT order_id, order_no, status, http_status, replayed FROM idem_create_order($o, '$key', 5, 2)")
+	check "1. create_order (owner $o): twice in a row, one order" "1" \
+		"$(c -c "SELECT count(*) FROM purchase_order o JOIN idempotency_record r ON r.owner_id = o.owner_id AND r.resource_id = o.id WHERE r.owner_id = $o AND r.idempotency_key = '$key'")"
+	check "6. create_order (owner $o): the replay returns the first answer" "${first%|f}|t" "$second"
+	check "3. create_order (owner $o): the key with another request is IK001" "IK001" \
+		"$(sqlstate "SELECT * FROM idem_create_order($o, '$key', 5, 3)")"
+
+	key=$(printf 'citus-generic-%s-%06d' "$$" "$o")
+	req="{\"owner\": $o, \"amount\": 10}"
+	first=$(c -c "SELECT http_status, body, headers, resource_id, replayed FROM idem_run($o, 'PAY', '$key', '$req', 'ledger_handler(jsonb)')")
+	second=$(c -c "SELECT http_status, body, headers, resource_id, replayed FROM idem_run($o, 'PAY', '$key', '$req', 'ledger_handler(jsonb)')")
+	check "1. idem_run (owner $o): twice in a row, one ledger entry" "1" \
+		"$(c -c "SELECT count(*) FROM ledger WHERE owner_id = $o")"
+	check "6. idem_run (owner $o): the replay returns the same status, body and headers" "${first%|f}|t" "$second"
+	check "3. idem_run (owner $o): the key with another request is IK001" "IK001" \
+		"$(sqlstate "SELECT * FROM idem_run($o, 'PAY', '$key', '{\"owner\": $o, \"amount\": 11}', 'ledger_handler(jsonb)')")"
+done
+
+# 4. a first attempt that fails (rolled back on the worker, inside the
+#    coordinator's transaction block): the retry executes
+key="citus-rollback-$$-000001"
+c -c "BEGIN" -c "SELECT * FROM idem_create_order($owner_w1, '$key', 6, 1)" -c "ROLLBACK" >/dev/null
+check "4. create_order: after a rolled-back first attempt the retry executes" "f" \
+	"$(c -c "SELECT replayed FROM idem_create_order($owner_w1, '$key', 6, 1)")"
+key="citus-rollback-$$-000002"
+c -c "BEGIN" -c "SELECT * FROM idem_run($owner_w2, 'PAY', '$key', '{\"owner\": $owner_w2, \"amount\": 3}', 'ledger_handler(jsonb)')" -c "ROLLBACK" >/dev/null
+check "4. idem_run: after a rolled-back first attempt the retry executes, one entry" "f 1" \
+	"$(c -c "SELECT replayed FROM idem_run($owner_w2, 'PAY', '$key', '{\"owner\": $owner_w2, \"amount\": 3}', 'ledger_handler(jsonb)')") $(c -c "SELECT count(*) FROM ledger WHERE owner_id = $owner_w2 AND amount = 3")"
+
+# 5. no cache in front: the unique index on the shard is the arbiter; a
+#    duplicate written around idem fails there
+check "5. a duplicate record written around idem fails on the shard's unique index (23505)" "23505" \
+	"$(sqlstate "INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+	             VALUES ($owner_w1, 'CREATE_ORDER', 'citus-rollback-$$-000001', repeat('0', 64), 'PROCESSING', now() + interval '1 day')")"
+
+# 7. other owners, same key, same node and other node
+key="citus-shared-key-$$"
+o3=$(c -c "SELECT o FROM generate_series($owner_w1 + 1, 200) o WHERE (SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = get_shard_id_for_distribution_column('idempotency_record', o)) = $w1 LIMIT 1")
+for o in "$owner_w1" "$owner_w2" "$o3"; do
+	c -c "SELECT * FROM idem_create_order($o, '$key', 7, 1)" >/dev/null
+	c -c "SELECT * FROM idem_run($o, 'PAY', '$key', '{\"owner\": $o, \"amount\": 7}', 'ledger_handler(jsonb)')" >/dev/null
+done
+check "7. three owners (two on one worker, one on the other), one key: three orders, three entries, all fresh" "3 3 3" \
+	"$(c -c "SELECT count(DISTINCT resource_id) FILTER (WHERE operation = 'CREATE_ORDER'),
+	               count(DISTINCT resource_id) FILTER (WHERE operation = 'PAY')
+	          FROM idempotency_record WHERE idempotency_key = '$key'" | tr '|' ' ') $(c -c "SELECT count(*) FROM ledger WHERE amount = 7")"
+
+# ---- 2. load: 20 clients x 30 rounds, one key per round ----
+ROUNDS=${ROUNDS:-30}
+CLIENTS=${CLIENTS:-20}
+failed_runs=0
+failed_txns=0
+for round in $(seq 1 "$ROUNDS"); do
+	key=$(printf 'citus-round-%06d-%s' "$round" "$$")
+	if ! out=$("$PG_BINDIR/pgbench" -n -M prepared -h 127.0.0.1 -p "$COORD_PORT" -U postgres \
+			-c "$CLIENTS" -j 2 -t 1 -D key="$key" -D owner="$owner_w2" -f "$here/same_key.pgbench" idem 2>&1); then
+		failed_runs=$((failed_runs + 1))
+		echo "$out" | tail -5 >&2
+	fi
+	n=$(echo "$out" | sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p')
+	failed_txns=$((failed_txns + ${n:-0}))
+done
+check "2. load: $ROUNDS rounds of $CLIENTS clients through the coordinator, no failed transaction" "0 0" \
+	"$failed_runs $failed_txns"
+check "2. load: exactly one order per round" "$ROUNDS" \
+	"$(c -c "SELECT count(*) FROM idempotency_record WHERE owner_id = $owner_w2 AND idempotency_key LIKE 'citus-round-%-$$'")"
+check "2. load: every caller of a round got the same order, one executed and $((CLIENTS - 1)) replayed" "$ROUNDS" \
+	"$(c -c "SELECT count(*) FROM (SELECT round_key FROM load_log GROUP BY round_key
+	          HAVING count(*) = $CLIENTS AND count(DISTINCT order_id) = 1
+	             AND count(*) FILTER (WHERE NOT replayed) = 1) s")"
+check "2. load: each round's order exists once, the one its record points to" "$ROUNDS" \
+	"$(c -c "SELECT count(*) FROM (SELECT DISTINCT l.round_key, l.order_id FROM load_log l) l
+	          JOIN idempotency_record r ON r.owner_id = $owner_w2 AND r.idempotency_key = l.round_key AND r.resource_id = l.order_id
+	          JOIN purchase_order o ON o.owner_id = $owner_w2 AND o.id = l.order_id")"
+n_rec=$(c -c "SELECT count(*) FROM idempotency_record WHERE owner_id = $owner_w2")
+n_ord=$(c -c "SELECT count(*) FROM purchase_order WHERE owner_id = $owner_w2")
+check "2. load: owner $owner_w2's records are all on its worker (:$w2), none elsewhere" \
+	"$w1:0 $w2:$n_rec" "$(rows_by_node idempotency_record "owner_id = $owner_w2")"
+check "2. load: owner $owner_w2's orders are all on its worker, in the co-located shard" \
+	"$w1:0 $w2:$n_ord" "$(rows_by_node purchase_order "owner_id = $owner_w2")"
+check "2. load: the shell tables on the coordinator and the workers are empty" "0 0 0" \
+	"$(for p in $COORD_PORT $w1 $w2; do cq "$p" -c "SELECT pg_relation_size('idempotency_record') + pg_relation_size('purchase_order')"; done | tr '\n' ' ' | sed 's/ $//')"
+
+# ---- calls Citus does not delegate: they run themselves again, delegated ----
+key="citus-undelegated-$$"
+check "not delegated (owner from a column, one statement, two workers): each call runs on its owner's node" "false false" \
+	"$(c -c "SELECT string_agg((idem_create_order(o, '$key', 9, 1)).replayed::text, ' ') FROM (VALUES ($owner_w1::bigint), ($owner_w2)) v(o)")"
+check "not delegated: a repeat replays both" "true true" \
+	"$(c -c "SELECT string_agg((idem_create_order(o, '$key', 9, 1)).replayed::text, ' ') FROM (VALUES ($owner_w1::bigint), ($owner_w2)) v(o)")"
+check "not delegated (PERFORM in PL/pgSQL, in a transaction block): one order, on the owner's node" "$w1:1 $w2:0" \
+	"$(c -c "BEGIN" -c "DO \$\$ BEGIN PERFORM idem_create_order($owner_w1, 'citus-plpgsql-$$', 9, 2); PERFORM idem_create_order($owner_w1, 'citus-plpgsql-$$', 9, 2); END \$\$" -c "COMMIT" >/dev/null; rows_by_node idempotency_record "idempotency_key = 'citus-plpgsql-$$'")"
+check "idem_begin ... idem_finish in one transaction block through the coordinator" "f t|202|{\"queued\": true}" \
+	"$(c -c "BEGIN" -c "SELECT replayed FROM idem_begin($owner_w2, 'QUEUE', 'citus-two-step-$$', '{}')" \
+	      -c "SELECT idem_finish($owner_w2, 'QUEUE', 'citus-two-step-$$', 202, '{\"queued\": true}')" -c "COMMIT" | sed -n 1p) $(c -c "SELECT replayed, http_status, body FROM idem_begin($owner_w2, 'QUEUE', 'citus-two-step-$$', '{}')")"
+
+# ---- IK002: an original held open on a worker ----
+key="citus-held-$$"
+c -c "BEGIN" -c "SELECT order_id FROM idem_create_order($owner_w1, '$key', 8, 1)" -c "SELECT pg_sleep(3)" -c "COMMIT" >/dev/null &
+holder=$!
+sleep 1
+start=$(date +%s%N)
+state=$(sqlstate "SELECT * FROM idem_create_order($owner_w1, '$key', 8, 1)")
+waited=$((($(date +%s%N) - start) / 1000000))
+check "IK002: a duplicate of an original held on worker :$w1 waits idem.wait_timeout (1 s there), then IK002" "IK002 yes" \
+	"$state $([ "$waited" -ge 900 ] && [ "$waited" -lt 2500 ] && echo yes || echo "no ($waited ms)")"
+wait "$holder"
+check "IK002: once the original commits, the retry replays it" "t" \
+	"$(c -c "SELECT replayed FROM idem_create_order($owner_w1, '$key', 8, 1)")"
+
+# ---- expiry and renewal ----
+key="citus-expiry-$$"
+req="{\"owner\": $owner_w2, \"amount\": 4}"
+c -c "SELECT * FROM idem_run($owner_w2, 'PAY', '$key', '$req', 'ledger_handler(jsonb)', ttl => '1 second')" >/dev/null
+sleep 1.2
+check "expiry: an expired key starts fresh (a second entry), in the same record, renewed" "f 2 1 t" \
+	"$(c -c "SELECT replayed FROM idem_run($owner_w2, 'PAY', '$key', '$req', 'ledger_handler(jsonb)', ttl => '1 hour')") $(c -c "SELECT (SELECT count(*) FROM ledger WHERE owner_id = $owner_w2 AND amount = 4), count(*), bool_and(expires_at > now() + interval '50 minutes') FROM idempotency_record WHERE owner_id = $owner_w2 AND idempotency_key = '$key'" | tr '|' ' ')"
+
+# ---- the inbox, by consumer ----
+check "idem_consume through the coordinator: the first delivery consumes, the second does not" "t f" \
+	"$(c -c "SELECT idem_consume('billing', 'msg-$$')") $(c -c "SELECT idem_consume('billing', 'msg-$$')")"
+check "the inbox entry is in its consumer's shard only" "1 1" \
+	"$(c -c "SELECT sum(result::int) FILTER (WHERE shardid = get_shard_id_for_distribution_column('idem_inbox', 'billing'::varchar)), sum(result::int)
+	          FROM run_command_on_placements('idem_inbox', 'SELECT count(*) FROM %s WHERE message_id = ''msg-$$''')" | tr '|' ' ')"
+
+# ---- cleanup on every node ----
+for o in $(seq 1 40); do
+	echo "SELECT * FROM idem_run($o, 'PAY', 'citus-expire-$$-$o', '{\"owner\": $o, \"amount\": 1}', 'ledger_handler(jsonb)', ttl => '1 second');"
+done | c >/dev/null
+sleep 1.2
+expired_by_node=$(rows_by_node idempotency_record "idempotency_key LIKE 'citus-expire-$$-%' AND expires_at < now()")
+check "cleanup: expired records on both workers" "yes" \
+	"$(echo "$expired_by_node" | awk '{split($1, a, ":"); split($2, b, ":"); print (a[2] > 0 && b[2] > 0) ? "yes" : "no: " $0}')"
+check "cleanup: idem_cleanup_expired() on the coordinator deletes every worker's" "40" \
+	"$(c -c "SELECT idem_cleanup_expired()")"
+check "cleanup: none is left on any node" "$w1:0 $w2:0" \
+	"$(rows_by_node idempotency_record "idempotency_key LIKE 'citus-expire-$$-%'")"
+# the background worker of each node cleans that node's shards
+for o in $(seq 1 40); do
+	echo "SELECT * FROM idem_run($o, 'PAY', 'citus-bgw-$$-$o', '{\"owner\": $o, \"amount\": 1}', 'ledger_handler(jsonb)', ttl => '1 second');"
+done | c >/dev/null
+for p in $COORD_PORT $w1 $w2; do
+	cq "$p" -c "ALTER SYSTEM SET idem.cleanup_interval = 1" -c "SELECT pg_reload_conf()" >/dev/null
+done
+left=""
+for _ in $(seq 1 40); do
+	left=$(rows_by_node idempotency_record "idempotency_key LIKE 'citus-bgw-$$-%'")
+	[ "$left" = "$w1:0 $w2:0" ] && break
+	sleep 0.5
+done
+check "cleanup: the background worker of each worker node deletes its own shards' expired records" "$w1:0 $w2:0" "$left"
+check "cleanup: no node's cleanup worker reported an error" "" \
+	"$(for p in $COORD_PORT $w1 $w2; do cq "$p" -c "SELECT last_error FROM idem_cleanup_status() WHERE last_error IS NOT NULL"; done)"
+for p in $COORD_PORT $w1 $w2; do
+	cq "$p" -c "ALTER SYSTEM RESET idem.cleanup_interval" -c "SELECT pg_reload_conf()" >/dev/null
+done
+
+# ---- a worker node stopped (immediate) mid-load ----
+restart_worker1() {
+	as_pg_user "$PG_BINDIR/pg_ctl" -D "$CITUS_TMP/worker1" -m immediate -w -s stop
+	sleep 1
+	as_pg_user "$PG_BINDIR/pg_ctl" -D "$CITUS_TMP/worker1" -l "$CITUS_TMP/worker1.log" -w -s start
+}
+/usr/bin/python3 "$here/crash_load.py" "$COORD_PORT" "$$" >"$CITUS_TMP/crash_load.out" &
+loader=$!
+sleep 3
+restart_worker1
+wait "$loader" || true
+cat "$CITUS_TMP/crash_load.out"
