@@ -107,12 +107,14 @@ run_shell_check chaos "$IDEM_ROOT/test/chaos/tasks.sh" \
 	"10,000 tasks, 6 workers leasing with bind_session, kill -9 of two of them, retryable failures"
 run_shell_check examples "$IDEM_ROOT/test/examples/run.sh" \
 	"the HTTP API in Python, Node and Java, a double click in Chromium, the Redis fast layer"
+run_shell_check citus "$IDEM_ROOT/test/citus/run.sh" \
+	"Citus 13.2: a coordinator and two workers, idem distributed by owner, every call through the coordinator"
 run_shell_check exporter "$IDEM_ROOT/test/exporter/check_queries.sh" \
 	"the postgres_exporter queries run as a pg_monitor role and return their metrics"
 run_shell_check fuzz "$IDEM_ROOT/test/fuzz/fuzz.sh" "idem_canonical_json and idem_request_hash against npm's canonicalize, 20,000 random documents"
 run_shell_check dump "$IDEM_ROOT/test/dump/dump_restore.sh" "pg_dump keeps idem's rows"
 run_shell_check upgrade_suite "$IDEM_ROOT/test/upgrade/suite_after_update.sh" \
-	"the pg_regress suite on databases created at 1.0, 1.1, 1.2, 1.3, 1.4 and updated"
+	"the pg_regress suite on databases created at 1.0, 1.1, 1.2, 1.3, 1.4, 1.5 and updated"
 
 # last: it replaces the installed files with the package's, then restores them
 run_shell_check package "$IDEM_ROOT/test/package/check.sh" \
