@@ -9,6 +9,8 @@
 source "$(dirname "$0")/../lib.sh"
 source "$(dirname "$0")/cluster.sh"
 here=$(cd "$(dirname "$0")" && pwd)
+# in every key: keys are 16 to 128 characters
+tag=$(printf "%07d" "$$")
 
 ensure_packages
 ensure_citus
@@ -94,7 +96,7 @@ check "owners $owner_w1 and $owner_w2 have their shards on different workers" \
 
 # ---- the article's seven tests, through the coordinator ----
 for o in "$owner_w1" "$owner_w2"; do
-	key=$(printf 'citus-serial-%s-%06d' "$$" "$o")
+	key=$(printf 'citus-serial-%s-%06d' "$tag" "$o")
 	first=$(c -c "SELECT order_id, order_no, status, http_status, replayed FROM idem_create_order($o, '$key', 5, 2)")
 	second=$(c -c "SELECT order_id, order_no, status, http_status, replayed FROM idem_create_order($o, '$key', 5, 2)")
 	check "1. create_order (owner $o): twice in a row, one order" "1" \
@@ -103,7 +105,7 @@ for o in "$owner_w1" "$owner_w2"; do
 	check "3. create_order (owner $o): the key with another request is IK001" "IK001" \
 		"$(sqlstate "SELECT * FROM idem_create_order($o, '$key', 5, 3)")"
 
-	key=$(printf 'citus-generic-%s-%06d' "$$" "$o")
+	key=$(printf 'citus-generic-%s-%06d' "$tag" "$o")
 	req="{\"owner\": $o, \"amount\": 10}"
 	first=$(c -c "SELECT http_status, body, headers, resource_id, replayed FROM idem_run($o, 'PAY', '$key', '$req', 'ledger_handler(jsonb)')")
 	second=$(c -c "SELECT http_status, body, headers, resource_id, replayed FROM idem_run($o, 'PAY', '$key', '$req', 'ledger_handler(jsonb)')")
@@ -116,11 +118,11 @@ done
 
 # 4. a first attempt that fails (rolled back on the worker, inside the
 #    coordinator's transaction block): the retry executes
-key="citus-rollback-$$-000001"
+key="citus-rollback-$tag-000001"
 c -c "BEGIN" -c "SELECT * FROM idem_create_order($owner_w1, '$key', 6, 1)" -c "ROLLBACK" >/dev/null
 check "4. create_order: after a rolled-back first attempt the retry executes" "f" \
 	"$(c -c "SELECT replayed FROM idem_create_order($owner_w1, '$key', 6, 1)")"
-key="citus-rollback-$$-000002"
+key="citus-rollback-$tag-000002"
 c -c "BEGIN" -c "SELECT * FROM idem_run($owner_w2, 'PAY', '$key', '{\"owner\": $owner_w2, \"amount\": 3}', 'ledger_handler(jsonb)')" -c "ROLLBACK" >/dev/null
 check "4. idem_run: after a rolled-back first attempt the retry executes, one entry" "f 1" \
 	"$(c -c "SELECT replayed FROM idem_run($owner_w2, 'PAY', '$key', '{\"owner\": $owner_w2, \"amount\": 3}', 'ledger_handler(jsonb)')") $(c -c "SELECT count(*) FROM ledger WHERE owner_id = $owner_w2 AND amount = 3")"
@@ -129,10 +131,10 @@ check "4. idem_run: after a rolled-back first attempt the retry executes, one en
 #    duplicate written around idem fails there
 check "5. a duplicate record written around idem fails on the shard's unique index (23505)" "23505" \
 	"$(sqlstate "INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
-	             VALUES ($owner_w1, 'CREATE_ORDER', 'citus-rollback-$$-000001', repeat('0', 64), 'PROCESSING', now() + interval '1 day')")"
+	             VALUES ($owner_w1, 'CREATE_ORDER', 'citus-rollback-$tag-000001', repeat('0', 64), 'PROCESSING', now() + interval '1 day')")"
 
 # 7. other owners, same key, same node and other node
-key="citus-shared-key-$$"
+key="citus-shared-key-$tag"
 o3=$(c -c "SELECT o FROM generate_series($owner_w1 + 1, 200) o WHERE (SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = get_shard_id_for_distribution_column('idempotency_record', o)) = $w1 LIMIT 1")
 for o in "$owner_w1" "$owner_w2" "$o3"; do
 	c -c "SELECT * FROM idem_create_order($o, '$key', 7, 1)" >/dev/null
@@ -149,7 +151,7 @@ CLIENTS=${CLIENTS:-20}
 failed_runs=0
 failed_txns=0
 for round in $(seq 1 "$ROUNDS"); do
-	key=$(printf 'citus-round-%06d-%s' "$round" "$$")
+	key=$(printf 'citus-round-%06d-%s' "$round" "$tag")
 	if ! out=$("$PG_BINDIR/pgbench" -n -M prepared -h 127.0.0.1 -p "$COORD_PORT" -U postgres \
 			-c "$CLIENTS" -j 2 -t 1 -D key="$key" -D owner="$owner_w2" -f "$here/same_key.pgbench" idem 2>&1); then
 		failed_runs=$((failed_runs + 1))
@@ -161,7 +163,7 @@ done
 check "2. load: $ROUNDS rounds of $CLIENTS clients through the coordinator, no failed transaction" "0 0" \
 	"$failed_runs $failed_txns"
 check "2. load: exactly one order per round" "$ROUNDS" \
-	"$(c -c "SELECT count(*) FROM idempotency_record WHERE owner_id = $owner_w2 AND idempotency_key LIKE 'citus-round-%-$$'")"
+	"$(c -c "SELECT count(*) FROM idempotency_record WHERE owner_id = $owner_w2 AND idempotency_key LIKE 'citus-round-%-$tag'")"
 check "2. load: every caller of a round got the same order, one executed and $((CLIENTS - 1)) replayed" "$ROUNDS" \
 	"$(c -c "SELECT count(*) FROM (SELECT round_key FROM load_log GROUP BY round_key
 	          HAVING count(*) = $CLIENTS AND count(DISTINCT order_id) = 1
@@ -180,19 +182,19 @@ check "2. load: the shell tables on the coordinator and the workers are empty" "
 	"$(for p in $COORD_PORT $w1 $w2; do cq "$p" -c "SELECT pg_relation_size('idempotency_record') + pg_relation_size('purchase_order')"; done | tr '\n' ' ' | sed 's/ $//')"
 
 # ---- calls Citus does not delegate: they run themselves again, delegated ----
-key="citus-undelegated-$$"
+key="citus-undelegated-$tag"
 check "not delegated (owner from a column, one statement, two workers): each call runs on its owner's node" "false false" \
 	"$(c -c "SELECT string_agg((idem_create_order(o, '$key', 9, 1)).replayed::text, ' ') FROM (VALUES ($owner_w1::bigint), ($owner_w2)) v(o)")"
 check "not delegated: a repeat replays both" "true true" \
 	"$(c -c "SELECT string_agg((idem_create_order(o, '$key', 9, 1)).replayed::text, ' ') FROM (VALUES ($owner_w1::bigint), ($owner_w2)) v(o)")"
 check "not delegated (PERFORM in PL/pgSQL, in a transaction block): one order, on the owner's node" "$w1:1 $w2:0" \
-	"$(c -c "BEGIN" -c "DO \$\$ BEGIN PERFORM idem_create_order($owner_w1, 'citus-plpgsql-$$', 9, 2); PERFORM idem_create_order($owner_w1, 'citus-plpgsql-$$', 9, 2); END \$\$" -c "COMMIT" >/dev/null; rows_by_node idempotency_record "idempotency_key = 'citus-plpgsql-$$'")"
+	"$(c -c "BEGIN" -c "DO \$\$ BEGIN PERFORM idem_create_order($owner_w1, 'citus-plpgsql-$tag', 9, 2); PERFORM idem_create_order($owner_w1, 'citus-plpgsql-$tag', 9, 2); END \$\$" -c "COMMIT" >/dev/null; rows_by_node idempotency_record "idempotency_key = 'citus-plpgsql-$tag'")"
 check "idem_begin ... idem_finish in one transaction block through the coordinator" "f t|202|{\"queued\": true}" \
-	"$(c -c "BEGIN" -c "SELECT replayed FROM idem_begin($owner_w2, 'QUEUE', 'citus-two-step-$$', '{}')" \
-	      -c "SELECT idem_finish($owner_w2, 'QUEUE', 'citus-two-step-$$', 202, '{\"queued\": true}')" -c "COMMIT" | sed -n 1p) $(c -c "SELECT replayed, http_status, body FROM idem_begin($owner_w2, 'QUEUE', 'citus-two-step-$$', '{}')")"
+	"$(c -c "BEGIN" -c "SELECT replayed FROM idem_begin($owner_w2, 'QUEUE', 'citus-two-step-$tag', '{}')" \
+	      -c "SELECT idem_finish($owner_w2, 'QUEUE', 'citus-two-step-$tag', 202, '{\"queued\": true}')" -c "COMMIT" | sed -n 1p) $(c -c "SELECT replayed, http_status, body FROM idem_begin($owner_w2, 'QUEUE', 'citus-two-step-$tag', '{}')")"
 
 # ---- IK002: an original held open on a worker ----
-key="citus-held-$$"
+key="citus-held-$tag"
 c -c "BEGIN" -c "SELECT order_id FROM idem_create_order($owner_w1, '$key', 8, 1)" -c "SELECT pg_sleep(3)" -c "COMMIT" >/dev/null &
 holder=$!
 sleep 1
@@ -201,12 +203,12 @@ state=$(sqlstate "SELECT * FROM idem_create_order($owner_w1, '$key', 8, 1)")
 waited=$((($(date +%s%N) - start) / 1000000))
 check "IK002: a duplicate of an original held on worker :$w1 waits idem.wait_timeout (1 s there), then IK002" "IK002 yes" \
 	"$state $([ "$waited" -ge 900 ] && [ "$waited" -lt 2500 ] && echo yes || echo "no ($waited ms)")"
-wait "$holder"
+wait "$holder" || true
 check "IK002: once the original commits, the retry replays it" "t" \
 	"$(c -c "SELECT replayed FROM idem_create_order($owner_w1, '$key', 8, 1)")"
 
 # ---- expiry and renewal ----
-key="citus-expiry-$$"
+key="citus-expiry-$tag"
 req="{\"owner\": $owner_w2, \"amount\": 4}"
 c -c "SELECT * FROM idem_run($owner_w2, 'PAY', '$key', '$req', 'ledger_handler(jsonb)', ttl => '1 second')" >/dev/null
 sleep 1.2
@@ -215,33 +217,33 @@ check "expiry: an expired key starts fresh (a second entry), in the same record,
 
 # ---- the inbox, by consumer ----
 check "idem_consume through the coordinator: the first delivery consumes, the second does not" "t f" \
-	"$(c -c "SELECT idem_consume('billing', 'msg-$$')") $(c -c "SELECT idem_consume('billing', 'msg-$$')")"
+	"$(c -c "SELECT idem_consume('billing', 'msg-$tag')") $(c -c "SELECT idem_consume('billing', 'msg-$tag')")"
 check "the inbox entry is in its consumer's shard only" "1 1" \
 	"$(c -c "SELECT sum(result::int) FILTER (WHERE shardid = get_shard_id_for_distribution_column('idem_inbox', 'billing'::varchar)), sum(result::int)
-	          FROM run_command_on_placements('idem_inbox', 'SELECT count(*) FROM %s WHERE message_id = ''msg-$$''')" | tr '|' ' ')"
+	          FROM run_command_on_placements('idem_inbox', 'SELECT count(*) FROM %s WHERE message_id = ''msg-$tag''')" | tr '|' ' ')"
 
 # ---- cleanup on every node ----
 for o in $(seq 1 40); do
-	echo "SELECT * FROM idem_run($o, 'PAY', 'citus-expire-$$-$o', '{\"owner\": $o, \"amount\": 1}', 'ledger_handler(jsonb)', ttl => '1 second');"
+	echo "SELECT * FROM idem_run($o, 'PAY', 'citus-expire-$tag-$o', '{\"owner\": $o, \"amount\": 1}', 'ledger_handler(jsonb)', ttl => '1 second');"
 done | c >/dev/null
 sleep 1.2
-expired_by_node=$(rows_by_node idempotency_record "idempotency_key LIKE 'citus-expire-$$-%' AND expires_at < now()")
+expired_by_node=$(rows_by_node idempotency_record "idempotency_key LIKE 'citus-expire-$tag-%' AND expires_at < now()")
 check "cleanup: expired records on both workers" "yes" \
 	"$(echo "$expired_by_node" | awk '{split($1, a, ":"); split($2, b, ":"); print (a[2] > 0 && b[2] > 0) ? "yes" : "no: " $0}')"
 check "cleanup: idem_cleanup_expired() on the coordinator deletes every worker's" "40" \
 	"$(c -c "SELECT idem_cleanup_expired()")"
 check "cleanup: none is left on any node" "$w1:0 $w2:0" \
-	"$(rows_by_node idempotency_record "idempotency_key LIKE 'citus-expire-$$-%'")"
+	"$(rows_by_node idempotency_record "idempotency_key LIKE 'citus-expire-$tag-%'")"
 # the background worker of each node cleans that node's shards
 for o in $(seq 1 40); do
-	echo "SELECT * FROM idem_run($o, 'PAY', 'citus-bgw-$$-$o', '{\"owner\": $o, \"amount\": 1}', 'ledger_handler(jsonb)', ttl => '1 second');"
+	echo "SELECT * FROM idem_run($o, 'PAY', 'citus-bgw-$tag-$o', '{\"owner\": $o, \"amount\": 1}', 'ledger_handler(jsonb)', ttl => '1 second');"
 done | c >/dev/null
 for p in $COORD_PORT $w1 $w2; do
 	cq "$p" -c "ALTER SYSTEM SET idem.cleanup_interval = 1" -c "SELECT pg_reload_conf()" >/dev/null
 done
 left=""
 for _ in $(seq 1 40); do
-	left=$(rows_by_node idempotency_record "idempotency_key LIKE 'citus-bgw-$$-%'")
+	left=$(rows_by_node idempotency_record "idempotency_key LIKE 'citus-bgw-$tag-%'")
 	[ "$left" = "$w1:0 $w2:0" ] && break
 	sleep 0.5
 done
@@ -252,13 +254,43 @@ for p in $COORD_PORT $w1 $w2; do
 	cq "$p" -c "ALTER SYSTEM RESET idem.cleanup_interval" -c "SELECT pg_reload_conf()" >/dev/null
 done
 
+# ---- owner binding: a role bound by idem.allowed_owners (ALTER ROLE, which
+#      Citus propagates) is bound on the worker the call is delegated to ----
+c -c "CREATE ROLE regress_app_one LOGIN" \
+  -c "ALTER ROLE regress_app_one SET idem.allowed_owners = '$owner_w1'" \
+  -c "GRANT EXECUTE ON FUNCTION idem_create_order(bigint, text, bigint, integer) TO regress_app_one" >/dev/null
+as_app() { "$PG_BINDIR/psql" -X -q -At -h 127.0.0.1 -p "$COORD_PORT" -U regress_app_one -d idem -v VERBOSITY=sqlstate "$@"; }
+check "allowed_owners: a bound role creates its own owner's order through the coordinator" "f" \
+	"$(as_app -c "SELECT replayed FROM idem_create_order($owner_w1, 'citus-bound-$tag-0001', 3, 1)")"
+check "allowed_owners: another owner's call, delegated to the other worker, is 42501 there" "ERROR:  42501" \
+	"$(as_app -c "SELECT replayed FROM idem_create_order($owner_w2, 'citus-bound-$tag-0002', 3, 1)" 2>&1)"
+
+# ---- the outbox is each node's own: a message emitted by a delegated call
+#      commits with it on the owner's node ----
+c <<'SQL' >/dev/null
+CREATE FUNCTION emit_handler(request jsonb) RETURNS idem_result LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM idem_outbox_emit('citus-orders', request, request->>'owner');
+    RETURN ROW(202, '{"queued": true}', NULL, NULL)::idem_result;
+END $$;
+SQL
+for _ in 1 2; do
+	c -c "SELECT * FROM idem_run($owner_w1, 'EMIT', 'citus-emit-$tag-0001', '{\"owner\": \"$owner_w1\"}', 'emit_handler(jsonb)')" >/dev/null
+done
+check "outbox: a message emitted in a delegated idem_run is in its worker's outbox, once (the replay emits nothing)" "0 1 0" \
+	"$(for p in $COORD_PORT $w1 $w2; do cq "$p" -c "SELECT count(*) FROM idem_outbox WHERE topic = 'citus-orders'"; done | tr '\n' ' ' | sed 's/ $//')"
+check "outbox: a relay connected to that worker fetches and acks it" "1 1" \
+	"$(cq "$w1" -c "SELECT count(*) FROM idem_outbox_fetch('citus-orders')") $(cq "$w1" -c "SELECT idem_outbox_ack(array_agg(message_id)) FROM idem_outbox WHERE topic = 'citus-orders'")"
+check "tasks: idem_submit is delegated; leasing on a distributed idem is 0A000" "f 0A000" \
+	"$(c -c "SELECT replayed FROM idem_submit($owner_w2, 'SHIP', 'citus-task-$tag-0001', '{}')") $(sqlstate "SELECT * FROM idem_lease('SHIP', 'w1')")"
+
 # ---- a worker node stopped (immediate) mid-load ----
 restart_worker1() {
 	as_pg_user "$PG_BINDIR/pg_ctl" -D "$CITUS_TMP/worker1" -m immediate -w -s stop
 	sleep 1
 	as_pg_user "$PG_BINDIR/pg_ctl" -D "$CITUS_TMP/worker1" -l "$CITUS_TMP/worker1.log" -w -s start
 }
-/usr/bin/python3 "$here/crash_load.py" "$COORD_PORT" "$$" >"$CITUS_TMP/crash_load.out" &
+/usr/bin/python3 "$here/crash_load.py" "$COORD_PORT" "$tag" >"$CITUS_TMP/crash_load.out" &
 loader=$!
 sleep 3
 restart_worker1
