@@ -9,16 +9,22 @@
 # WORKER2_PORT; citus_cluster_stop stops the three servers by their data
 # directories.
 
-# Build and install Citus 13.2.2 from ../shared/vendor (or the directory
-# CITUS_VENDOR names), unless that Citus is installed already.
+# Build and install Citus 13.2.2 with build-citus.sh and the source tarball
+# beside it, from CITUS_VENDOR, ../shared/vendor beside the clone, or
+# /work/shared/vendor, unless that Citus is installed already.
 ensure_citus() {
-	local control=/usr/share/postgresql/15/extension/citus.control
+	local control=/usr/share/postgresql/15/extension/citus.control dir vendor=""
 	if [ -f /usr/lib/postgresql/15/lib/citus.so ] && grep -q "^default_version = '13.2-1'" "$control" 2>/dev/null; then
 		return 0
 	fi
-	local vendor=${CITUS_VENDOR:-$IDEM_ROOT/../shared/vendor}
-	if [ ! -f "$vendor/build-citus.sh" ]; then
-		log "Citus is not installed and $vendor/build-citus.sh is missing"
+	for dir in ${CITUS_VENDOR:-} "$IDEM_ROOT/../shared/vendor" /work/shared/vendor; do
+		if [ -f "$dir/build-citus.sh" ]; then
+			vendor=$dir
+			break
+		fi
+	done
+	if [ -z "$vendor" ]; then
+		echo "not ok - Citus 13.2.2 is not installed, and no build-citus.sh was found (set CITUS_VENDOR)"
 		return 1
 	fi
 	log "building Citus 13.2.2 from $vendor (a few minutes)"
