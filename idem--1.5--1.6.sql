@@ -17,7 +17,8 @@
 -- the tables of an extension), so idem_distribute_node() runs on every node.
 -- ---------------------------------------------------------------------------
 
--- This node's part: the keys, and idem's sequences in a range of this node's
+-- This node's part: the keys, an index of tasks by id, and idem's sequences
+-- in a range of this node's
 -- own (group g > 0 draws from [g * 2^48 + 1, (g + 1) * 2^48 - 1], as Citus
 -- does for the sequences of distributed tables), so that ids, order numbers,
 -- message ids and fencing tokens stay unique across nodes.
@@ -25,6 +26,8 @@ CREATE FUNCTION @extschema@.idem_distribute_node()
 RETURNS void
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
+-- each node changes its own copy: nothing to propagate
+SET citus.enable_ddl_propagation = off
 AS $node$
 DECLARE
     grp integer;
@@ -52,6 +55,12 @@ BEGIN
             ADD CONSTRAINT purchase_order_pkey PRIMARY KEY (owner_id, id),
             DROP CONSTRAINT purchase_order_order_no_key,
             ADD CONSTRAINT purchase_order_order_no_key UNIQUE (owner_id, order_no);
+    END IF;
+    -- a task's holder knows its id, not its owner: its calls find it by id
+    -- in the shards of the node it leased from
+    IF pg_catalog.to_regclass('@extschema@.idem_task_id') IS NULL THEN
+        CREATE INDEX idem_task_id ON @extschema@.idempotency_record (id)
+            WHERE task_attempts IS NOT NULL;
     END IF;
 
     EXECUTE 'SELECT groupid FROM pg_catalog.pg_dist_local_group' INTO grp;

@@ -334,6 +334,17 @@ shard_index(Relation shard, Oid shell_index)
 	return found;
 }
 
+/* The index of shard that Citus created from index shell_index. */
+Oid
+idem_catalog_shard_index(Oid shard, Oid shell_index)
+{
+	Relation	rel = table_open(shard, AccessShareLock);
+	Oid			index = shard_index(rel, shell_index);
+
+	table_close(rel, NoLock);
+	return index;
+}
+
 /*
  * The layout of shard, a shard of table number `table` of cat (a Citus
  * distributed table): its columns mapped, its CHECKs planned, its key index

@@ -109,6 +109,7 @@ extern bool idem_catalog_current(const IdemCatalog *cat);
 extern TupleDesc idem_catalog_result(const IdemCatalog *cat, FunctionCallInfo fcinfo);
 extern const IdemTableLayout *idem_catalog_table(const IdemCatalog *cat, int table);
 
+extern Oid	idem_catalog_shard_index(Oid shard, Oid shell_index);
 extern void idem_catalog_shard_layout(IdemTableLayout *t, Oid *scopeid,
 									  const IdemCatalog *cat, int table, Oid shard);
 

@@ -26,6 +26,9 @@
  * transaction block, as part of the distributed transaction).  If that
  * comes back to this node unresolved, the error says so.
  *
+ * A task is leased on the node that holds it: idem_lease and the holder's
+ * calls go through this node's shards (idem_citus_local_shards, _use_).
+ *
  * Nothing here costs anything outside Citus: the catalog notes once per
  * build whether a table is distributed (a lookup of pg_dist_partition by
  * name, absent without Citus), and an entry point tests that flag.
@@ -239,6 +242,34 @@ build_map(const IdemCatalog *cat, int table)
 	return map;
 }
 
+/* The shard map of cat's table number `table`, read if need be. */
+static IdemShardMap *
+shard_map(const IdemCatalog *cat, int table)
+{
+	if (maps_generation != cat->generation || maps_cxt == NULL)
+		reset_maps(cat->generation);
+	if (maps[table] == NULL)
+		maps[table] = build_map(cat, table);
+	return maps[table];
+}
+
+/* Point cat's table number `table` at shard, loading its layout once. */
+static void
+use_shard(IdemCatalog *cat, int table, IdemShard *shard)
+{
+	if (!shard->loaded)
+	{
+		MemoryContext oldcxt = MemoryContextSwitchTo(maps_cxt);
+
+		idem_catalog_shard_layout(&shard->layout, &shard->scopeid, cat, table, shard->relid);
+		MemoryContextSwitchTo(oldcxt);
+		shard->loaded = true;
+	}
+	cat->tables[table] = shard->layout;
+	if (table == IDEM_TABLE_RECORD)
+		cat->scopeid = shard->scopeid;
+}
+
 /*
  * Point cat's table number `table` (a distributed one) at its shard on this
  * node that holds value, of type `type`: false if that shard is elsewhere.
@@ -246,17 +277,11 @@ build_map(const IdemCatalog *cat, int table)
 bool
 idem_citus_localize(IdemCatalog *cat, int table, Datum value, Oid type)
 {
-	IdemShardMap *map;
+	IdemShardMap *map = shard_map(cat, table);
 	IdemShard  *shard;
 	int32		hash;
 	int			lo;
 	int			hi;
-
-	if (maps_generation != cat->generation || maps_cxt == NULL)
-		reset_maps(cat->generation);
-	if (maps[table] == NULL)
-		maps[table] = build_map(cat, table);
-	map = maps[table];
 	if (map->type != type && !IsBinaryCoercible(type, map->type))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -283,18 +308,36 @@ idem_citus_localize(IdemCatalog *cat, int table, Datum value, Oid type)
 	shard = &map->shards[lo];
 	if (!OidIsValid(shard->relid))
 		return false;
-	if (!shard->loaded)
-	{
-		MemoryContext oldcxt = MemoryContextSwitchTo(maps_cxt);
-
-		idem_catalog_shard_layout(&shard->layout, &shard->scopeid, cat, table, shard->relid);
-		MemoryContextSwitchTo(oldcxt);
-		shard->loaded = true;
-	}
-	cat->tables[table] = shard->layout;
-	if (table == IDEM_TABLE_RECORD)
-		cat->scopeid = shard->scopeid;
+	use_shard(cat, table, shard);
 	return true;
+}
+
+/* How many shards of cat's table number `table` (distributed) are here. */
+int
+idem_citus_local_shards(IdemCatalog *cat, int table)
+{
+	IdemShardMap *map = shard_map(cat, table);
+	int			n = 0;
+
+	for (int i = 0; i < map->nshards; i++)
+		if (OidIsValid(map->shards[i].relid))
+			n++;
+	return n;
+}
+
+/* Point cat's table number `table` at the n-th of its shards here. */
+void
+idem_citus_use_local_shard(IdemCatalog *cat, int table, int n)
+{
+	IdemShardMap *map = shard_map(cat, table);
+
+	for (int i = 0; i < map->nshards; i++)
+		if (OidIsValid(map->shards[i].relid) && n-- == 0)
+		{
+			use_shard(cat, table, &map->shards[i]);
+			return;
+		}
+	elog(ERROR, "idem: no local shard %d", n);
 }
 
 /*

@@ -150,6 +150,25 @@ static bool submitted_deferred = false;
 static uint64 rels_generation = 0;
 static Oid	due_index = InvalidOid;
 static Oid	token_seq = InvalidOid;
+static Oid	id_index = InvalidOid;	/* on Citus: idem_task_id */
+
+/*
+ * On Citus, a shard of idempotency_record here and its indexes made from
+ * idem_task_due and idem_task_id, found once per catalog build; and where
+ * the next lease starts among this node's shards.
+ */
+typedef struct TaskShard
+{
+	Oid			shard;
+	Oid			due;
+	Oid			byid;
+} TaskShard;
+
+static TaskShard *task_shards = NULL;	/* in TopMemoryContext */
+static int	ntask_shards = 0;
+static int	maxtask_shards = 0;
+static uint64 task_shards_generation = 0;
+static uint32 lease_rotor = 0;
 
 void
 idem_task_shmem_request(void)
@@ -397,13 +416,6 @@ task_relations(const IdemCatalog *cat)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("this database's idem has no tasks"),
 				 errhint("ALTER EXTENSION idem UPDATE.")));
-	/* idem_submit has pointed cat at the owner's shard: it is no longer distributed */
-	if (cat->tables[IDEM_TABLE_RECORD].distributed)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("idem cannot lease tasks on Citus yet"),
-				 errdetail("idem_submit stores a task on its owner's shard, but idem_lease, idem_heartbeat, idem_complete and idem_fail find tasks by operation or by id, which no shard decides."),
-				 errhint("Run long flows on a server whose idem is not distributed.")));
 	if (rels_generation == cat->generation && OidIsValid(due_index))
 		return;
 	due_index = get_relname_relid("idem_task_due", cat->nspid);
@@ -413,7 +425,65 @@ task_relations(const IdemCatalog *cat)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("idem's index idem_task_due or sequence idem_task_token_seq is missing"),
 				 errhint("Drop and re-create the extension idem.")));
+	/* on Citus the holder finds its task by id alone: the key is (owner_id, id) */
+	id_index = InvalidOid;
+	if (cat->tables[IDEM_TABLE_RECORD].distributed)
+	{
+		id_index = get_relname_relid("idem_task_id", cat->nspid);
+		if (!OidIsValid(id_index))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("idem's index idem_task_id is missing"),
+					 errhint("Run idem_distribute() again.")));
+	}
 	rels_generation = cat->generation;
+}
+
+/*
+ * On Citus, tasks are leased on the nodes that hold them: a node without
+ * shards of idempotency_record (the coordinator, usually) has none.
+ */
+static void
+no_local_shards(int n)
+{
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("this node holds no shard of idem's tasks"),
+				 errdetail("On Citus, a task is leased, heartbeaten, completed and failed on the node that holds its owner's shard."),
+				 errhint("Connect task workers to the Citus worker nodes: each leases the tasks of its own shards.")));
+}
+
+/*
+ * On Citus: the indexes of the shard cat's idempotency_record points at
+ * (idem_citus_use_local_shard), looked up once per catalog build.
+ */
+static const TaskShard *
+task_shard(const IdemCatalog *cat)
+{
+	Oid			shard = cat->tables[IDEM_TABLE_RECORD].relid;
+	TaskShard	t;
+
+	if (task_shards_generation != cat->generation)
+	{
+		ntask_shards = 0;
+		task_shards_generation = cat->generation;
+	}
+	for (int i = 0; i < ntask_shards; i++)
+		if (task_shards[i].shard == shard)
+			return &task_shards[i];
+	t.shard = shard;
+	t.due = idem_catalog_shard_index(shard, due_index);
+	t.byid = idem_catalog_shard_index(shard, id_index);
+	if (ntask_shards == maxtask_shards)
+	{
+		maxtask_shards = Max(16, 2 * maxtask_shards);
+		task_shards = task_shards == NULL ?
+			MemoryContextAlloc(TopMemoryContext, maxtask_shards * sizeof(TaskShard)) :
+			repalloc(task_shards, maxtask_shards * sizeof(TaskShard));
+	}
+	task_shards[ntask_shards] = t;
+	return &task_shards[ntask_shards++];
 }
 
 /*
@@ -603,6 +673,12 @@ typedef struct LeaseCall
 	int			batch;
 	int			leased;
 	int			takeovers;
+	/* whether bound sessions are asked about, and which are alive */
+	bool		check_sessions;
+	uint64		ended;
+	uint64	   *live;
+	int			nlive;
+	bool		complete;		/* every due task was looked at */
 } LeaseCall;
 
 /*
@@ -672,27 +748,11 @@ lease_locked(LeaseCall *lc)
  * backend last went through operation's leases.
  */
 static void
-lease_due(LeaseCall *lc, Relation index, Datum operation, const char *opname)
+lease_due(LeaseCall *lc, Relation index, Datum operation)
 {
 	const AttrNumber *att = lc->rec.att;
 	ScanKeyData skey[2];
 	IndexScanDesc scan;
-	uint64		ended = 0;
-	uint64	   *live = NULL;
-	int			nlive = 0;
-	bool		check_sessions = false;
-	bool		complete = true;
-
-	if (task_shared != NULL)
-	{
-		ended = pg_atomic_read_u64(&task_shared->ended);
-		if (last_checked(opname) != ended)
-		{
-			pg_read_barrier();
-			live = live_sessions(&nlive);
-			check_sessions = true;
-		}
-	}
 
 	ScanKeyEntryInitialize(&skey[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   index->rd_indcollation[0], F_TEXTEQ, operation);
@@ -712,35 +772,51 @@ lease_due(LeaseCall *lc, Relation index, Datum operation, const char *opname)
 			uint64		session;
 
 			/* leased, and the lease holds: unless its session has ended */
-			if (!check_sessions)
+			if (!lc->check_sessions)
 				continue;
 			d = slot_getattr(lc->scanslot, att[REC_TASK_SESSION], &isnull);
 			session = (uint64) DatumGetInt64(d);
-			if (isnull || bsearch(&session, live, nlive, sizeof(uint64), cmp_uint64) != NULL)
+			if (isnull || bsearch(&session, lc->live, lc->nlive, sizeof(uint64), cmp_uint64) != NULL)
 				continue;
 			dead_session = true;
 		}
 		if (lc->leased == lc->batch)
 		{
-			complete = false;
+			lc->complete = false;
 			break;
 		}
 		if (!lock_scanned(lc))
 		{
 			/* a dead session's task its ending transaction may still hold */
 			if (dead_session)
-				complete = false;
+				lc->complete = false;
 			continue;
 		}
 		lease_locked(lc);
 	}
 	index_endscan(scan);
-	if (check_sessions)
-	{
-		pfree(live);
-		if (complete)
-			mark_checked(opname, ended);
-	}
+}
+
+/*
+ * Lease from idempotency_record as cat has it (the table, or on Citus one
+ * of its shards here), through index, its idem_task_due.
+ */
+static void
+lease_from(LeaseCall *lc, const IdemCatalog *cat, Oid indexid, Datum operation)
+{
+	Relation	index;
+
+	task_record_open(&lc->rec, cat);
+	lc->scanslot = task_record_slot(&lc->rec);
+	lc->lockslot = task_record_slot(&lc->rec);
+	lc->snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	index = index_open(indexid, AccessShareLock);
+
+	lease_due(lc, index, operation);
+
+	index_close(index, NoLock);
+	UnregisterSnapshot(lc->snapshot);
+	task_record_close(&lc->rec);
 }
 
 /*
@@ -756,7 +832,6 @@ idem_lease(PG_FUNCTION_ARGS)
 	text	   *operation;
 	text	   *worker;
 	char	   *opname;
-	Relation	index;
 
 	for (int i = 0; i < 5; i++)
 		idem_check_not_null(fcinfo, i,
@@ -783,17 +858,50 @@ idem_lease(PG_FUNCTION_ARGS)
 	cat = *idem_catalog(fcinfo);
 	task_relations(&cat);
 
-	task_record_open(&lc.rec, &cat);
-	lc.scanslot = task_record_slot(&lc.rec);
-	lc.lockslot = task_record_slot(&lc.rec);
-	lc.snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	index = index_open(due_index, AccessShareLock);
+	/* ask about bound sessions only if one ended since this backend last did */
+	lc.complete = true;
+	if (task_shared != NULL)
+	{
+		lc.ended = pg_atomic_read_u64(&task_shared->ended);
+		if (last_checked(opname) != lc.ended)
+		{
+			pg_read_barrier();
+			lc.live = live_sessions(&lc.nlive);
+			lc.check_sessions = true;
+		}
+	}
 
-	lease_due(&lc, index, PointerGetDatum(operation), opname);
+	if (cat.tables[IDEM_TABLE_RECORD].distributed)
+	{
+		/*
+		 * On Citus: the tasks of this node's shards, from another shard
+		 * each call, so that one shard's tasks do not starve the others'.
+		 */
+		int			n = idem_citus_local_shards(&cat, IDEM_TABLE_RECORD);
+		int			i;
 
-	index_close(index, NoLock);
-	UnregisterSnapshot(lc.snapshot);
-	task_record_close(&lc.rec);
+		no_local_shards(n);
+
+		for (i = 0; i < n && lc.leased < lc.batch; i++)
+		{
+			IdemCatalog shard = cat;
+
+			idem_citus_use_local_shard(&shard, IDEM_TABLE_RECORD, (lease_rotor + i) % n);
+			lease_from(&lc, &shard, task_shard(&shard)->due, PointerGetDatum(operation));
+		}
+		if (i < n)
+			lc.complete = false;
+		lease_rotor++;
+	}
+	else
+		lease_from(&lc, &cat, due_index, PointerGetDatum(operation));
+
+	if (lc.check_sessions)
+	{
+		pfree(lc.live);
+		if (lc.complete)
+			mark_checked(opname, lc.ended);
+	}
 
 	idem_stats_count_at_commit(opname, IDEM_STAT_LEASES, lc.leased);
 	idem_stats_count_at_commit(opname, IDEM_STAT_TAKEOVERS, lc.takeovers);
@@ -827,33 +935,26 @@ report_stale(int64 task_id, int64 token, const char *operation, const char *deta
 }
 
 /*
- * Lock task_id's row (waiting for a holder's short transaction) and check
- * that token is its current lease's; else IK004.  Under READ COMMITTED the
- * lock follows the row to its latest version, as an UPDATE would.
+ * Open idempotency_record as hc->cat has it and lock task_id's row, found
+ * through indexid (an index whose first column is id), waiting for a
+ * holder's short transaction: TM_Invisible if there is no such row.
  */
-static void
-begin_holder_call(HolderCall *hc, FunctionCallInfo fcinfo, int64 task_id, int64 token)
+static TM_Result
+lock_task(HolderCall *hc, Oid indexid, int64 task_id)
 {
 	TaskRecord *tr = &hc->rec;
 	Relation	index;
-	Oid			pk;
 	ScanKeyData skey;
 	IndexScanDesc scan;
 	TupleTableSlot *found;
 	Snapshot	snapshot;
 	TM_FailureData tmfd;
 	TM_Result	tmres = TM_Invisible;
-	IdemStatus	status;
-	int32		attempts;
-	char		detail[160];
-
-	hc->cat = *idem_catalog(fcinfo);
-	task_relations(&hc->cat);
-	hc->now = GetCurrentTimestamp();
 
 	task_record_open(tr, &hc->cat);
-	pk = RelationGetPrimaryKeyIndex(tr->heap);
-	if (!OidIsValid(pk))
+	if (!OidIsValid(indexid))
+		indexid = RelationGetPrimaryKeyIndex(tr->heap);
+	if (!OidIsValid(indexid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("idem's table idempotency_record has no primary key"),
@@ -862,7 +963,7 @@ begin_holder_call(HolderCall *hc, FunctionCallInfo fcinfo, int64 task_id, int64 
 	hc->locked = task_record_slot(tr);
 
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	index = index_open(pk, AccessShareLock);
+	index = index_open(indexid, AccessShareLock);
 	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(task_id));
 	scan = index_beginscan(tr->heap, index, snapshot, 1, 0);
 	index_rescan(scan, &skey, 1, NULL, 0);
@@ -875,6 +976,46 @@ begin_holder_call(HolderCall *hc, FunctionCallInfo fcinfo, int64 task_id, int64 
 	index_endscan(scan);
 	index_close(index, NoLock);
 	UnregisterSnapshot(snapshot);
+	return tmres;
+}
+
+/*
+ * Lock task_id's row (waiting for a holder's short transaction) and check
+ * that token is its current lease's; else IK004.  Under READ COMMITTED the
+ * lock follows the row to its latest version, as an UPDATE would.
+ */
+static void
+begin_holder_call(HolderCall *hc, FunctionCallInfo fcinfo, int64 task_id, int64 token)
+{
+	TaskRecord *tr = &hc->rec;
+	TM_Result	tmres;
+	IdemStatus	status;
+	int32		attempts;
+	char		detail[160];
+
+	hc->cat = *idem_catalog(fcinfo);
+	task_relations(&hc->cat);
+	hc->now = GetCurrentTimestamp();
+
+	if (hc->cat.tables[IDEM_TABLE_RECORD].distributed)
+	{
+		/* on Citus: the task is in one of this node's shards, if here */
+		IdemCatalog cat = hc->cat;
+		int			n = idem_citus_local_shards(&cat, IDEM_TABLE_RECORD);
+
+		no_local_shards(n);
+		tmres = TM_Invisible;
+		for (int i = 0; i < n && tmres == TM_Invisible; i++)
+		{
+			hc->cat = cat;
+			idem_citus_use_local_shard(&hc->cat, IDEM_TABLE_RECORD, i);
+			tmres = lock_task(hc, task_shard(&hc->cat)->byid, task_id);
+			if (tmres == TM_Invisible)
+				task_record_close(tr);
+		}
+	}
+	else
+		tmres = lock_task(hc, InvalidOid, task_id);
 
 	if (tmres == TM_Updated && IsolationUsesXactSnapshot())
 		ereport(ERROR,

@@ -19,6 +19,9 @@ if ! [ -f "$PG_BINDIR/../lib/idem.so" ] && ! [ -f "$($PG_CONFIG --pkglibdir)/ide
 fi
 CITUS_WAIT_TIMEOUT=1s citus_cluster_start
 log "Citus cluster: coordinator :$COORD_PORT, workers :$WORKER1_PORT :$WORKER2_PORT"
+# a command that fails stops the script (set -e): say so, as a failed check
+finished=0
+trap 'citus_cluster_stop; [ "$finished" = 1 ] || echo "not ok - the Citus stage stopped before its end"' EXIT
 
 c() { cq "$COORD_PORT" "$@"; }
 # The SQLSTATE of a statement run through the coordinator, or "ok".
@@ -281,8 +284,33 @@ check "outbox: a message emitted in a delegated idem_run is in its worker's outb
 	"$(for p in $COORD_PORT $w1 $w2; do cq "$p" -c "SELECT count(*) FROM idem_outbox WHERE topic = 'citus-orders'"; done | tr '\n' ' ' | sed 's/ $//')"
 check "outbox: a relay connected to that worker fetches and acks it" "1 1" \
 	"$(cq "$w1" -c "SELECT count(*) FROM idem_outbox_fetch('citus-orders')") $(cq "$w1" -c "SELECT idem_outbox_ack(array_agg(message_id)) FROM idem_outbox WHERE topic = 'citus-orders'")"
-check "tasks: idem_submit is delegated; leasing on a distributed idem is 0A000" "f 0A000" \
-	"$(c -c "SELECT replayed FROM idem_submit($owner_w2, 'SHIP', 'citus-task-$tag-0001', '{}')") $(sqlstate "SELECT * FROM idem_lease('SHIP', 'w1')")"
+
+# ---- long flows: submitted through the coordinator, leased on the workers ----
+for o in $(seq 1 20); do
+	echo "SELECT replayed FROM idem_submit($o, 'SHIP', 'citus-task-$tag-$o', '{\"parcel\": $o}');"
+done | c >/dev/null
+check "tasks: 20 tasks submitted through the coordinator, each on its owner's node" "$(rows_by_node idempotency_record "owner_id BETWEEN 1 AND 20 AND operation = 'SHIP' AND idempotency_key LIKE 'citus-task-$tag-%'")" \
+	"$(for p in $w1 $w2; do
+		n=$(c -c "SELECT count(*) FROM generate_series(1, 20) o JOIN pg_dist_placement p ON p.shardid = get_shard_id_for_distribution_column('idempotency_record', o) JOIN pg_dist_node n USING (groupid) WHERE n.nodeport = $p")
+		printf '%s:%s ' "$p" "$n"; done | sed 's/ $//')"
+check "tasks: the coordinator, which holds no shard, refuses to lease (0A000)" "0A000" \
+	"$(sqlstate "SELECT * FROM idem_lease('SHIP', 'w0')")"
+leased=""
+for p in $w1 $w2; do
+	leased="$leased $p:$(cq "$p" -c "SELECT count(*) FROM (SELECT idem_complete(task_id, token, 200, json_build_object('shipped', request->'parcel'))
+	                                  FROM idem_lease('SHIP', 'w-$p', batch => 100)) s")"
+done
+check "tasks: a worker on each node leases and completes that node's tasks, and only those" \
+	"$(rows_by_node idempotency_record "operation = 'SHIP' AND idempotency_key LIKE 'citus-task-$tag-%'")" "${leased# }"
+check "tasks: all 20 succeeded; a repeated submit through the coordinator replays the result" "20 t|SUCCEEDED|200" \
+	"$(c -c "SELECT count(*) FROM idempotency_record WHERE operation = 'SHIP' AND status = 'SUCCEEDED' AND idempotency_key LIKE 'citus-task-$tag-%'") $(c -c "SELECT replayed, status, http_status FROM idem_submit(1, 'SHIP', 'citus-task-$tag-1', '{\"parcel\": 1}')")"
+c -c "SELECT replayed FROM idem_submit($owner_w1, 'SHIP', 'citus-task-$tag-stale', '{}')" >/dev/null
+read -r task_id first_token <<<"$(cq "$w1" -F ' ' -c "SELECT task_id, token FROM idem_lease('SHIP', 'w-a', lease => '1 millisecond')")"
+sleep 0.1
+second_token=$(cq "$w1" -c "SELECT token FROM idem_lease('SHIP', 'w-b')" || true)
+check "tasks: a lapsed lease is taken over on its worker; the first holder's token is IK004 there, the new one completes" \
+	"yes IK004 ok" \
+	"$([ "${second_token:-0}" -gt "${first_token:-0}" ] && echo yes || echo "no ($first_token, $second_token)") $(cq "$w1" -v VERBOSITY=sqlstate -c "SELECT idem_complete($task_id, $first_token, 200, '{}')" 2>&1 | sed -n 's/^ERROR:  *//p') $(cq "$w1" -c "SELECT idem_complete($task_id, $second_token, 200, '{}')" >/dev/null && echo ok)"
 
 # ---- a worker node stopped (immediate) mid-load ----
 restart_worker1() {
@@ -296,3 +324,6 @@ sleep 3
 restart_worker1
 wait "$loader" || true
 cat "$CITUS_TMP/crash_load.out"
+check "worker stop mid-load: the load ran to its end (its 6 checks printed)" 6 \
+	"$(grep -c '^\(not \)\?ok - worker stop mid-load' "$CITUS_TMP/crash_load.out" || true)"
+finished=1
