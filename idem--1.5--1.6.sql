@@ -21,7 +21,8 @@
 -- in a range of this node's
 -- own (group g > 0 draws from [g * 2^48 + 1, (g + 1) * 2^48 - 1], as Citus
 -- does for the sequences of distributed tables), so that ids, order numbers,
--- message ids and fencing tokens stay unique across nodes.
+-- message ids and fencing tokens stay unique across nodes.  Revoked from
+-- PUBLIC; its DDL needs the tables' owner.
 CREATE FUNCTION @extschema@.idem_distribute_node()
 RETURNS void
 LANGUAGE plpgsql VOLATILE
@@ -34,12 +35,6 @@ DECLARE
     lo bigint;
     seq text;
 BEGIN
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles ro
-                    WHERE ro.rolname OPERATOR(pg_catalog.=) CURRENT_USER AND ro.rolsuper) THEN
-        RAISE EXCEPTION 'permission denied to distribute idem'
-            USING ERRCODE = '42501', HINT = 'Run idem_distribute() as a superuser.';
-    END IF;
-
     IF (SELECT pg_catalog.array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
          WHERE c.conrelid OPERATOR(pg_catalog.=) '@extschema@.idempotency_record'::pg_catalog.regclass
            AND c.contype OPERATOR(pg_catalog.=) 'p') OPERATOR(pg_catalog.=) 1 THEN

@@ -189,24 +189,16 @@ distribution_column(Oid relid, Oid *type, Oid *collation)
 }
 
 /*
- * Read the shards of table number `table` from Citus's metadata: their hash
- * ranges in order and, for those with a placement on this node, the shard
- * relation here (Citus names it after the table and the shard id).
+ * In an SPI connection: the shards of Citus table relid in hash order, a
+ * row each with its first hash value and, if it is placed on this node, its
+ * name.  Returns how many.
  */
-static IdemShardMap *
-build_map(const IdemCatalog *cat, int table)
+static int
+read_shards(Oid relid)
 {
-	Oid			relid = cat->tables[table].relid;
 	Oid			argtypes[1] = {OIDOID};
 	Datum		args[1] = {ObjectIdGetDatum(relid)};
-	IdemShardMap *map;
-	TypeCacheEntry *typentry;
-	MemoryContext oldcxt;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "idem: SPI_connect failed");
-	map = MemoryContextAllocZero(maps_cxt, sizeof(IdemShardMap));
-	distribution_column(relid, &map->type, &map->collation);
 	if (SPI_execute_with_args("SELECT s.shardminvalue::pg_catalog.int4,"
 							  "       (SELECT " SHARD_RELNAME
 							  "          FROM pg_catalog.pg_dist_placement p, pg_catalog.pg_dist_local_group g"
@@ -218,18 +210,50 @@ build_map(const IdemCatalog *cat, int table)
 							  " ORDER BY 1",
 							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "idem: reading the shards of \"%s\" failed", get_rel_name(relid));
-	map->nshards = (int) SPI_processed;
+	return (int) SPI_processed;
+}
+
+/*
+ * Row i of read_shards(relid): the shard relation on this node (Citus names
+ * it after the table and the shard id, in the table's schema), or
+ * InvalidOid if it is placed elsewhere, or being moved.
+ */
+static Oid
+shard_here(Oid relid, int i)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
+
+	return isnull ? InvalidOid :
+		get_relname_relid(TextDatumGetCString(d), get_rel_namespace(relid));
+}
+
+/*
+ * Read the shards of table number `table` from Citus's metadata: their hash
+ * ranges in order and, for those with a placement on this node, the shard
+ * relation here.
+ */
+static IdemShardMap *
+build_map(const IdemCatalog *cat, int table)
+{
+	Oid			relid = cat->tables[table].relid;
+	IdemShardMap *map;
+	TypeCacheEntry *typentry;
+	MemoryContext oldcxt;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "idem: SPI_connect failed");
+	map = MemoryContextAllocZero(maps_cxt, sizeof(IdemShardMap));
+	distribution_column(relid, &map->type, &map->collation);
+	map->nshards = read_shards(relid);
 	map->shards = MemoryContextAllocZero(maps_cxt, Max(map->nshards, 1) * sizeof(IdemShard));
 	for (int i = 0; i < map->nshards; i++)
 	{
-		HeapTuple	tup = SPI_tuptable->vals[i];
 		bool		isnull;
-		Datum		d;
 
-		map->shards[i].min = DatumGetInt32(SPI_getbinval(tup, SPI_tuptable->tupdesc, 1, &isnull));
-		d = SPI_getbinval(tup, SPI_tuptable->tupdesc, 2, &isnull);
-		map->shards[i].relid = isnull ? InvalidOid :
-			get_relname_relid(TextDatumGetCString(d), get_rel_namespace(relid));
+		map->shards[i].min = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[i],
+														 SPI_tuptable->tupdesc, 1, &isnull));
+		map->shards[i].relid = shard_here(relid, i);
 	}
 	SPI_finish();
 
@@ -431,37 +455,22 @@ idem_citus_redispatch(FunctionCallInfo fcinfo)
 List *
 idem_citus_local_relations(Oid relid)
 {
-	Oid			argtypes[1] = {OIDOID};
-	Datum		args[1] = {ObjectIdGetDatum(relid)};
 	List	   *relids = NIL;
 	MemoryContext callercxt = CurrentMemoryContext;
+	int			n;
 
 	if (!idem_citus_distributed(relid))
 		return list_make1_oid(relid);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "idem: SPI_connect failed");
-	if (SPI_execute_with_args("SELECT " SHARD_RELNAME
-							  "  FROM pg_catalog.pg_dist_shard s"
-							  "  JOIN pg_catalog.pg_dist_placement p"
-							  "    ON p.shardid OPERATOR(pg_catalog.=) s.shardid"
-							  "  JOIN pg_catalog.pg_dist_local_group g"
-							  "    ON p.groupid OPERATOR(pg_catalog.=) g.groupid"
-							  " WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1"
-							  " ORDER BY s.shardid",
-							  1, argtypes, args, NULL, true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "idem: reading the shards of \"%s\" failed", get_rel_name(relid));
-	for (uint64 i = 0; i < SPI_processed; i++)
+	n = read_shards(relid);
+	for (int i = 0; i < n; i++)
 	{
-		bool		isnull;
-		Datum		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull);
+		Oid			shard = shard_here(relid, i);
 		MemoryContext oldcxt;
-		Oid			shard;
 
-		if (isnull)
-			continue;
-		shard = get_relname_relid(TextDatumGetCString(d), get_rel_namespace(relid));
 		if (!OidIsValid(shard))
-			continue;			/* being moved or dropped */
+			continue;
 		oldcxt = MemoryContextSwitchTo(callercxt);
 		relids = lappend_oid(relids, shard);
 		MemoryContextSwitchTo(oldcxt);

@@ -20,6 +20,10 @@
  * such a statement again after any schema change, by name: renaming
  * schemas could then point it at a look-alike table.
  *
+ * On Citus, a distributed table's rows are in its shards: each shard placed
+ * on this node is cleaned as a table of its own (citus.c lists them from
+ * Citus's metadata), so that every node's worker cleans its own shards.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -193,7 +197,7 @@ delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_
 /*
  * Delete expired records (and expired inbox entries, acknowledged outbox
  * messages) of the extension in schema nspid in batches of at most
- * batch_size rows per table, at most max_batches batches (all of them if
+ * batch_size rows per table (per shard on Citus), at most max_batches batches (all of them if
  * max_batches < 0), all in the current transaction.  Returns how many rows
  * were deleted.  idem_cleanup_expired() and the cleanup worker both come
  * here.

@@ -184,6 +184,9 @@ check "2. load: owner $owner_w2's orders are all on its worker, in the co-locate
 check "2. load: the shell tables on the coordinator and the workers are empty" "0 0 0" \
 	"$(for p in $COORD_PORT $w1 $w2; do cq "$p" -c "SELECT pg_relation_size('idempotency_record') + pg_relation_size('purchase_order')"; done | tr '\n' ' ' | sed 's/ $//')"
 
+check "ids and order numbers are unique across the cluster, drawn from each worker's own range" "0 0 0 2" \
+	"$(c -c "SELECT count(*) - count(DISTINCT id), count(*) - count(DISTINCT order_no) FROM purchase_order" | tr '|' ' ') $(c -c "SELECT count(*) - count(DISTINCT id) FROM idempotency_record") $(c -c "SELECT count(DISTINCT id >> 48) FROM purchase_order")"
+
 # ---- calls Citus does not delegate: they run themselves again, delegated ----
 key="citus-undelegated-$tag"
 check "not delegated (owner from a column, one statement, two workers): each call runs on its owner's node" "false false" \
