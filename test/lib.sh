@@ -104,6 +104,15 @@ new_idem_database() {
 	"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$1" -c "CREATE EXTENSION idem"
 }
 
+# Benchmarks: a throwaway server tuned alike for every benchmark (extra
+# postgresql.conf lines as arguments), and sql() in database postgres.
+start_bench_server() {
+	start_server "shared_buffers = 1GB" "synchronous_commit = off" "fsync = on" \
+		"max_wal_size = 8GB" "checkpoint_timeout = 30min" "idem.cleanup_interval = 0" "$@"
+	DB=postgres
+	sql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
+}
+
 # Benchmarks: the median of the numbers on stdin (space- or newline-separated).
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 

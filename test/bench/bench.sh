@@ -28,11 +28,7 @@ SECONDS_PER_RUN=${IDEM_BENCH_SECONDS:-$SECONDS_PER_RUN}
 
 ensure_packages
 build_install
-start_server "shared_buffers = 1GB" "synchronous_commit = off" "fsync = on" \
-	"max_wal_size = 8GB" "checkpoint_timeout = 30min" "idem.cleanup_interval = 0" \
-	"autovacuum_vacuum_insert_threshold = -1"
-DB=postgres
-sql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
+start_bench_server "autovacuum_vacuum_insert_threshold = -1"
 
 sql -c "CREATE EXTENSION idem" -f "$IDEM_ROOT/test/bench/peers.sql"
 # 1,000 finished keys for the replays, in idem and in peer A's tables

@@ -30,10 +30,7 @@ BATCH_TXNS=${IDEM_BENCH_BATCH_TXNS:-40}	# per client, 100 jobs each
 
 ensure_packages
 build_install
-start_server "shared_buffers = 1GB" "synchronous_commit = off" "fsync = on" \
-	"max_wal_size = 8GB" "checkpoint_timeout = 30min" "idem.cleanup_interval = 0"
-DB=postgres
-sql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" "$@"; }
+start_bench_server
 
 sql <<'SQL'
 CREATE EXTENSION idem;
