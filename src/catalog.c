@@ -77,7 +77,7 @@ static const IdemColumnSpec record_columns[REC_NCOLS] = {
 
 static const IdemTableSpec record_table = {
 	"idempotency_record", "idempotency_record_id_seq", record_columns, REC_NCOLS,
-	NULL, 0, false
+	NULL, 0, false, {[REC_INDEX_TASK_DUE] = "idem_task_due", [REC_INDEX_TASK_ID] = "idem_task_id"}
 };
 
 /* The tables, by registration number; idempotency_record first. */
@@ -280,6 +280,9 @@ load_layout(IdemTableLayout *t, const IdemTableSpec *spec, Oid nspid)
 		t->keyindex = extension_relation(spec->keyname, nspid, RELKIND_INDEX);
 		check_key_index(t->keyindex, t->relid, t->att, spec->nkey);
 	}
+	for (int i = 0; i < IDEM_MAX_INDEXES; i++)
+		if (spec->indexes[i])
+			t->indexes[i] = get_relname_relid(spec->indexes[i], nspid);
 	t->distributed = idem_citus_distributed(t->relid);
 	table_close(rel, NoLock);
 }
@@ -334,21 +337,11 @@ shard_index(Relation shard, Oid shell_index)
 	return found;
 }
 
-/* The index of shard that Citus created from index shell_index. */
-Oid
-idem_catalog_shard_index(Oid shard, Oid shell_index)
-{
-	Relation	rel = table_open(shard, AccessShareLock);
-	Oid			index = shard_index(rel, shell_index);
-
-	table_close(rel, NoLock);
-	return index;
-}
-
 /*
  * The layout of shard, a shard of table number `table` of cat (a Citus
  * distributed table): its columns mapped, its CHECKs planned, its key index
- * and, for idempotency_record, its scope index (*scopeid) found and checked,
+ * and other indexes and, for idempotency_record, its scope index (*scopeid)
+ * found and checked,
  * all as for the table itself; the id sequence is the table's.  The result
  * is a local table: not distributed.
  */
@@ -372,6 +365,9 @@ idem_catalog_shard_layout(IdemTableLayout *t, Oid *scopeid, const IdemCatalog *c
 		t->keyindex = shard_index(rel, shell->keyindex);
 		check_key_index(t->keyindex, shard, t->att, spec->nkey);
 	}
+	for (int i = 0; i < IDEM_MAX_INDEXES; i++)
+		if (OidIsValid(shell->indexes[i]))
+			t->indexes[i] = shard_index(rel, shell->indexes[i]);
 	if (table == IDEM_TABLE_RECORD)
 		*scopeid = check_scope_index(shard_index(rel, cat->scopeid), t);
 	table_close(rel, NoLock);

@@ -29,10 +29,14 @@ typedef struct IdemColumnSpec
 	bool		optional;		/* absent before some version: attnum 0 */
 } IdemColumnSpec;
 
+/* Other indexes a table's calls scan, by name; absent ones are InvalidOid. */
+#define IDEM_MAX_INDEXES		2
+
 /*
  * A table idem writes: its name, its id sequence (or NULL), its columns;
  * optionally a unique index on its first nkey columns that idem reads
- * through; and whether it is absent before some version of the extension.
+ * through; whether it is absent before some version of the extension; and
+ * other indexes its calls scan, each absent before some version.
  */
 typedef struct IdemTableSpec
 {
@@ -43,6 +47,7 @@ typedef struct IdemTableSpec
 	const char *keyname;		/* unique index on columns[0..nkey-1], or NULL */
 	int			nkey;
 	bool		optional;		/* absent before some version: relid 0 */
+	const char *indexes[IDEM_MAX_INDEXES];	/* NULL: none */
 } IdemTableSpec;
 
 /* A table as this backend found it. */
@@ -51,6 +56,7 @@ typedef struct IdemTableLayout
 	Oid			relid;			/* InvalidOid: an optional table, absent */
 	Oid			seq;			/* the sequence of its id, if it has one */
 	Oid			keyindex;		/* the spec's unique index, if it has one */
+	Oid			indexes[IDEM_MAX_INDEXES];	/* the spec's other indexes, if here */
 	int			natts;			/* attributes, dropped ones included */
 	AttrNumber *att;			/* by column of its spec; 0: absent */
 	int			ncheck;			/* CHECK constraints, planned */
@@ -68,6 +74,10 @@ typedef enum IdemRecordColumn
 	REC_TASK_DUE, REC_TASK_LEASE_EXPIRES, REC_TASK_WORKER, REC_TASK_HEARTBEAT,
 	REC_TASK_SESSION, REC_TASK_LAST_ERROR, REC_TASK_TTL, REC_NCOLS
 } IdemRecordColumn;
+
+/* idempotency_record's other indexes: the lease's, and (on Citus) the holder's */
+#define REC_INDEX_TASK_DUE		0	/* idem_task_due, 1.5 */
+#define REC_INDEX_TASK_ID		1	/* idem_task_id, made by idem_distribute() */
 
 /* idempotency_record is table 0; the others register in _PG_init */
 #define IDEM_TABLE_RECORD		0
@@ -109,7 +119,6 @@ extern bool idem_catalog_current(const IdemCatalog *cat);
 extern TupleDesc idem_catalog_result(const IdemCatalog *cat, FunctionCallInfo fcinfo);
 extern const IdemTableLayout *idem_catalog_table(const IdemCatalog *cat, int table);
 
-extern Oid	idem_catalog_shard_index(Oid shard, Oid shell_index);
 extern void idem_catalog_shard_layout(IdemTableLayout *t, Oid *scopeid,
 									  const IdemCatalog *cat, int table, Oid shard);
 

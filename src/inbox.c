@@ -78,7 +78,7 @@ static const IdemColumnSpec inbox_columns[IN_NCOLS] = {
 /* 1.4 */
 static const IdemTableSpec inbox_table = {
 	"idem_inbox", NULL, inbox_columns, IN_NCOLS,
-	"pk_idem_inbox", 2, true
+	"pk_idem_inbox", 2, true, {NULL}
 };
 
 static int	inbox_table_index = -1;

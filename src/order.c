@@ -61,7 +61,7 @@ static const IdemColumnSpec order_columns[ORD_NCOLS] = {
 
 static const IdemTableSpec order_table = {
 	"purchase_order", "purchase_order_id_seq", order_columns, ORD_NCOLS,
-	NULL, 0, false
+	NULL, 0, false, {NULL}
 };
 
 /* Its index in IdemCatalog.tables. */

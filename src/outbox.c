@@ -90,7 +90,7 @@ static const IdemColumnSpec outbox_columns[OB_NCOLS] = {
 /* 1.4 */
 static const IdemTableSpec outbox_table = {
 	"idem_outbox", "idem_outbox_message_id_seq", outbox_columns, OB_NCOLS,
-	NULL, 0, true
+	NULL, 0, true, {NULL}
 };
 
 static int	outbox_table_index = -1;

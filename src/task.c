@@ -148,26 +148,9 @@ static bool submitted_deferred = false;
 
 /* The relations a task call needs besides the catalog's, per catalog build. */
 static uint64 rels_generation = 0;
-static Oid	due_index = InvalidOid;
 static Oid	token_seq = InvalidOid;
-static Oid	id_index = InvalidOid;	/* on Citus: idem_task_id */
 
-/*
- * On Citus, a shard of idempotency_record here and its indexes made from
- * idem_task_due and idem_task_id, found once per catalog build; and where
- * the next lease starts among this node's shards.
- */
-typedef struct TaskShard
-{
-	Oid			shard;
-	Oid			due;
-	Oid			byid;
-} TaskShard;
-
-static TaskShard *task_shards = NULL;	/* in TopMemoryContext */
-static int	ntask_shards = 0;
-static int	maxtask_shards = 0;
-static uint64 task_shards_generation = 0;
+/* On Citus: where the next lease starts among this node's shards. */
 static uint32 lease_rotor = 0;
 
 void
@@ -405,8 +388,9 @@ idem_task_init(void)
 /* ---------- helpers ---------- */
 
 /*
- * Check that this database's idem has tasks (1.5), and look up the lease
- * index and the token sequence once per catalog build.
+ * Check that this database's idem has tasks (1.5) and the indexes they are
+ * found through (the catalog's), and look up the token sequence once per
+ * catalog build.
  */
 static void
 task_relations(const IdemCatalog *cat)
@@ -416,26 +400,26 @@ task_relations(const IdemCatalog *cat)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("this database's idem has no tasks"),
 				 errhint("ALTER EXTENSION idem UPDATE.")));
-	if (rels_generation == cat->generation && OidIsValid(due_index))
-		return;
-	due_index = get_relname_relid("idem_task_due", cat->nspid);
-	token_seq = get_relname_relid("idem_task_token_seq", cat->nspid);
-	if (!OidIsValid(due_index) || !OidIsValid(token_seq))
+	if (!OidIsValid(cat->tables[IDEM_TABLE_RECORD].indexes[REC_INDEX_TASK_DUE]))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("idem's index idem_task_due or sequence idem_task_token_seq is missing"),
+				 errmsg("idem's index idem_task_due is missing"),
 				 errhint("Drop and re-create the extension idem.")));
 	/* on Citus the holder finds its task by id alone: the key is (owner_id, id) */
-	id_index = InvalidOid;
-	if (cat->tables[IDEM_TABLE_RECORD].distributed)
-	{
-		id_index = get_relname_relid("idem_task_id", cat->nspid);
-		if (!OidIsValid(id_index))
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("idem's index idem_task_id is missing"),
-					 errhint("Run idem_distribute() again.")));
-	}
+	if (cat->tables[IDEM_TABLE_RECORD].distributed &&
+		!OidIsValid(cat->tables[IDEM_TABLE_RECORD].indexes[REC_INDEX_TASK_ID]))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's index idem_task_id is missing"),
+				 errhint("Run idem_distribute() again.")));
+	if (rels_generation == cat->generation && OidIsValid(token_seq))
+		return;
+	token_seq = get_relname_relid("idem_task_token_seq", cat->nspid);
+	if (!OidIsValid(token_seq))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's sequence idem_task_token_seq is missing"),
+				 errhint("Drop and re-create the extension idem.")));
 	rels_generation = cat->generation;
 }
 
@@ -452,38 +436,6 @@ no_local_shards(int n)
 				 errmsg("this node holds no shard of idem's tasks"),
 				 errdetail("On Citus, a task is leased, heartbeaten, completed and failed on the node that holds its owner's shard."),
 				 errhint("Connect task workers to the Citus worker nodes: each leases the tasks of its own shards.")));
-}
-
-/*
- * On Citus: the indexes of the shard cat's idempotency_record points at
- * (idem_citus_use_local_shard), looked up once per catalog build.
- */
-static const TaskShard *
-task_shard(const IdemCatalog *cat)
-{
-	Oid			shard = cat->tables[IDEM_TABLE_RECORD].relid;
-	TaskShard	t;
-
-	if (task_shards_generation != cat->generation)
-	{
-		ntask_shards = 0;
-		task_shards_generation = cat->generation;
-	}
-	for (int i = 0; i < ntask_shards; i++)
-		if (task_shards[i].shard == shard)
-			return &task_shards[i];
-	t.shard = shard;
-	t.due = idem_catalog_shard_index(shard, due_index);
-	t.byid = idem_catalog_shard_index(shard, id_index);
-	if (ntask_shards == maxtask_shards)
-	{
-		maxtask_shards = Max(16, 2 * maxtask_shards);
-		task_shards = task_shards == NULL ?
-			MemoryContextAlloc(TopMemoryContext, maxtask_shards * sizeof(TaskShard)) :
-			repalloc(task_shards, maxtask_shards * sizeof(TaskShard));
-	}
-	task_shards[ntask_shards] = t;
-	return &task_shards[ntask_shards++];
 }
 
 /*
@@ -799,11 +751,12 @@ lease_due(LeaseCall *lc, Relation index, Datum operation)
 
 /*
  * Lease from idempotency_record as cat has it (the table, or on Citus one
- * of its shards here), through index, its idem_task_due.
+ * of its shards here), through its idem_task_due.
  */
 static void
-lease_from(LeaseCall *lc, const IdemCatalog *cat, Oid indexid, Datum operation)
+lease_from(LeaseCall *lc, const IdemCatalog *cat, Datum operation)
 {
+	Oid			indexid = cat->tables[IDEM_TABLE_RECORD].indexes[REC_INDEX_TASK_DUE];
 	Relation	index;
 
 	task_record_open(&lc->rec, cat);
@@ -887,14 +840,14 @@ idem_lease(PG_FUNCTION_ARGS)
 			IdemCatalog shard = cat;
 
 			idem_citus_use_local_shard(&shard, IDEM_TABLE_RECORD, (lease_rotor + i) % n);
-			lease_from(&lc, &shard, task_shard(&shard)->due, PointerGetDatum(operation));
+			lease_from(&lc, &shard, PointerGetDatum(operation));
 		}
 		if (i < n)
 			lc.complete = false;
 		lease_rotor++;
 	}
 	else
-		lease_from(&lc, &cat, due_index, PointerGetDatum(operation));
+		lease_from(&lc, &cat, PointerGetDatum(operation));
 
 	if (lc.check_sessions)
 	{
@@ -1009,7 +962,7 @@ begin_holder_call(HolderCall *hc, FunctionCallInfo fcinfo, int64 task_id, int64 
 		{
 			hc->cat = cat;
 			idem_citus_use_local_shard(&hc->cat, IDEM_TABLE_RECORD, i);
-			tmres = lock_task(hc, task_shard(&hc->cat)->byid, task_id);
+			tmres = lock_task(hc, hc->cat.tables[IDEM_TABLE_RECORD].indexes[REC_INDEX_TASK_ID], task_id);
 			if (tmres == TM_Invisible)
 				task_record_close(tr);
 		}
