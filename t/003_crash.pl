@@ -61,25 +61,42 @@ ok(defined $waited, sprintf('cleaning resumes by itself after the crash restart 
 is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_cleanup_status() WHERE datname = 'postgres'}),
 	'1', 'the status table was rebuilt');
 
-# --- pg_ctl stop -m fast with the worker mid-batch over 100k expired rows ---
+# --- pg_ctl stop -m fast with the worker inside an uncommitted batch of 100k rows ---
+# The batch's AFTER DELETE row triggers fire when its deletes are done, before
+# it commits (rowwrite.c): one of them waits for an advisory lock this test
+# holds, so that the stop provably reaches the worker with all 100k rows
+# deleted and nothing committed, however fast or slow the machine is.
 $node->safe_psql('postgres', 'ALTER SYSTEM SET idem.cleanup_batch_size = 200000');
 $node->safe_psql('postgres', 'ALTER SYSTEM SET idem.cleanup_interval = 3600');
 $node->safe_psql('postgres', 'SELECT pg_reload_conf()');
 wait_until($node, 'postgres', q{
 	SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idem cleanup worker'}, '0', 30);
 add_records($node, 'postgres', 'd', 100000, '-1 second');
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION public.hold_batch() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN PERFORM pg_catalog.pg_advisory_xact_lock_shared(4242); RETURN NULL; END $$;
+	CREATE TRIGGER hold_batch AFTER DELETE ON idempotency_record
+	FOR EACH ROW WHEN (OLD.idempotency_key = 'd-1') EXECUTE FUNCTION public.hold_batch()});
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('SELECT pg_advisory_lock(4242)');
 $node->safe_psql('postgres', 'ALTER SYSTEM SET idem.cleanup_interval = 1');
 $node->safe_psql('postgres', 'SELECT pg_reload_conf()');
 ok(defined wait_until($node, 'postgres', q{
-	SELECT count(*) > 0 FROM pg_stat_activity
-	WHERE backend_type = 'idem cleanup worker' AND state = 'active'}, 't', 10),
-	'the worker is inside its batch of 100k rows');
+	SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+	WHERE a.backend_type = 'idem cleanup worker' AND a.backend_xid IS NOT NULL
+	  AND l.locktype = 'advisory' AND l.objid = 4242 AND NOT l.granted}, '1', 30),
+	'the worker has deleted its batch of 100k rows and waits, uncommitted, in the batch');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idempotency_record WHERE idempotency_key LIKE 'd-%'}),
+	'100000', 'the batch is not committed');
 my $start = time;
 $node->stop('fast');
 my $took = time - $start;
 ok($took < 5, sprintf('pg_ctl stop -m fast took %.2f s', $took));
+eval { $holder->quit };
 $node->start;
 is($node->safe_psql('postgres', q{SELECT count(*) FROM idempotency_record WHERE idempotency_key LIKE 'd-%'}),
 	'100000', 'the interrupted batch rolled back whole');
+$node->safe_psql('postgres', 'DROP TRIGGER hold_batch ON idempotency_record');
+ok(defined wait_until($node, 'postgres', $expired, '0', 60), 'the next rounds delete the batch');
 $node->stop;
 done_testing();

@@ -24,7 +24,10 @@ REPS=${IDEM_BENCH_REPS:-3}
 SECONDS_PER_RUN=${IDEM_BENCH_SECONDS:-10}
 
 ensure_packages
-ensure_citus
+if ! why=$(citus_installed); then
+	citus_skip_line "$why"
+	exit 0
+fi
 build_install
 start_server "shared_buffers = 256MB" "synchronous_commit = off" "idem.cleanup_interval = 0"
 single_dir=$IDEM_TMP

@@ -9,26 +9,31 @@
 # WORKER2_PORT; citus_cluster_stop stops the three servers by their data
 # directories.
 
-# Build and install Citus 13.2.2 with build-citus.sh and the source tarball
-# beside it, from CITUS_VENDOR, ../shared/vendor beside the clone, or
-# /work/shared/vendor, unless that Citus is installed already.
-ensure_citus() {
-	local control=/usr/share/postgresql/15/extension/citus.control dir vendor=""
-	if [ -f /usr/lib/postgresql/15/lib/citus.so ] && grep -q "^default_version = '13.2-1'" "$control" 2>/dev/null; then
-		return 0
-	fi
-	for dir in ${CITUS_VENDOR:-} "$IDEM_ROOT/../shared/vendor" /work/shared/vendor; do
-		if [ -f "$dir/build-citus.sh" ]; then
-			vendor=$dir
-			break
-		fi
-	done
-	if [ -z "$vendor" ]; then
-		echo "not ok - Citus 13.2.2 is not installed, and no build-citus.sh was found (set CITUS_VENDOR)"
+# Is Citus installed for the server under test ($PG_CONFIG)?  Returns 0 if
+# so; otherwise prints why and returns 1.  The project never builds Citus:
+# install it from Citus's own packages (postgresql-15-citus-13.2 from the
+# Citus apt repository, as Citus's documentation describes), or build it from
+# its source as its README says, for the same PostgreSQL.
+citus_installed() {
+	local sharedir pkglibdir
+	sharedir=$("$PG_CONFIG" --sharedir)
+	pkglibdir=$("$PG_CONFIG" --pkglibdir)
+	if [ ! -f "$sharedir/extension/citus.control" ]; then
+		echo "no citus.control in $sharedir/extension"
 		return 1
 	fi
-	log "building Citus 13.2.2 from $vendor (a few minutes)"
-	PG_CONFIG=$PG_CONFIG bash "$vendor/build-citus.sh" >&2
+	if [ ! -f "$pkglibdir/citus.so" ]; then
+		echo "citus.control is there but no citus.so in $pkglibdir"
+		return 1
+	fi
+	return 0
+}
+
+# The line a skipped Citus stage prints: why, and how to get Citus.
+citus_skip_line() {
+	echo "skip - citus: $1: Citus is not installed for $("$PG_CONFIG" --version);" \
+		"install it from Citus's own packages (postgresql-$("$PG_CONFIG" --version | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')-citus-13.2" \
+		"from the Citus apt repository) or from its source, then run bash test/citus/run.sh"
 }
 
 free_port() {

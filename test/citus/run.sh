@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The Citus stage: idem distributed by owner on a coordinator and two workers
 # on loopback (test/citus/cluster.sh), every call made through the
-# coordinator.  Builds and installs Citus 13.2.2 from ../shared/vendor first
-# if it is not installed.  Prints one "ok - ..." or "not ok - ..." line per
-# check.
+# coordinator.  Runs when Citus is installed for the server under test
+# (citus.control in its pg_config --sharedir, citus.so in its
+# --pkglibdir); otherwise prints one "skip - citus: ..." line and exits.
+# Prints one "ok - ..." or "not ok - ..." line per check.
 #
 #   bash test/citus/run.sh
 source "$(dirname "$0")/../lib.sh"
@@ -13,7 +14,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 tag=$(printf "%07d" "$$")
 
 ensure_packages
-ensure_citus
+if ! why=$(citus_installed); then
+	citus_skip_line "$why"
+	exit 0
+fi
 if ! [ -f "$PG_BINDIR/../lib/idem.so" ] && ! [ -f "$($PG_CONFIG --pkglibdir)/idem.so" ]; then
 	build_install
 fi
