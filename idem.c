@@ -80,13 +80,18 @@ _PG_init(void)
 	idem_record_init();
 	idem_worker_define_gucs();
 	idem_stats_define_gucs();
-	MarkGUCPrefixReserved("idem");
-
 	idem_order_init();
 	idem_api_init();
 	idem_outbox_init();
 	idem_inbox_init();
 	idem_task_init();
+
+	/*
+	 * Only now that every idem.* GUC is defined: reserving the prefix
+	 * removes the placeholders of the names not defined yet, and with them
+	 * what postgresql.conf set for them.
+	 */
+	MarkGUCPrefixReserved("idem");
 
 	/* pg_upgrade must not start workers */
 	if (process_shared_preload_libraries_in_progress && !IsBinaryUpgrade)

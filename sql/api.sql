@@ -317,7 +317,8 @@ SELECT * FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', NULL);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key = 'signature-key-0000001';
 
--- A handler that calls idem_run for its own key: IK002, not a recursion.
+-- A handler that calls idem for the key being run (idem_run, idem_finish,
+-- idem_begin, idem_submit): IK006, before anything is written.
 CREATE FUNCTION nested_handler(request jsonb) RETURNS idem_result
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -326,6 +327,42 @@ BEGIN
 END $$;
 SELECT * FROM idem_run(1, 'PAY', 'nested-handler-key-01', '{}', 'nested_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
+CREATE FUNCTION nested_finish_handler(request jsonb) RETURNS idem_result
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM public.idem_finish(1, 'PAY', 'nested-handler-key-02', 201, '{"inner": true}');
+    RETURN ROW(200, NULL, NULL, NULL)::idem_result;
+END $$;
+SELECT * FROM idem_run(1, 'PAY', 'nested-handler-key-02', '{}', 'nested_finish_handler(jsonb)');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+CREATE FUNCTION nested_begin_handler(request jsonb) RETURNS idem_result
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM public.idem_begin(1, 'PAY', 'nested-handler-key-03', request);
+    RETURN ROW(200, NULL, NULL, NULL)::idem_result;
+END $$;
+SELECT * FROM idem_run(1, 'PAY', 'nested-handler-key-03', '{}', 'nested_begin_handler(jsonb)');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+CREATE FUNCTION nested_submit_handler(request jsonb) RETURNS idem_result
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM public.idem_submit(1, 'PAY', 'nested-handler-key-04', request);
+    RETURN ROW(200, NULL, NULL, NULL)::idem_result;
+END $$;
+SELECT * FROM idem_run(1, 'PAY', 'nested-handler-key-04', '{}', 'nested_submit_handler(jsonb)');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key LIKE 'nested-handler-key-%';
+-- the handler may call idem for other keys; the key is its own again after the run
+CREATE FUNCTION other_key_handler(request jsonb) RETURNS idem_result
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM public.idem_run(1, 'PAY', 'nested-other-key-0001', request, 'public.debit_handler(jsonb)');
+    RETURN ROW(200, NULL, NULL, NULL)::idem_result;
+END $$;
+BEGIN;
+SELECT replayed, http_status FROM idem_run(1, 'PAY', 'nested-outer-key-0001', '{"account": 1, "amount": 1}', 'other_key_handler(jsonb)');
+SELECT replayed, http_status FROM idem_run(1, 'PAY', 'nested-outer-key-0001', '{"account": 1, "amount": 1}', 'other_key_handler(jsonb)');
+ROLLBACK;
 
 -- The handler runs as the caller: its user, its search_path, its rights.
 CREATE ROLE regress_idem_caller;
@@ -406,6 +443,8 @@ SELECT account_id, count(*) AS debits, sum(amount) FROM debit GROUP BY account_i
 -- The handlers depend on idem_result: drop them with their tables.
 DROP FUNCTION debit_handler(jsonb), flaky_handler(jsonb), status_handler(jsonb),
     null_handler(jsonb), text_handler(text), two_arg_handler(jsonb, int),
-    int_handler(jsonb), set_handler(jsonb), nested_handler(jsonb), whoami_handler(jsonb);
+    int_handler(jsonb), set_handler(jsonb), nested_handler(jsonb), whoami_handler(jsonb),
+    nested_finish_handler(jsonb), nested_begin_handler(jsonb), nested_submit_handler(jsonb),
+    other_key_handler(jsonb);
 DROP PROCEDURE proc_handler(jsonb);
 DROP TABLE account, debit, flaky, handler_seen;

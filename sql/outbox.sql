@@ -125,6 +125,10 @@ SELECT idem_outbox_emit('', '{}');
 SELECT idem_outbox_emit('bad topic', '{}');
 SELECT idem_outbox_emit(repeat('t', 129), '{}');
 SELECT idem_outbox_emit('t', '{}', repeat('k', 257));
+-- msg_key is printable text, as message_id and worker are
+SELECT idem_outbox_emit('t', '{}', E'k\n\u0001');
+SELECT idem_outbox_emit('t', '{}', E'k\u0085');
+SELECT idem_outbox_emit('t', '{}', '');
 SELECT idem_outbox_emit('t', '{}', NULL, '[1]');
 SELECT idem_outbox_emit(repeat('t', 128), '{}', repeat('é', 256), '{"h": "v"}') > 0 AS longest_ok;
 BEGIN READ ONLY;

@@ -51,17 +51,22 @@ SELECT idem_outbox_emit('stats_topic', '{}', 'k') > 0 AS emitted;
 SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox WHERE topic = 'stats_topic'));
 SELECT idem_consume('stats_consumer', 'm-1'), idem_consume('stats_consumer', 'm-1'),
        idem_consume('stats_consumer', 'm-1');
+-- a topic and a consumer named like an operation count in rows of their own
+SELECT idem_outbox_emit('STATS_OP', '{}') > 0 AS emitted;
+SELECT idem_consume('STATS_OP', 'm-2'), idem_consume('STATS_OP', 'm-2');
 -- the cleanup: 2 acknowledged messages, and the 4xx record once it expires
 UPDATE idempotency_record SET expires_at = now() - interval '1 second'
 WHERE idempotency_key = 'stats-key-0000000003';
 SELECT idem_cleanup_expired() AS deleted;
 
-SELECT operation, calls, executed, replayed, conflicts, in_flight, waits, renewed, failed_final,
+SELECT operation, kind, calls, executed, replayed, conflicts, in_flight, waits, renewed, failed_final,
        leases, takeovers, stale_tokens, retries, outbox_emitted, outbox_acked, inbox_duplicates,
        cleanup_deleted
 FROM idem_stats
 WHERE datname = current_database() AND operation IN ('CREATE_ORDER', 'STATS_OP', 'stats_topic', 'stats_consumer')
-ORDER BY operation;
+ORDER BY operation, kind;
+-- the "(other)" row has no kind
+SELECT kind IS NULL AS no_kind FROM idem_stats WHERE operation = '(other)';
 
 -- reset: every counter back to 0, the rows stay
 SELECT idem_stats_reset();

@@ -154,6 +154,23 @@ ALTER EXTENSION idem UPDATE;
 SELECT * FROM pg_temp.catalog_diff();
 SELECT key, request, attempt FROM idem_lease('LONG', 'upgrade-worker');
 
+-- From 1.6: idem_stats has no kind column before 1.7, and reads with the
+-- new library all the same; after the update it has one, and the outbox's
+-- fetch and acknowledgement go through idem_outbox_guard().
+DROP EXTENSION idem;
+CREATE EXTENSION idem VERSION '1.6';
+SELECT count(*) FILTER (WHERE attname = 'kind') AS kind_columns, count(*) AS columns
+FROM pg_attribute WHERE attrelid = 'idem_stats'::regclass AND attnum > 0;
+SELECT count(*) >= 0 AS stats_read FROM idem_stats;
+SELECT idem_outbox_emit('upgrade-topic', '{}', 'k') > 0 AS emitted;
+ALTER EXTENSION idem UPDATE;
+SELECT * FROM pg_temp.catalog_diff();
+SELECT count(*) FILTER (WHERE attname = 'kind') AS kind_columns FROM pg_attribute
+WHERE attrelid = 'idem_stats'::regclass AND attnum > 0;
+SELECT prosrc LIKE '%idem_outbox_guard()%' AS guarded FROM pg_proc
+WHERE proname IN ('idem_outbox_fetch', 'idem_outbox_ack') ORDER BY proname;
+SELECT count(*) AS fetched FROM idem_outbox_fetch('upgrade-topic');
+
 -- a version that does not exist
 ALTER EXTENSION idem UPDATE TO '9.9';
 

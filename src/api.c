@@ -11,10 +11,15 @@
  * caller.  A transaction that claimed a key and did not finish it cannot
  * commit (IK005): no business effect commits without its record.
  *
- * The claims of the current transaction are kept in a list in
+ * The unfinished claims of the current transaction are kept in a list in
  * TopTransactionContext, with the subtransaction that made (and the one
  * that finished) each, so that rolling back to a savepoint undoes them as
- * it undoes the key lock and the record.
+ * it undoes the key lock and the record.  A claim finished in the
+ * subtransaction that made it leaves the list, and gives its key lock back:
+ * its record and its claim can only roll back together, and the record's
+ * uncommitted index entry makes duplicates wait.  So a transaction of a
+ * million idem_begin/idem_finish pairs keeps neither a million entries nor
+ * a million locks.
  *
  *-------------------------------------------------------------------------
  */
@@ -73,6 +78,7 @@ typedef struct PendingClaim
 	Interval	ttl;
 	SubTransactionId subid;		/* claimed in */
 	SubTransactionId finished_subid;	/* finished in; Invalid: not yet */
+	bool		running;		/* idem_run is calling its handler */
 	struct PendingClaim *next;
 } PendingClaim;
 
@@ -197,10 +203,23 @@ find_claim(const IdemScope *scope)
 	return NULL;
 }
 
+/* IK006: the key is the one idem_run is running, from inside its handler. */
+static void
+check_not_running(const PendingClaim *p, const IdemScope *scope)
+{
+	if (p != NULL && p->running)
+		ereport(ERROR,
+				(errcode(ERRCODE_IDEM_KEY_RUNNING),
+				 errmsg("the key is being run by idem_run"),
+				 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": the handler of idem_run for this key called idem for the same key.",
+						   scope->owner, scope->operation, scope->key),
+				 errhint("A handler does the work and returns its idem_result; idem_run stores it. Do not call idem_begin, idem_finish, idem_run or idem_submit for the key being run.")));
+}
+
 /*
  * Before claiming: a claim of scope this transaction holds, not finished,
- * is in flight (IK002), or a different request (IK001).  (idem_submit
- * asks too.)
+ * is being run (IK006), in flight (IK002), or a different request
+ * (IK001).  (idem_submit asks too.)
  */
 void
 idem_api_check_unclaimed(const IdemScope *scope, const char *fingerprint)
@@ -210,6 +229,7 @@ idem_api_check_unclaimed(const IdemScope *scope, const char *fingerprint)
 	if (pending == NULL)
 		return;
 	p = find_claim(scope);
+	check_not_running(p, scope);
 
 	if (p == NULL || p->finished_subid != InvalidSubTransactionId)
 		return;
@@ -240,9 +260,26 @@ add_claim(const IdemScope *scope, const char *fingerprint, const Interval *ttl)
 	return p;
 }
 
+/* Take p out of the list, and free it. */
+static void
+forget_claim(PendingClaim *p)
+{
+	for (PendingClaim **link = &pending; *link != NULL; link = &(*link)->next)
+		if (*link == p)
+		{
+			*link = p->next;
+			pfree(p->operation);
+			pfree(p->key);
+			pfree(p);
+			return;
+		}
+}
+
 /*
  * Store the result of this transaction's claim p as the extension's owner:
- * the finished record, expiring as its status says, then mark p finished.
+ * the finished record, expiring as its status says, then mark p finished:
+ * made and finished in the same subtransaction, it is forgotten, and its
+ * key lock given back.
  */
 static void
 finish_claim(const IdemCatalog *cat, const IdemScope *scope, PendingClaim *p,
@@ -256,10 +293,20 @@ finish_claim(const IdemCatalog *cat, const IdemScope *scope, PendingClaim *p,
 					   idem_record_expiry(status, now, p->has_ttl ? &p->ttl : NULL),
 					   NULL, NULL);
 	idem_restore_caller(&identity);
-	p->finished_subid = GetCurrentSubTransactionId();
+	if (p->subid == GetCurrentSubTransactionId())
+	{
+		LOCKTAG		tag;
+
+		/* claim and record can only roll back together: both done */
+		forget_claim(p);
+		idem_key_locktag(&tag, scope);
+		idem_unlock_key(&tag);
+	}
+	else
+		p->finished_subid = GetCurrentSubTransactionId();
 	idem_note_outcome(scope, IDEM_LOG_EXECUTED, !res->resource_isnull, res->resource_id);
 	if (status == IDEM_STATUS_FAILED_FINAL)
-		idem_stats_count_at_commit(scope->operation, IDEM_STAT_FAILED_FINAL, 1);
+		idem_stats_count_at_commit(IDEM_KIND_OPERATION, scope->operation, IDEM_STAT_FAILED_FINAL, 1);
 }
 
 /* ---------- results ---------- */
@@ -310,7 +357,7 @@ idem_begin(PG_FUNCTION_ARGS)
 	idem_scope_from_args(fcinfo, &scope);
 	cat = *idem_catalog(fcinfo);
 	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
-	idem_stats_count(scope.operation, IDEM_STAT_CALLS, 1);
+	idem_stats_count(IDEM_KIND_OPERATION, scope.operation, IDEM_STAT_CALLS, 1);
 	idem_check_not_null(fcinfo, 3, "request");
 	ttl = idem_ttl_arg(fcinfo, 4, now);
 	idem_fingerprint_jsonb(PG_GETARG_JSONB_P(3), fingerprint);
@@ -325,6 +372,23 @@ idem_begin(PG_FUNCTION_ARGS)
 		PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, false, NULL));
 	}
 	PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, true, &claim.rec.result));
+}
+
+/*
+ * Has this transaction written the scope's record (finished its claim, and
+ * forgotten it)?  Asked only to say why idem_finish has nothing to finish.
+ */
+static bool
+finished_here(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now)
+{
+	IdemRecord	rec;
+	IdemIdentity identity = {0};
+	bool		found;
+
+	idem_become_owner(&identity, cat->owner);
+	found = idem_record_read(cat, scope, now, &rec) && rec.written_here;
+	idem_restore_caller(&identity);
+	return found;
 }
 
 /*
@@ -352,11 +416,12 @@ idem_finish(PG_FUNCTION_ARGS)
 	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
 
 	p = find_claim(&scope);
+	check_not_running(p, &scope);
 	if (p == NULL || p->finished_subid != InvalidSubTransactionId)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_NO_CLAIM),
 				 errmsg("this transaction holds no unfinished claim of the idempotency key"),
-				 p == NULL ?
+				 p == NULL && !finished_here(&cat, &scope, now) ?
 				 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": idem_begin did not claim it in this transaction.",
 						   scope.owner, scope.operation, scope.key) :
 				 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": idem_finish was already called for it.",
@@ -516,7 +581,7 @@ idem_run(PG_FUNCTION_ARGS)
 	idem_scope_from_args(fcinfo, &scope);
 	cat = *idem_catalog(fcinfo);
 	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
-	idem_stats_count(scope.operation, IDEM_STAT_CALLS, 1);
+	idem_stats_count(IDEM_KIND_OPERATION, scope.operation, IDEM_STAT_CALLS, 1);
 	idem_check_not_null(fcinfo, 3, "request");
 	idem_check_not_null(fcinfo, 4, "handler");
 	ttl = idem_ttl_arg(fcinfo, 5, now);
@@ -534,9 +599,11 @@ idem_run(PG_FUNCTION_ARGS)
 	}
 	idem_restore_caller(&identity);
 
-	/* the handler runs as the caller; a nested call of the key is IK002 */
+	/* the handler runs as the caller; a nested call of the key is IK006 */
 	p = add_claim(&scope, fingerprint, ttl);
+	p->running = true;
 	status = call_handler(hflinfo, request, &res);
+	p->running = false;
 
 	finish_claim(&cat, &scope, p, status, &res, now);
 	PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, false, &res));

@@ -7,15 +7,18 @@
  * Read first: a finished record the snapshot sees is replayed (or refused:
  * IK001, different request; IK002, still PROCESSING) without a lock or a
  * write.  Otherwise take the key lock, which waits for an in-flight
- * original, and look again before executing: under the lock no other
- * caller writes the key, so a record our read missed can only have been
- * committed since; a dirty-snapshot probe finds it (and is skipped when no
- * transaction has ended since the read), and it is read again, or under
- * REPEATABLE READ and SERIALIZABLE reported as 40001, never replayed
- * unseen.  An expired record is deleted under the lock.  The caller then
- * executes and writes the finished record (record.c) before its
- * transaction ends; the key lock is kept until then.  A caller that
- * replays after waiting gives the lock back at once.
+ * original that has not written its record yet, and look again before
+ * executing, with a dirty snapshot: a row of the key that a running
+ * transaction is writing (an original that wrote its record and gave the
+ * key lock back) is waited for, at most idem.wait_timeout, as ON CONFLICT
+ * waits for a speculative insertion; a record committed since our read is
+ * read again, or under REPEATABLE READ and SERIALIZABLE reported as 40001,
+ * never replayed unseen.  An expired record is deleted under the lock.
+ * The caller then executes and writes its record (record.c), and gives the
+ * key lock back at once (idem_claim_written): its uncommitted record makes
+ * duplicates wait from then on, so a transaction of a million calls holds
+ * no million locks.  A caller that replays after waiting gives the lock
+ * back at once too.
  *
  *-------------------------------------------------------------------------
  */
@@ -75,11 +78,14 @@ idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 		found = idem_record_read(c->cat, c->scope, c->now, rec);
 		if (!found || rec->expired)
 		{
+			IdemProbe	probe;
+			TransactionId busy = InvalidTransactionId;
+
 			/* no record, or an expired one: this call may execute */
 			if (!c->locked)
 			{
 				idem_key_locktag(&c->tag, c->scope);
-				if (!idem_lock_key(&c->tag, c->scope->operation))
+				if (!idem_lock_key(&c->tag, IDEM_KIND_OPERATION, c->scope->operation))
 					idem_report_in_flight(c->scope, IDEM_IN_FLIGHT_WAITED);
 				c->locked = true;
 				/* an expired record may have been replaced while we waited */
@@ -87,17 +93,25 @@ idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 					continue;
 			}
 
+			/*
+			 * What the read could not see: a row a running transaction is
+			 * writing is waited for, keeping the key lock so that the
+			 * duplicates queued behind us stay in their order, and the key
+			 * looked at again; a record
+			 * committed since the read is read again with a new snapshot,
+			 * or, where the transaction keeps its snapshot, refused as the
+			 * executor's ON CONFLICT does rather than replayed unseen.
+			 */
+			probe = idem_record_probe(c->cat, c->scope, &busy);
+			if (probe == IDEM_PROBE_BUSY)
+			{
+				if (!idem_wait_for_xact(busy, IDEM_KIND_OPERATION, c->scope->operation))
+					idem_report_in_flight(c->scope, IDEM_IN_FLIGHT_WAITED);
+				continue;
+			}
 			if (!found)
 			{
-				/*
-				 * A record our snapshot cannot see was committed after it
-				 * was taken (only possible if some transaction ended since):
-				 * read again with a new one, or, where the transaction keeps
-				 * its snapshot, fail as the executor's ON CONFLICT does,
-				 * rather than replay what it cannot see.
-				 */
-				if (idem_transactions_ended_since(rec->completions) &&
-					idem_record_unseen(c->cat, c->scope))
+				if (probe == IDEM_PROBE_FOUND)
 				{
 					if (IsolationUsesXactSnapshot())
 						ereport(ERROR,
@@ -112,7 +126,7 @@ idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 			idem_use_safe_search_path(c->identity);
 			if (idem_record_delete_expired(c->cat, rec) != IDEM_ROW_CHANGED)
 			{
-				idem_stats_count_at_commit(c->scope->operation, IDEM_STAT_RENEWED, 1);
+				idem_stats_count_at_commit(IDEM_KIND_OPERATION, c->scope->operation, IDEM_STAT_RENEWED, 1);
 				return IDEM_EXECUTE;
 			}
 			continue;			/* changed by another: read again */
@@ -127,13 +141,24 @@ idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 			idem_report_in_flight(c->scope, IDEM_IN_FLIGHT_RECORDED);
 
 		/* a replay leaves the key to others at once */
-		if (c->locked)
-		{
-			LockRelease(&c->tag, ExclusiveLock, false);
-			c->locked = false;
-		}
+		idem_claim_written(c);
 		idem_note_outcome(c->scope, IDEM_LOG_REPLAYED, !rec->result.resource_isnull,
 						 rec->result.resource_id);
 		return IDEM_REPLAY;
+	}
+}
+
+/*
+ * The claim's record is written (or the call replays): give the key lock
+ * back.  From now on the record's uncommitted index entry is what makes a
+ * duplicate wait (idem_claim's probe), until this transaction ends.
+ */
+void
+idem_claim_written(IdemClaim *c)
+{
+	if (c->locked)
+	{
+		idem_unlock_key(&c->tag);
+		c->locked = false;
 	}
 }

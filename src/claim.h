@@ -37,5 +37,6 @@ typedef struct IdemClaim
 extern IdemOutcome idem_claim(IdemClaim *claim, const IdemCatalog *cat,
 							   const IdemScope *scope, const char *fingerprint,
 							   TimestampTz now, IdemIdentity *identity);
+extern void idem_claim_written(IdemClaim *claim);
 
 #endif							/* IDEM_CLAIM_H */

@@ -59,14 +59,15 @@ typedef struct CleanupTarget
 	const char *table;
 	const char *column;			/* timestamptz; NULL is never deleted */
 	const char *name_column;	/* the idem_stats row a deletion counts in */
+	IdemStatKind name_kind;		/* and that row's kind */
 	bool		optional;		/* absent before some version */
 	bool		partial_ok;		/* its index may be partial (rows rechecked) */
 } CleanupTarget;
 
 static const CleanupTarget targets[] = {
-	{"idempotency_record", "expires_at", "operation", false, false},
-	{"idem_inbox", "expires_at", "consumer", true, false},	/* 1.4 */
-	{"idem_outbox", "acked_at", "topic", true, true},	/* 1.4 */
+	{"idempotency_record", "expires_at", "operation", IDEM_KIND_OPERATION, false, false},
+	{"idem_inbox", "expires_at", "consumer", IDEM_KIND_CONSUMER, true, false},	/* 1.4 */
+	{"idem_outbox", "acked_at", "topic", IDEM_KIND_TOPIC, true, true},	/* 1.4 */
 };
 
 #define NTARGETS lengthof(targets)
@@ -180,7 +181,7 @@ delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_
 		{
 			char	   *name = TextDatumGetCString(d);
 
-			idem_stats_count_at_commit(name, IDEM_STAT_CLEANUP_DELETED, 1);
+			idem_stats_count_at_commit(target->name_kind, name, IDEM_STAT_CLEANUP_DELETED, 1);
 			pfree(name);
 		}
 		idem_rows_delete(&rows, 0, locked);

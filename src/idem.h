@@ -29,6 +29,7 @@
 #define IDEM_LOCK_CLASS_KEY		478
 #define IDEM_LOCK_CLASS_OUTBOX	479
 #define IDEM_LOCK_CLASS_INBOX	480
+#define IDEM_LOCK_CLASS_OUTBOX_ALL	481	/* every key's commit order at once */
 
 /* An outbox topic: ^[A-Za-z0-9_.:-]{1,128}$; publishers LISTEN on the channel. */
 #define IDEM_TOPIC_MAX_LEN		128
@@ -46,6 +47,7 @@
 #define ERRCODE_IDEM_NO_CLAIM			MAKE_SQLSTATE('I','K','0','0','3')
 #define ERRCODE_IDEM_STALE_TOKEN		MAKE_SQLSTATE('I','K','0','0','4')
 #define ERRCODE_IDEM_UNFINISHED_CLAIM	MAKE_SQLSTATE('I','K','0','0','5')
+#define ERRCODE_IDEM_KEY_RUNNING		MAKE_SQLSTATE('I','K','0','0','6')
 
 /*
  * The status column of idempotency_record.  A record is written finished

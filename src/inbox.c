@@ -124,18 +124,21 @@ typedef enum InboxEntry
 {
 	INBOX_NONE,					/* no entry: consume */
 	INBOX_LIVE,					/* consumed, not expired: a redelivery */
-	INBOX_EXPIRED				/* an expired entry at *tid: replace it */
+	INBOX_EXPIRED,				/* an expired entry at *tid: replace it */
+	INBOX_BUSY					/* another transaction, *busy, is writing
+								 * an entry: wait for it */
 } InboxEntry;
 
 /*
  * Look (consumer, message_id) up through the key index with a dirty
  * snapshot, under the message's lock, in the relation rows has open for
- * the insert.  A row still being inserted by a transaction that bypassed
- * the lock is left to the unique index.
+ * the insert.  An entry another transaction is still inserting or deleting
+ * (a consumer that gave the message's lock back once its entry was
+ * written, the cleanup, or a writer around idem) is INBOX_BUSY.
  */
 static InboxEntry
 probe(const IdemTableLayout *t, IdemRows *rows, Datum consumer, Datum message_id,
-	  TimestampTz now, ItemPointer tid)
+	  TimestampTz now, ItemPointer tid, TransactionId *busy)
 {
 	ResultRelInfo *rri = rows->rels[0];
 	Relation	heap = rri->ri_RelationDesc;
@@ -159,12 +162,19 @@ probe(const IdemTableLayout *t, IdemRows *rows, Datum consumer, Datum message_id
 						   index->rd_indcollation[1], F_TEXTEQ, message_id);
 	scan = index_beginscan(heap, index, &dirty, 2, 0);
 	index_rescan(scan, skey, 2, NULL, 0);
-	if (index_getnext_slot(scan, ForwardScanDirection, slot) &&
-		!TransactionIdIsValid(dirty.xmin))
+	while (entry != INBOX_BUSY && index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		bool		isnull;
-		Datum		expires = slot_getattr(slot, t->att[IN_EXPIRES], &isnull);
+		Datum		expires;
 
+		/* the visibility check of this row set them */
+		if (TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax))
+		{
+			*busy = TransactionIdIsValid(dirty.xmin) ? dirty.xmin : dirty.xmax;
+			entry = INBOX_BUSY;
+			break;
+		}
+		expires = slot_getattr(slot, t->att[IN_EXPIRES], &isnull);
 		if (!isnull && DatumGetTimestampTz(expires) < now)
 		{
 			entry = INBOX_EXPIRED;
@@ -176,6 +186,19 @@ probe(const IdemTableLayout *t, IdemRows *rows, Datum consumer, Datum message_id
 	index_endscan(scan);
 	ExecClearTuple(slot);
 	return entry;
+}
+
+/* IK002: another transaction is consuming the message, past the wait. */
+static void
+report_in_flight(IdemIdentity *identity, const char *consumer)
+{
+	idem_restore_caller(identity);
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEM_IN_FLIGHT),
+			 errmsg("another transaction is still consuming this message"),
+			 errdetail("Consumer \"%s\" waited idem.wait_timeout (%d ms) for it.",
+					   consumer, idem_wait_timeout),
+			 errhint("Retry the delivery later.")));
 }
 
 static void
@@ -206,6 +229,7 @@ idem_consume(PG_FUNCTION_ARGS)
 	LOCKTAG		tag;
 	char	   *consumer_str;
 	bool		consumed = false;
+	bool		locked = false;
 
 	idem_check_not_null(fcinfo, 0, "consumer");
 	idem_check_not_null(fcinfo, 1, "message_id");
@@ -230,18 +254,12 @@ idem_consume(PG_FUNCTION_ARGS)
 
 	consumer_str = text_to_cstring(consumer);
 	inbox_locktag(&tag, consumer, message_id);
-	if (!idem_lock_key(&tag, consumer_str))
-		ereport(ERROR,
-				(errcode(ERRCODE_IDEM_IN_FLIGHT),
-				 errmsg("another transaction is still consuming this message"),
-				 errdetail("Consumer \"%s\" waited idem.wait_timeout (%d ms) for it.",
-						   consumer_str, idem_wait_timeout),
-				 errhint("Retry the delivery later.")));
 
 	idem_become_owner(&identity, cat.owner);
 	for (int attempt = 1;; attempt++)
 	{
 		ItemPointerData tid;
+		TransactionId busy = InvalidTransactionId;
 		InboxEntry	entry;
 		IdemRows	rows;
 
@@ -250,17 +268,37 @@ idem_consume(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not consume the message: its inbox entry kept changing"),
 					 errhint("Retry the transaction.")));
+		if (!locked)
+		{
+			if (!idem_lock_key(&tag, IDEM_KIND_CONSUMER, consumer_str))
+				report_in_flight(&identity, consumer_str);
+			locked = true;
+		}
 		idem_rows_begin(&rows, &t->relid, 1, CMD_INSERT);
 		if (idem_catalog_current(&cat))
 			idem_rows_set_checks(&rows, 0, t->checks, t->ncheck);
 		/* triggers and the like run under search_path = pg_catalog, pg_temp */
 		if (idem_rows_run_user_code(&rows, 0))
 			idem_use_safe_search_path(&identity);
-		entry = probe(t, &rows, PointerGetDatum(consumer), PointerGetDatum(message_id), now, &tid);
+		entry = probe(t, &rows, PointerGetDatum(consumer), PointerGetDatum(message_id), now,
+					  &tid, &busy);
 		if (entry == INBOX_NONE)
 			insert_entry(&rows, t, PointerGetDatum(consumer), PointerGetDatum(message_id),
 						 now, expires);
 		idem_rows_end(&rows);
+
+		/*
+		 * Written, or a redelivery: the lock goes at once (the written
+		 * entry's uncommitted index entry makes a redelivery wait now).
+		 * Another transaction writing the entry: wait for it, keeping the
+		 * lock so that the deliveries queued behind us keep their order,
+		 * then look again.
+		 */
+		if (entry == INBOX_NONE || entry == INBOX_LIVE)
+		{
+			idem_unlock_key(&tag);
+			locked = false;
+		}
 		if (entry == INBOX_NONE)
 		{
 			consumed = true;
@@ -268,10 +306,14 @@ idem_consume(PG_FUNCTION_ARGS)
 		}
 		if (entry == INBOX_LIVE)
 		{
-			/* a redelivery leaves the message to others at once */
-			LockRelease(&tag, ExclusiveLock, false);
-			idem_stats_count(consumer_str, IDEM_STAT_INBOX_DUPLICATES, 1);
+			idem_stats_count(IDEM_KIND_CONSUMER, consumer_str, IDEM_STAT_INBOX_DUPLICATES, 1);
 			break;
+		}
+		if (entry == INBOX_BUSY)
+		{
+			if (!idem_wait_for_xact(busy, IDEM_KIND_CONSUMER, consumer_str))
+				report_in_flight(&identity, consumer_str);
+			continue;
 		}
 		/* expired: delete it (or find it gone or changed), then look again */
 		(void) idem_rows_delete_read(t->relid, &tid, "an expired inbox entry");

@@ -22,7 +22,9 @@
 #include "common/hashfn.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "storage/proc.h"
+#include "storage/procarray.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -36,6 +38,7 @@
 /* GUC variables */
 int			idem_wait_timeout = 5000;
 static char *idem_allowed_owners = NULL;
+static char *idem_allowed_operations = NULL;
 
 /* idem.log_outcomes */
 typedef enum
@@ -196,6 +199,113 @@ idem_check_owner(int64 owner)
 			 errhint("A superuser binds a role to its owners with ALTER ROLE ... SET idem.allowed_owners.")));
 }
 
+/*
+ * idem.allowed_operations, parsed: the exact operation names the current
+ * role may act for.  NULL (an empty setting) allows every operation.
+ */
+typedef struct OperationList
+{
+	int			n;
+	char		names[FLEXIBLE_ARRAY_MEMBER][IDEM_OPERATION_MAX_LEN + 1];
+} OperationList;
+
+static OperationList *allowed_operations = NULL;
+
+/* Is c a character of an operation name ([A-Za-z0-9_.:-])? */
+static bool
+operation_char(char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+		(c >= '0' && c <= '9') || c == '_' || c == '.' || c == ':' || c == '-';
+}
+
+/*
+ * Check hook of idem.allowed_operations: operation names separated by
+ * commas (spaces around them ignored), each as idem_check_operation
+ * accepts it; builds the parsed list.
+ */
+static bool
+check_allowed_operations(char **newval, void **extra, GucSource source)
+{
+	const char *p = *newval;
+	int			cap = 1;
+	OperationList *ops;
+
+	for (const char *c = p; *c; c++)
+		if (*c == ',')
+			cap++;
+	/* PostgreSQL 15's GUC code frees extra with free() */
+	ops = malloc(offsetof(OperationList, names) + cap * sizeof(ops->names[0]));
+	if (ops == NULL)
+	{
+		GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);
+		return false;
+	}
+	ops->n = 0;
+	while (*p == ' ')
+		p++;
+	while (*p != '\0')
+	{
+		int			len = 0;
+
+		while (operation_char(p[len]))
+			len++;
+		if (len == 0 || len > IDEM_OPERATION_MAX_LEN)
+			goto bad;
+		memcpy(ops->names[ops->n], p, len);
+		ops->names[ops->n][len] = '\0';
+		ops->n++;
+		p += len;
+		while (*p == ' ')
+			p++;
+		if (*p == ',')
+		{
+			p++;
+			while (*p == ' ')
+				p++;
+			if (*p == '\0')
+				goto bad;
+		}
+		else if (*p != '\0')
+			goto bad;
+	}
+	*extra = ops;
+	return true;
+
+bad:
+	free(ops);
+	GUC_check_errdetail("Give operation names of 1 to %d characters from A-Z, a-z, 0-9, \"_\", \".\", \":\" and \"-\", separated by commas, such as \"CREATE_ORDER,SHIP\".",
+						IDEM_OPERATION_MAX_LEN);
+	return false;
+}
+
+static void
+assign_allowed_operations(const char *newval, void *extra)
+{
+	OperationList *ops = (OperationList *) extra;
+
+	allowed_operations = (ops != NULL && ops->n > 0) ? ops : NULL;
+}
+
+/*
+ * Refuse (42501) an operation outside idem.allowed_operations, the
+ * operations the current role is bound to; an empty setting binds nothing.
+ */
+void
+idem_check_operation_allowed(const char *operation)
+{
+	if (allowed_operations == NULL)
+		return;
+	for (int i = 0; i < allowed_operations->n; i++)
+		if (strcmp(operation, allowed_operations->names[i]) == 0)
+			return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("operation \"%s\" is not one this session may act for", operation),
+			 errdetail("idem.allowed_operations is \"%s\".", idem_allowed_operations),
+			 errhint("A superuser binds a role to its operations with ALTER ROLE ... SET idem.allowed_operations.")));
+}
+
 /* Define the GUC of this module. */
 void
 idem_key_init(void)
@@ -230,6 +340,18 @@ idem_key_init(void)
 							   PGC_SUSET,
 							   0,
 							   check_allowed_owners, assign_allowed_owners, NULL);
+
+	DefineCustomStringVariable("idem.allowed_operations",
+							   "The operations this session may act for: a list of exact operation names.",
+							   "Set by a superuser, typically per role (ALTER ROLE ... SET); "
+							   "empty means any operation. Applies to idem_create_order "
+							   "(CREATE_ORDER), idem_begin, idem_finish, idem_run, idem_submit "
+							   "and the task calls; not to topics or consumers.",
+							   &idem_allowed_operations,
+							   "",
+							   PGC_SUSET,
+							   0,
+							   check_allowed_operations, assign_allowed_operations, NULL);
 }
 
 /*
@@ -349,6 +471,7 @@ idem_scope_init(IdemScope *scope, int64 owner, Datum operation_text, Datum key_t
 	scope->owner = owner;
 	scope->operation = text_to_cstring(op);
 	idem_check_operation(scope->operation, VARSIZE_ANY_EXHDR(op));
+	idem_check_operation_allowed(scope->operation);
 	scope->operation_text = PointerGetDatum(op);
 	scope->key = text_to_cstring(key);
 	idem_check_key(scope->key, VARSIZE_ANY_EXHDR(key));
@@ -401,19 +524,23 @@ key_wait_ms(void)
 }
 
 /*
- * Wait for a key lock another transaction holds, at most idem.wait_timeout
- * (and at most lock_timeout, if that is shorter).  Returns false when the
- * time ran out.  On success the lock belongs to the caller's resource owner,
- * as if taken with a plain LockAcquire.
+ * Wait at most idem.wait_timeout (and at most lock_timeout, if that is
+ * shorter) for the key lock tag another transaction holds, or, with tag
+ * NULL, for transaction xid to end.  Returns false when the time ran out.
+ * A key lock acquired here belongs to the caller's subtransaction
+ * (CurTransactionResourceOwner), as idem_lock_key's do.
  *
- * The timeout is lock_timeout's own machinery; its error is caught in a
- * subtransaction, which is only ever started on this slow path.
+ * The timeout is lock_timeout's own machinery, which bounds the wait for a
+ * transaction (XactLockTableWait) as it bounds any heavyweight lock; its
+ * error is caught in a subtransaction, which is only ever started on this
+ * slow path.
  */
 static bool
-wait_for_key_lock(const LOCKTAG *tag)
+bounded_wait(const LOCKTAG *tag, TransactionId xid)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
 	ResourceOwner callerowner = CurrentResourceOwner;
+	ResourceOwner keyowner = CurTransactionResourceOwner;
 	int			saved_lock_timeout = LockTimeout;
 	volatile bool acquired = false;
 
@@ -425,14 +552,20 @@ wait_for_key_lock(const LOCKTAG *tag)
 		ResourceOwner subowner = CurrentResourceOwner;
 
 		LockTimeout = key_wait_ms();
-		(void) LockAcquire(tag, ExclusiveLock, false, false);
+		if (tag == NULL)
+			XactLockTableWait(xid, NULL, NULL, XLTW_None);
+		else
+			(void) LockAcquire(tag, ExclusiveLock, false, false);
 		LockTimeout = saved_lock_timeout;
 
-		/* hand the lock from the subtransaction to the caller */
-		CurrentResourceOwner = callerowner;
-		(void) LockAcquire(tag, ExclusiveLock, false, true);
-		CurrentResourceOwner = subowner;
-		LockRelease(tag, ExclusiveLock, false);
+		if (tag != NULL)
+		{
+			/* hand the lock from the subtransaction to the caller's */
+			CurrentResourceOwner = keyowner;
+			(void) LockAcquire(tag, ExclusiveLock, false, true);
+			CurrentResourceOwner = subowner;
+			LockRelease(tag, ExclusiveLock, false);
+		}
 
 		ReleaseCurrentSubTransaction();
 		acquired = true;
@@ -463,17 +596,61 @@ wait_for_key_lock(const LOCKTAG *tag)
 
 /*
  * Take the key lock; false if another transaction kept it past the wait.
- * A wait counts in operation's row of idem_stats.
+ * The lock belongs to the current subtransaction, not to the statement's
+ * portal, so that a later statement of the same subtransaction (idem_finish
+ * after idem_begin) can give it back with idem_unlock_key.  A wait counts
+ * in name's row of idem_stats.
  */
 bool
-idem_lock_key(const LOCKTAG *tag, const char *operation)
+idem_lock_key(const LOCKTAG *tag, IdemStatKind kind, const char *name)
 {
-	if (LockAcquire(tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL)
+	ResourceOwner callerowner = CurrentResourceOwner;
+	LockAcquireResult got;
+
+	CurrentResourceOwner = CurTransactionResourceOwner;
+	got = LockAcquire(tag, ExclusiveLock, false, true);
+	CurrentResourceOwner = callerowner;
+	if (got != LOCKACQUIRE_NOT_AVAIL)
 		return true;
-	idem_stats_count(operation, IDEM_STAT_WAITS, 1);
+	idem_stats_count(kind, name, IDEM_STAT_WAITS, 1);
 	if (key_wait_ms() <= 0)
 		return false;
-	return wait_for_key_lock(tag);
+	return bounded_wait(tag, InvalidTransactionId);
+}
+
+/*
+ * Give back a key lock idem_lock_key took in the current subtransaction.
+ * A claim does so as soon as its row is written: from then on the row's
+ * uncommitted index entry is what makes a duplicate wait (see
+ * idem_wait_for_xact), so a transaction holds no lock per key it wrote.
+ */
+void
+idem_unlock_key(const LOCKTAG *tag)
+{
+	ResourceOwner callerowner = CurrentResourceOwner;
+
+	CurrentResourceOwner = CurTransactionResourceOwner;
+	LockRelease(tag, ExclusiveLock, false);
+	CurrentResourceOwner = callerowner;
+}
+
+/*
+ * Wait for transaction xid, which wrote a row of a key and has not ended,
+ * as a duplicate waits for the key lock: at most idem.wait_timeout (or
+ * lock_timeout, if shorter).  False if it is still running then.  This is
+ * what the executor's speculative insertion does for ON CONFLICT: find the
+ * uncommitted index entry with a dirty snapshot, wait for its transaction,
+ * look again.  A wait counts in name's row of idem_stats.
+ */
+bool
+idem_wait_for_xact(TransactionId xid, IdemStatKind kind, const char *name)
+{
+	if (!TransactionIdIsInProgress(xid))
+		return true;
+	idem_stats_count(kind, name, IDEM_STAT_WAITS, 1);
+	if (key_wait_ms() <= 0)
+		return false;
+	return bounded_wait(NULL, xid);
 }
 
 /*
@@ -496,9 +673,9 @@ idem_note_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
 
 	/* what the call wrote counts once it commits; what it saw, at once */
 	if (outcome == IDEM_LOG_EXECUTED)
-		idem_stats_count_at_commit(scope->operation, IDEM_STAT_EXECUTED, 1);
+		idem_stats_count_at_commit(IDEM_KIND_OPERATION, scope->operation, IDEM_STAT_EXECUTED, 1);
 	else
-		idem_stats_count(scope->operation,
+		idem_stats_count(IDEM_KIND_OPERATION, scope->operation,
 						 outcome == IDEM_LOG_REPLAYED ? IDEM_STAT_REPLAYED :
 						 outcome == IDEM_LOG_CONFLICT ? IDEM_STAT_CONFLICTS :
 						 IDEM_STAT_IN_FLIGHT, 1);

@@ -12,6 +12,8 @@
 #include "fmgr.h"
 #include "storage/lock.h"
 
+#include "stats.h"
+
 /* One (owner, operation, key): the scope of a claim, of a record. */
 typedef struct IdemScope
 {
@@ -43,6 +45,7 @@ extern int	idem_wait_timeout;
 
 extern void idem_key_init(void);
 extern void idem_check_owner(int64 owner);
+extern void idem_check_operation_allowed(const char *operation);
 extern void idem_check_key(const char *key, int len);
 extern void idem_check_name(const char *what, const char *name, int len, int maxlen);
 extern void idem_check_operation(const char *operation, int len);
@@ -51,7 +54,9 @@ extern void idem_scope_init(IdemScope *scope, int64 owner, Datum operation_text,
 							Datum key_text);
 extern void idem_scope_from_args(FunctionCallInfo fcinfo, IdemScope *scope);
 extern void idem_key_locktag(LOCKTAG *tag, const IdemScope *scope);
-extern bool idem_lock_key(const LOCKTAG *tag, const char *operation);
+extern bool idem_lock_key(const LOCKTAG *tag, IdemStatKind kind, const char *name);
+extern void idem_unlock_key(const LOCKTAG *tag);
+extern bool idem_wait_for_xact(TransactionId xid, IdemStatKind kind, const char *name);
 extern void idem_note_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
 							 bool has_resource, int64 resource_id);
 extern void idem_report_in_flight(const IdemScope *scope, IdemInFlight why) pg_attribute_noreturn();

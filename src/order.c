@@ -326,6 +326,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 	key = PG_GETARG_TEXT_PP(1);
 	scope.owner = PG_GETARG_INT64(0);
 	idem_check_owner(scope.owner);
+	idem_check_operation_allowed(ORDER_OPERATION);
 	scope.operation = ORDER_OPERATION;
 	scope.operation_text = CStringGetTextDatum(ORDER_OPERATION);
 	scope.key = text_to_cstring(key);
@@ -336,7 +337,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 	cat = *idem_catalog(fcinfo);
 	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
 	IDEM_CITUS_ROUTE(&cat, fcinfo, order_table_index, Int64GetDatum(scope.owner), INT8OID);
-	idem_stats_count(scope.operation, IDEM_STAT_CALLS, 1);
+	idem_stats_count(IDEM_KIND_OPERATION, scope.operation, IDEM_STAT_CALLS, 1);
 	call.owner = scope.owner;
 	call.sku = PG_GETARG_INT64(2);
 	call.qty = PG_GETARG_INT32(3);
@@ -350,6 +351,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 	{
 		idem_use_safe_search_path(&identity);
 		order_execute(&call, &scope, fingerprint);
+		idem_claim_written(&claim);
 	}
 	else
 		order_replay(&call, &claim.rec.result);

@@ -13,8 +13,16 @@
  * done.  So of two transactions emitting for one key, the one that commits
  * first draws the smaller commit_seq, and its rows are visible before the
  * other's: a fetcher that sees a message of the key sees every earlier one.
- * The locks of one transaction are taken in one global order (by hash), so
- * committing transactions cannot deadlock on them.
+ *
+ * The locks are two-level, as a table's are to its rows: a transaction of
+ * at most OUTBOX_KEY_LOCKS keys takes the all-keys lock in ROW EXCLUSIVE
+ * mode, which such transactions share, and then each key's lock; one of
+ * more keys takes the all-keys lock in EXCLUSIVE mode alone, which orders
+ * it against every key at once.  So a commit holds at most
+ * OUTBOX_KEY_LOCKS + 1 locks, whatever it emitted: a backfill of a million
+ * keyed messages cannot fill the server's lock table.  The locks of one
+ * transaction are taken in one global order (the all-keys lock, then by
+ * hash), so committing transactions cannot deadlock on them.
  *
  * A savepoint rolled back takes its messages with it.  Publishers are
  * woken by NOTIFY idem_outbox, '<topic>' once the transaction has
@@ -62,6 +70,7 @@
 
 PG_FUNCTION_INFO_V1(idem_outbox_emit);
 PG_FUNCTION_INFO_V1(idem_outbox_lock_keys);
+PG_FUNCTION_INFO_V1(idem_outbox_guard);
 
 #define OUTBOX_TOPIC_MAX_LEN	IDEM_TOPIC_MAX_LEN
 #define OUTBOX_KEY_MAX_LEN		256
@@ -124,12 +133,31 @@ static Oid	target_nspid = InvalidOid;
 static char **deferred_topics = NULL;
 static int	ndeferred_topics = 0;
 
-/* The lock that orders the commits of one (topic, msg_key). */
+/* Up to this many keys, a commit locks each; past it, all keys at once. */
+#define OUTBOX_KEY_LOCKS		16
+
+/*
+ * Take the commit-order locks of the distinct keys hashes[0..n-1], sorted,
+ * until the end of the transaction (see the file's header).
+ */
 static void
-key_locktag(LOCKTAG *tag, uint64 keyhash)
+lock_key_order(const uint64 *hashes, int n)
 {
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (keyhash >> 32),
-						 (uint32) keyhash, IDEM_LOCK_CLASS_OUTBOX);
+	LOCKTAG		tag;
+
+	if (n == 0)
+		return;
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, IDEM_LOCK_CLASS_OUTBOX_ALL);
+	(void) LockAcquire(&tag, n > OUTBOX_KEY_LOCKS ? ExclusiveLock : RowExclusiveLock,
+					   false, false);
+	if (n > OUTBOX_KEY_LOCKS)
+		return;
+	for (int i = 0; i < n; i++)
+	{
+		SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hashes[i] >> 32),
+							 (uint32) hashes[i], IDEM_LOCK_CLASS_OUTBOX);
+		(void) LockAcquire(&tag, ExclusiveLock, false, false);
+	}
 }
 
 /* A hash of (topic, msg_key), the topic's NUL as separator. */
@@ -263,8 +291,8 @@ flush_pending(void)
 	IdemRows	rows;
 	IdemRow		row;
 	int			n = 0;
-	uint64		locked_hash = 0;
-	bool		locked_any = false;
+	uint64	   *hashes;
+	int			nhashes = 0;
 	Relation	key_index = NULL;
 	TupleTableSlot *probe_slot = NULL;
 
@@ -274,17 +302,12 @@ flush_pending(void)
 	qsort(order, n, sizeof(PendingMessage *), flush_order);
 
 	/* first every lock, in hash order, so that no two commits deadlock */
+	hashes = palloc(n * sizeof(uint64));
 	for (int i = 0; i < n && order[i]->msg_key != NULL; i++)
-	{
-		LOCKTAG		tag;
-
-		if (locked_any && order[i]->keyhash == locked_hash)
-			continue;
-		key_locktag(&tag, order[i]->keyhash);
-		(void) LockAcquire(&tag, ExclusiveLock, false, false);
-		locked_hash = order[i]->keyhash;
-		locked_any = true;
-	}
+		if (nhashes == 0 || order[i]->keyhash != hashes[nhashes - 1])
+			hashes[nhashes++] = order[i]->keyhash;
+	lock_key_order(hashes, nhashes);
+	pfree(hashes);
 
 	idem_become_owner(&identity, target_owner);
 	idem_use_safe_search_path(&identity);
@@ -364,7 +387,7 @@ announce_topics(bool preparing)
 		pfree(t);
 	}
 	for (int i = 0; i < n; i++)
-		idem_stats_count_at_commit(topics[i], IDEM_STAT_OUTBOX_EMITTED, messages[i]);
+		idem_stats_count_at_commit(IDEM_KIND_TOPIC, topics[i], IDEM_STAT_OUTBOX_EMITTED, messages[i]);
 	pfree(messages);
 
 	if (!preparing && idem_notify_defer(n))
@@ -504,13 +527,10 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(2))
 	{
 		text	   *key = PG_GETARG_TEXT_PP(2);
-		int			nchars = pg_mbstrlen_with_len(VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key));
 
-		if (nchars > OUTBOX_KEY_MAX_LEN)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("msg_key must be at most %d characters long", OUTBOX_KEY_MAX_LEN),
-					 errdetail("The msg_key has %d characters.", nchars)));
+		/* as message_id and worker: printable text, never echoed */
+		idem_check_printable("msg_key", VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key),
+							 OUTBOX_KEY_MAX_LEN);
 	}
 	if (!PG_ARGISNULL(3) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(3)))
 		ereport(ERROR,
@@ -573,8 +593,8 @@ hash_order(const void *a, const void *b)
 /*
  * SQL: idem_outbox_lock_keys(topics text[], keys text[]) returns void
  *
- * Take the commit-order locks of the pairs (topics[i], keys[i]) in hash
- * order, as a committing emitter does, until the end of the transaction.
+ * Take the commit-order locks of the pairs (topics[i], keys[i]) as a
+ * committing emitter does, until the end of the transaction.
  */
 Datum
 idem_outbox_lock_keys(PG_FUNCTION_ARGS)
@@ -588,6 +608,7 @@ idem_outbox_lock_keys(PG_FUNCTION_ARGS)
 	int			nt;
 	int			nk;
 	uint64	   *hashes;
+	int			n = 0;
 
 	deconstruct_array(topics, TEXTOID, -1, false, TYPALIGN_INT, &tv, &tn, &nt);
 	deconstruct_array(keys, TEXTOID, -1, false, TYPALIGN_INT, &kv, &kn, &nk);
@@ -602,13 +623,29 @@ idem_outbox_lock_keys(PG_FUNCTION_ARGS)
 	}
 	qsort(hashes, nt, sizeof(uint64), hash_order);
 	for (int i = 0; i < nt; i++)
-	{
-		LOCKTAG		tag;
+		if (n == 0 || hashes[i] != hashes[n - 1])
+			hashes[n++] = hashes[i];
+	lock_key_order(hashes, n);
+	PG_RETURN_VOID();
+}
 
-		if (i > 0 && hashes[i] == hashes[i - 1])
-			continue;
-		key_locktag(&tag, hashes[i]);
-		(void) LockAcquire(&tag, ExclusiveLock, false, false);
-	}
+/*
+ * SQL: idem_outbox_guard() returns void
+ *
+ * The first statement of idem_outbox_fetch and idem_outbox_ack, SQL
+ * functions that update idem_outbox as the extension's owner: the same
+ * refusal as every write of idem's C code (idem_rows_check_triggers), so
+ * that no user trigger on the outbox runs as the owner for a caller whose
+ * temporary tables could capture the names it does not qualify.
+ */
+Datum
+idem_outbox_guard(PG_FUNCTION_ARGS)
+{
+	const IdemCatalog *cat = idem_catalog(fcinfo);
+	Relation	rel = table_open(idem_catalog_table(cat, outbox_table_index)->relid,
+								 RowExclusiveLock);
+
+	idem_rows_check_triggers(rel, rel->trigdesc);
+	table_close(rel, NoLock);
 	PG_RETURN_VOID();
 }

@@ -253,20 +253,18 @@ idem_result_values(const IdemResult *res, Datum *values, bool *nulls)
 }
 
 /*
- * Scan the unique index for the scope under snapshot and return the first
- * row it gives in slot; false if none.  The relations stay locked until the
- * end of the transaction, as a statement's do.
+ * Begin a scan of the unique index for the scope under snapshot; the
+ * relations stay locked until the end of the transaction, as a statement's
+ * do.  key_scan_end closes the scan and the index.
  */
-static bool
-scan_key(const IdemCatalog *cat, const IdemScope *scope, Snapshot snapshot,
-		 TupleTableSlot **slotp, Relation *heapp)
+static IndexScanDesc
+key_scan_begin(const IdemCatalog *cat, const IdemScope *scope, Snapshot snapshot,
+			   Relation *heapp, Relation *indexp, TupleTableSlot **slotp)
 {
 	Relation	heap = table_open(cat->tables[IDEM_TABLE_RECORD].relid, AccessShareLock);
 	Relation	index = index_open(cat->scopeid, AccessShareLock);
 	ScanKeyData skey[3];
 	IndexScanDesc scan;
-	TupleTableSlot *slot = table_slot_create(heap, NULL);
-	bool		found;
 
 	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(scope->owner));
 	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
@@ -276,12 +274,32 @@ scan_key(const IdemCatalog *cat, const IdemScope *scope, Snapshot snapshot,
 
 	scan = index_beginscan(heap, index, snapshot, 3, 0);
 	index_rescan(scan, skey, 3, NULL, 0);
-	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	*heapp = heap;
+	*indexp = index;
+	*slotp = table_slot_create(heap, NULL);
+	return scan;
+}
+
+static void
+key_scan_end(IndexScanDesc scan, Relation index)
+{
 	index_endscan(scan);
 	index_close(index, NoLock);
+}
 
-	*slotp = slot;
-	*heapp = heap;
+/*
+ * Scan the unique index for the scope under snapshot and return the first
+ * row it gives in slot; false if none.
+ */
+static bool
+scan_key(const IdemCatalog *cat, const IdemScope *scope, Snapshot snapshot,
+		 TupleTableSlot **slotp, Relation *heapp)
+{
+	Relation	index;
+	IndexScanDesc scan = key_scan_begin(cat, scope, snapshot, heapp, &index, slotp);
+	bool		found = index_getnext_slot(scan, ForwardScanDirection, *slotp);
+
+	key_scan_end(scan, index);
 	return found;
 }
 
@@ -316,8 +334,6 @@ idem_record_read(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now
 	Relation	heap;
 	bool		found;
 
-	/* CopySnapshot zeroes the count: take it from the original */
-	rec->completions = current->snapXactCompletionCount;
 	snapshot = RegisterSnapshot(current);
 	found = scan_key(cat, scope, snapshot, &slot, &heap);
 	if (found)
@@ -328,6 +344,8 @@ idem_record_read(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now
 		Datum		d;
 
 		rec->tid = slot->tts_tid;
+		rec->written_here = TransactionIdIsCurrentTransactionId(
+			DatumGetTransactionId(slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull)));
 		rec->id = DatumGetInt64(slot_getattr(slot, att[REC_ID], &isnull));
 		d = slot_getattr(slot, att[REC_HASH], &isnull);
 		text_to_cstring_buffer(DatumGetTextPP(d), rec->request_hash, sizeof(IdemFingerprint));
@@ -356,53 +374,43 @@ idem_record_read(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now
 }
 
 /*
- * Has a transaction that may have written anything ended since the read
- * whose snapshot counted `completions` ended transactions?  If not, what
- * is committed now was committed then, and the read saw it.
- *
- * Asked under the key lock.  A transaction that wrote the key held the key
- * lock until after its end was counted (ProcArrayEndTransaction comes
- * before the release of its locks), and our LockAcquire went through the
- * lock manager's partition lock after that release, so the count we read
- * here includes its end.  The counter is 64 bits wide and only grows.
+ * Look at the scope's rows with a dirty snapshot, which sees every row not
+ * known dead, whatever the caller's snapshot: rows committed since it was
+ * taken, and rows of transactions still running.  Asked under the key
+ * lock, before writing the key.  A row another transaction is still
+ * inserting or deleting means that transaction wrote the key (a claim that
+ * has given its key lock back, idem_unlock_key, or a writer around idem):
+ * IDEM_PROBE_BUSY, with *busy the transaction to wait for.  A row none is
+ * writing: IDEM_PROBE_FOUND (the caller's read may not have seen it).
  */
-bool
-idem_transactions_ended_since(uint64 completions)
-{
-	pg_memory_barrier();
-	return ((volatile VariableCacheData *) ShmemVariableCache)->xactCompletionCount != completions;
-}
-
-/*
- * Is there a record of the scope that the last read could not see?  Asked
- * under the key lock, before writing a new record.  A dirty snapshot sees
- * every row not known dead, whatever the caller's snapshot: rows committed
- * since it was taken, and rows of transactions still running.  No other
- * caller of idem can be writing the key while we hold its lock, so such a
- * row is a record committed by the previous holder between our read and
- * our lock, or a row written around idem.
- */
-bool
-idem_record_unseen(const IdemCatalog *cat, const IdemScope *scope)
+IdemProbe
+idem_record_probe(const IdemCatalog *cat, const IdemScope *scope, TransactionId *busy)
 {
 	SnapshotData dirty;
 	TupleTableSlot *slot;
 	Relation	heap;
-	bool		found;
+	Relation	index;
+	IndexScanDesc scan;
+	IdemProbe	probe = IDEM_PROBE_NONE;
 
 	InitDirtySnapshot(dirty);
-	found = scan_key(cat, scope, &dirty, &slot, &heap);
-
-	/*
-	 * A row still being inserted (dirty.xmin set) comes from a transaction
-	 * that writes the table without the key lock: the unique index waits
-	 * for it and decides, whether or not this probe ran.
-	 */
-	if (found && TransactionIdIsValid(dirty.xmin))
-		found = false;
+	scan = key_scan_begin(cat, scope, &dirty, &heap, &index, &slot);
+	while (probe != IDEM_PROBE_BUSY &&
+		   index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		/* the visibility check of this row set them */
+		if (TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax))
+		{
+			*busy = TransactionIdIsValid(dirty.xmin) ? dirty.xmin : dirty.xmax;
+			probe = IDEM_PROBE_BUSY;
+		}
+		else
+			probe = IDEM_PROBE_FOUND;
+	}
+	key_scan_end(scan, index);
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(heap, NoLock);
-	return found;
+	return probe;
 }
 
 /*
@@ -422,8 +430,9 @@ idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec)
  * Claim a key by inserting its record, already finished and holding res
  * (or, for idem_submit, PROCESSING with its task), and return its id.  The
  * business row biz writes (if any) goes into the same IdemRows, first, so
- * that biz can complete res from the row as stored.  The
- * key lock is held and the last read saw no record.  Whatever else writes
+ * that biz can complete res from the row as stored.  The key lock is held
+ * and the last probe found no row; once this returns, the caller may give
+ * the lock back (idem_unlock_key).  Whatever else writes
  * the table, the unique index stays the arbiter: a duplicate raises 23505.
  */
 int64

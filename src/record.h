@@ -43,8 +43,17 @@ typedef struct IdemRecord
 	IdemStatus	status;
 	bool		expired;		/* expires_at < now */
 	IdemResult	result;			/* the stored response, copied */
-	uint64		completions;	/* the read snapshot's xactCompletionCount */
+	bool		written_here;	/* inserted by this transaction */
 } IdemRecord;
+
+/* What a dirty look at a key's rows found (idem_record_probe). */
+typedef enum IdemProbe
+{
+	IDEM_PROBE_NONE,			/* no row */
+	IDEM_PROBE_FOUND,			/* a row no running transaction is writing */
+	IDEM_PROBE_BUSY				/* a row another transaction is still
+								 * inserting or deleting */
+} IdemProbe;
 
 /*
  * A business row written in the same IdemRows as the record, before it:
@@ -83,8 +92,8 @@ extern TimestampTz idem_check_ttl(const Interval *ttl, TimestampTz now);
 extern Interval *idem_ttl_arg(FunctionCallInfo fcinfo, int argno, TimestampTz now);
 extern bool idem_record_read(const IdemCatalog *cat, const IdemScope *scope,
 							 TimestampTz now, IdemRecord *rec);
-extern bool idem_transactions_ended_since(uint64 completions);
-extern bool idem_record_unseen(const IdemCatalog *cat, const IdemScope *scope);
+extern IdemProbe idem_record_probe(const IdemCatalog *cat, const IdemScope *scope,
+									TransactionId *busy);
 extern IdemRowDeletion idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec);
 extern int64 idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 							   const char *fingerprint, IdemStatus status,

@@ -46,9 +46,12 @@
  * caller's temporary table of that name, whose own triggers would then run
  * with the owner's rights; no search_path keeps pg_temp out of relation
  * lookups.  Internal triggers (foreign keys) name everything by OID.
+ * Every write idem makes as the owner passes here: the C writes through
+ * idem_rows_begin, the outbox's SQL fetch and ack through
+ * idem_outbox_guard().
  */
-static void
-check_trigger_identity(Relation rel, TriggerDesc *trigdesc)
+void
+idem_rows_check_triggers(Relation rel, TriggerDesc *trigdesc)
 {
 	Oid			temp_nspid;
 	Oid			temp_toast_nspid;
@@ -128,7 +131,7 @@ idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels, CmdType cmd)
 							 RelationGetRelationName(rel))));
 
 		InitResultRelInfo(rri, rel, i + 1, NULL, 0);
-		check_trigger_identity(rel, rri->ri_TrigDesc);
+		idem_rows_check_triggers(rel, rri->ri_TrigDesc);
 		ExecOpenIndices(rri, false);
 		rows->estate->es_opened_result_relations =
 			lappend(rows->estate->es_opened_result_relations, rri);

@@ -21,6 +21,7 @@ typedef struct IdemRows
 	bool		snapshot_pushed;	/* for the triggers */
 } IdemRows;
 
+extern void idem_rows_check_triggers(Relation rel, TriggerDesc *trigdesc);
 extern void idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels, CmdType cmd);
 extern bool idem_rows_run_user_code(IdemRows *rows, int i);
 extern void idem_rows_set_checks(IdemRows *rows, int i, Expr **checks, int ncheck);

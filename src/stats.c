@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * stats.c
- *	  Counters per (database, operation) in shared memory, read through the
- *	  idem_stats view, as pg_stat_statements keeps its counters.
+ *	  Counters per (database, kind, name) in shared memory, read through the
+ *	  idem_stats view, as pg_stat_statements keeps its counters.  The kind
+ *	  is what the name is: an operation, a topic or a consumer.
  *
  * A fixed-size hash table of idem.stats_max entries, each a row of 64-bit
  * atomic counters, sized at server start (shared_preload_libraries).  A
@@ -18,12 +19,21 @@
  * conflicts, in_flight, waits, inbox_duplicates) is added at the call, even
  * if its transaction then fails, as a refused key's always does.
  *
+ * A prepared transaction's counts wait for its outcome: PREPARE TRANSACTION
+ * moves them into a shared slot named by the GID, COMMIT PREPARED adds
+ * them, ROLLBACK PREPARED drops them, in whichever session runs it (a
+ * ProcessUtility hook sees both).  The slots are in shared memory only: a
+ * restart between PREPARE and COMMIT PREPARED loses that transaction's
+ * counts, and a transaction with more distinct counts than a slot holds
+ * adds the rest at PREPARE, as before 1.7.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include <limits.h>
 
+#include "access/twophase.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
@@ -32,6 +42,7 @@
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
@@ -51,8 +62,16 @@ PG_FUNCTION_INFO_V1(idem_stats_add);
 typedef struct StatsKey
 {
 	Oid			dbid;			/* InvalidOid for "(other)" */
+	int			kind;			/* IdemStatKind; IDEM_KIND_NONE for "(other)" */
 	char		name[STATS_NAME_SIZE];
 } StatsKey;
+
+static const char *const kind_names[] = {
+	[IDEM_KIND_NONE] = NULL,
+	[IDEM_KIND_OPERATION] = "operation",
+	[IDEM_KIND_TOPIC] = "topic",
+	[IDEM_KIND_CONSUMER] = "consumer",
+};
 
 typedef struct StatsEntry
 {
@@ -100,11 +119,32 @@ static PendingCount *pending = NULL;
 static int	npending = 0;
 static int	maxpending = 0;
 
+/* The counts of a prepared transaction, until COMMIT or ROLLBACK PREPARED. */
+#define PREPARED_COUNTS		64
+
+typedef struct PreparedCounts
+{
+	bool		used;
+	char		gid[GIDSIZE];
+	int			n;
+	struct
+	{
+		StatsEntry *entry;
+		IdemCounter counter;
+		int64		n;
+	}			c[PREPARED_COUNTS];
+} PreparedCounts;
+
+static PreparedCounts *prepared = NULL;	/* max_prepared_xacts slots */
+static char preparing_gid[GIDSIZE];		/* of the PREPARE TRANSACTION running */
+static ProcessUtility_hook_type prev_process_utility = NULL;
+
 static Size
 stats_shmem_size(void)
 {
-	return add_size(MAXALIGN(sizeof(StatsShared)),
-					hash_estimate_size(idem_stats_max + 1, sizeof(StatsEntry)));
+	return add_size(add_size(MAXALIGN(sizeof(StatsShared)),
+							 hash_estimate_size(idem_stats_max + 1, sizeof(StatsEntry))),
+					mul_size(Max(max_prepared_xacts, 1), sizeof(PreparedCounts)));
 }
 
 /* Reserve the table and its lock (from idem.c's shmem_request_hook). */
@@ -122,6 +162,10 @@ idem_stats_shmem_startup(void)
 	bool		found;
 	HASHCTL		info;
 
+	prepared = ShmemInitStruct("idem stats of prepared transactions",
+							   Max(max_prepared_xacts, 1) * sizeof(PreparedCounts), &found);
+	if (!found)
+		memset(prepared, 0, Max(max_prepared_xacts, 1) * sizeof(PreparedCounts));
 	shared = ShmemInitStruct("idem stats", sizeof(StatsShared), &found);
 	info.keysize = sizeof(StatsKey);
 	info.entrysize = sizeof(StatsEntry);
@@ -143,9 +187,9 @@ idem_stats_shmem_startup(void)
 	}
 }
 
-/* The entry of (this database, name): found, added, or "(other)". */
+/* The entry of (this database, kind, name): found, added, or "(other)". */
 static StatsEntry *
-entry_for(const char *name)
+entry_for(IdemStatKind kind, const char *name)
 {
 	StatsKey	key;
 	LocalEntry *local;
@@ -154,11 +198,12 @@ entry_for(const char *name)
 
 	/* a call counts two or three times in one row: the last one, at once */
 	if (last_entry != NULL && last_dbid == MyDatabaseId &&
-		strcmp(last_entry->key.name, name) == 0)
+		last_entry->key.kind == (int) kind && strcmp(last_entry->key.name, name) == 0)
 		return last_entry;
 
 	memset(&key, 0, sizeof(key));
 	key.dbid = MyDatabaseId;
+	key.kind = kind;
 	strlcpy(key.name, name, STATS_NAME_SIZE);
 
 	if (local_hash == NULL)
@@ -213,23 +258,23 @@ entry_for(const char *name)
 
 /* Count n at once (what a call observes). */
 void
-idem_stats_count(const char *operation, IdemCounter counter, int64 n)
+idem_stats_count(IdemStatKind kind, const char *name, IdemCounter counter, int64 n)
 {
 	if (shared == NULL || n == 0 || !idem_stats_track)
 		return;
-	pg_atomic_fetch_add_u64(&entry_for(operation)->counters[counter], n);
+	pg_atomic_fetch_add_u64(&entry_for(kind, name)->counters[counter], n);
 }
 
 /* Count n when the transaction commits (what a call writes). */
 void
-idem_stats_count_at_commit(const char *operation, IdemCounter counter, int64 n)
+idem_stats_count_at_commit(IdemStatKind kind, const char *name, IdemCounter counter, int64 n)
 {
 	PendingCount *p;
 	StatsEntry *entry;
 
 	if (shared == NULL || n == 0 || !idem_stats_track)
 		return;
-	entry = entry_for(operation);
+	entry = entry_for(kind, name);
 	/* the same count again (a cleanup batch's rows): add to it */
 	if (npending > 0)
 	{
@@ -255,16 +300,122 @@ idem_stats_count_at_commit(const char *operation, IdemCounter counter, int64 n)
 	p->subid = GetCurrentSubTransactionId();
 }
 
+/* Add the pending counts from index from on. */
+static void
+apply_pending(int from)
+{
+	for (int i = from; i < npending; i++)
+		pg_atomic_fetch_add_u64(&pending[i].entry->counters[pending[i].counter],
+								pending[i].n);
+}
+
+/*
+ * PREPARE TRANSACTION preparing_gid: keep the pending counts in a free slot
+ * under the GID (as many as it holds; the rest are added now).
+ */
+static void
+keep_prepared(void)
+{
+	PreparedCounts *slot = NULL;
+	int			kept = 0;
+
+	if (npending == 0)
+		return;
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < max_prepared_xacts && slot == NULL; i++)
+		if (!prepared[i].used)
+			slot = &prepared[i];
+	if (slot != NULL && preparing_gid[0] != '\0')
+	{
+		slot->used = true;
+		strlcpy(slot->gid, preparing_gid, GIDSIZE);
+		slot->n = 0;
+		for (; kept < npending; kept++)
+		{
+			int			j = 0;
+
+			while (j < slot->n && !(slot->c[j].entry == pending[kept].entry &&
+									slot->c[j].counter == pending[kept].counter))
+				j++;
+			if (j == slot->n)
+			{
+				if (slot->n == PREPARED_COUNTS)
+					break;
+				slot->c[j].entry = pending[kept].entry;
+				slot->c[j].counter = pending[kept].counter;
+				slot->c[j].n = 0;
+				slot->n++;
+			}
+			slot->c[j].n += pending[kept].n;
+		}
+	}
+	LWLockRelease(shared->lock);
+	apply_pending(kept);
+}
+
+/* COMMIT PREPARED (apply) or ROLLBACK PREPARED of gid: its counts' end. */
+static void
+end_prepared(const char *gid, bool commit)
+{
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < max_prepared_xacts; i++)
+	{
+		PreparedCounts *slot = &prepared[i];
+
+		if (!slot->used || strcmp(slot->gid, gid) != 0)
+			continue;
+		if (commit)
+			for (int j = 0; j < slot->n; j++)
+				pg_atomic_fetch_add_u64(&slot->c[j].entry->counters[slot->c[j].counter],
+										slot->c[j].n);
+		slot->used = false;
+		break;
+	}
+	LWLockRelease(shared->lock);
+}
+
+/*
+ * Note the GID of PREPARE TRANSACTION for the callback; settle a prepared
+ * transaction's counts once COMMIT PREPARED or ROLLBACK PREPARED succeeded.
+ */
+static void
+stats_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+					  ProcessUtilityContext context, ParamListInfo params,
+					  QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *parsetree = pstmt->utilityStmt;
+	TransactionStmt *stmt = IsA(parsetree, TransactionStmt) ? (TransactionStmt *) parsetree : NULL;
+	char		gid[GIDSIZE] = "";
+
+	if (stmt != NULL && stmt->gid != NULL)
+		strlcpy(gid, stmt->gid, GIDSIZE);
+	if (stmt != NULL && stmt->kind == TRANS_STMT_PREPARE)
+		strlcpy(preparing_gid, gid, GIDSIZE);
+
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
+							 queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params,
+								queryEnv, dest, qc);
+
+	if (stmt != NULL && (stmt->kind == TRANS_STMT_COMMIT_PREPARED ||
+						 stmt->kind == TRANS_STMT_ROLLBACK_PREPARED))
+		end_prepared(gid, stmt->kind == TRANS_STMT_COMMIT_PREPARED);
+}
+
 static void
 stats_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
 		case XACT_EVENT_COMMIT:
+			apply_pending(0);
+			npending = 0;
+			break;
 		case XACT_EVENT_PREPARE:
-			for (int i = 0; i < npending; i++)
-				pg_atomic_fetch_add_u64(&pending[i].entry->counters[pending[i].counter],
-										pending[i].n);
+			keep_prepared();
+			preparing_gid[0] = '\0';
 			npending = 0;
 			break;
 		case XACT_EVENT_ABORT:
@@ -306,8 +457,8 @@ idem_stats_define_gucs(void)
 	/* a server-start setting can only be defined while preloading */
 	if (process_shared_preload_libraries_in_progress)
 		DefineCustomIntVariable("idem.stats_max",
-								"How many (database, operation) rows idem_stats keeps.",
-								"Operations beyond it count in one \"(other)\" row. Needs a restart.",
+								"How many (database, kind, name) rows idem_stats keeps.",
+								"Names beyond it count in one \"(other)\" row. Needs a restart.",
 								&idem_stats_max,
 								1000, 1, INT_MAX / 2,
 								PGC_POSTMASTER,
@@ -330,6 +481,8 @@ idem_stats_init(void)
 {
 	RegisterXactCallback(stats_xact_callback, NULL);
 	RegisterSubXactCallback(stats_subxact_callback, NULL);
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = stats_process_utility;
 }
 
 static void
@@ -350,21 +503,31 @@ idem_stats_entries(PG_FUNCTION_ARGS)
 	HASH_SEQ_STATUS scan;
 	StatsEntry *entry;
 	TimestampTz reset_at;
+	bool		with_kind;
 
 	check_preloaded();
 	InitMaterializedSRF(fcinfo, 0);
+	with_kind = rsinfo->setDesc->natts == IDEM_STAT_NCOUNTERS + 4;
 	LWLockAcquire(shared->lock, LW_SHARED);
 	reset_at = shared->reset_at;
 	hash_seq_init(&scan, shared_hash);
 	while ((entry = hash_seq_search(&scan)) != NULL)
 	{
-		Datum		values[IDEM_STAT_NCOUNTERS + 3];
-		bool		nulls[IDEM_STAT_NCOUNTERS + 3] = {false};
+		Datum		values[IDEM_STAT_NCOUNTERS + 4];
+		bool		nulls[IDEM_STAT_NCOUNTERS + 4] = {false};
 		int			col = 0;
 
 		values[col] = ObjectIdGetDatum(entry->key.dbid);
 		nulls[col++] = !OidIsValid(entry->key.dbid);
 		values[col++] = CStringGetTextDatum(entry->key.name);
+		/* 1.7's kind column; an installation not updated yet has none */
+		if (with_kind)
+		{
+			const char *kind = kind_names[entry->key.kind];
+
+			nulls[col] = (kind == NULL);
+			values[col++] = kind == NULL ? (Datum) 0 : CStringGetTextDatum(kind);
+		}
 		for (int i = 0; i < IDEM_STAT_NCOUNTERS; i++)
 			values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&entry->counters[i]));
 		values[col++] = TimestampTzGetDatum(reset_at);
@@ -404,6 +567,6 @@ idem_stats_add(PG_FUNCTION_ARGS)
 
 	if (strcmp(counter, "outbox_acked") != 0)
 		elog(ERROR, "idem: idem_stats_add counts only outbox_acked");
-	idem_stats_count_at_commit(name, IDEM_STAT_OUTBOX_ACKED, PG_GETARG_INT64(2));
+	idem_stats_count_at_commit(IDEM_KIND_TOPIC, name, IDEM_STAT_OUTBOX_ACKED, PG_GETARG_INT64(2));
 	PG_RETURN_INT64(PG_GETARG_INT64(2));
 }

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * stats.h
- *	  Counters per (database, operation) in shared memory: idem_stats.
+ *	  Counters per (database, kind, name) in shared memory: idem_stats.
  *
  *-------------------------------------------------------------------------
  */
@@ -30,11 +30,21 @@ typedef enum IdemCounter
 	IDEM_STAT_NCOUNTERS
 } IdemCounter;
 
+/* What a row of idem_stats counts for: its kind column. */
+typedef enum IdemStatKind
+{
+	IDEM_KIND_NONE,				/* the "(other)" row */
+	IDEM_KIND_OPERATION,
+	IDEM_KIND_TOPIC,
+	IDEM_KIND_CONSUMER
+} IdemStatKind;
+
 extern void idem_stats_define_gucs(void);
 extern void idem_stats_init(void);
 extern void idem_stats_shmem_request(void);
 extern void idem_stats_shmem_startup(void);
-extern void idem_stats_count(const char *operation, IdemCounter counter, int64 n);
-extern void idem_stats_count_at_commit(const char *operation, IdemCounter counter, int64 n);
+extern void idem_stats_count(IdemStatKind kind, const char *name, IdemCounter counter, int64 n);
+extern void idem_stats_count_at_commit(IdemStatKind kind, const char *name, IdemCounter counter,
+									   int64 n);
 
 #endif							/* IDEM_STATS_H */

@@ -554,7 +554,7 @@ idem_submit(PG_FUNCTION_ARGS)
 	idem_scope_from_args(fcinfo, &scope);
 	cat = *idem_catalog(fcinfo);
 	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
-	idem_stats_count(scope.operation, IDEM_STAT_CALLS, 1);
+	idem_stats_count(IDEM_KIND_OPERATION, scope.operation, IDEM_STAT_CALLS, 1);
 	idem_check_not_null(fcinfo, 3, "request");
 	ttl = idem_ttl_arg(fcinfo, 5, now);
 	request = PG_GETARG_JSONB_P(3);
@@ -580,6 +580,7 @@ idem_submit(PG_FUNCTION_ARGS)
 		idem_use_safe_search_path(&identity);
 		task_id = idem_record_insert(&cat, &scope, fingerprint, IDEM_STATUS_PROCESSING, &res,
 									 now, never, NULL, &task);
+		idem_claim_written(&claim);
 		status = IDEM_STATUS_PROCESSING;
 		note_submitted(scope.operation);
 		idem_note_outcome(&scope, IDEM_LOG_EXECUTED, false, 0);
@@ -792,6 +793,7 @@ idem_lease(PG_FUNCTION_ARGS)
 	operation = PG_GETARG_TEXT_PP(0);
 	opname = text_to_cstring(operation);
 	idem_check_operation(opname, VARSIZE_ANY_EXHDR(operation));
+	idem_check_operation_allowed(opname);
 	worker = PG_GETARG_TEXT_PP(1);
 	idem_check_printable("worker", VARDATA_ANY(worker), VARSIZE_ANY_EXHDR(worker),
 						 IDEM_WORKER_MAX_LEN);
@@ -856,8 +858,8 @@ idem_lease(PG_FUNCTION_ARGS)
 			mark_checked(opname, lc.ended);
 	}
 
-	idem_stats_count_at_commit(opname, IDEM_STAT_LEASES, lc.leased);
-	idem_stats_count_at_commit(opname, IDEM_STAT_TAKEOVERS, lc.takeovers);
+	idem_stats_count_at_commit(IDEM_KIND_OPERATION, opname, IDEM_STAT_LEASES, lc.leased);
+	idem_stats_count_at_commit(IDEM_KIND_OPERATION, opname, IDEM_STAT_TAKEOVERS, lc.takeovers);
 	return (Datum) 0;
 }
 
@@ -878,7 +880,7 @@ static void pg_attribute_noreturn()
 report_stale(int64 task_id, int64 token, const char *operation, const char *detail)
 {
 	if (operation)
-		idem_stats_count(operation, IDEM_STAT_STALE_TOKENS, 1);
+		idem_stats_count(IDEM_KIND_OPERATION, operation, IDEM_STAT_STALE_TOKENS, 1);
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEM_STALE_TOKEN),
 			 errmsg("fencing token " INT64_FORMAT " of task " INT64_FORMAT " is not current",
@@ -984,6 +986,8 @@ begin_holder_call(HolderCall *hc, FunctionCallInfo fcinfo, int64 task_id, int64 
 
 	task_record_take(tr, hc->locked);
 	hc->operation = TextDatumGetCString(TR_VALUE(tr, REC_OPERATION));
+	/* the token fences; the operation list authorises */
+	idem_check_operation_allowed(hc->operation);
 	status = idem_status_from_name(TextDatumGetCString(TR_VALUE(tr, REC_STATUS)));
 	attempts = TR_ISNULL(tr, REC_TASK_ATTEMPTS) ? 0 : DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS));
 	if (TR_ISNULL(tr, REC_TASK_ATTEMPTS))
@@ -1081,7 +1085,7 @@ idem_complete(PG_FUNCTION_ARGS)
 	task_record_put(tr, REC_RESOURCE, Int64GetDatum(res.resource_id), res.resource_isnull);
 	end_holder_call(&hc);
 	if (status == IDEM_STATUS_FAILED_FINAL)
-		idem_stats_count_at_commit(hc.operation, IDEM_STAT_FAILED_FINAL, 1);
+		idem_stats_count_at_commit(IDEM_KIND_OPERATION, hc.operation, IDEM_STAT_FAILED_FINAL, 1);
 	PG_RETURN_VOID();
 }
 
@@ -1148,7 +1152,7 @@ idem_fail(PG_FUNCTION_ARGS)
 		TR_CLEAR(tr, REC_RESOURCE);
 	}
 	end_holder_call(&hc);
-	idem_stats_count_at_commit(hc.operation,
+	idem_stats_count_at_commit(IDEM_KIND_OPERATION, hc.operation,
 							   status == IDEM_STATUS_FAILED_FINAL ? IDEM_STAT_FAILED_FINAL : IDEM_STAT_RETRIES,
 							   1);
 	PG_RETURN_TEXT_P(cstring_to_text(idem_status_name(status)));

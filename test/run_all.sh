@@ -106,6 +106,8 @@ run_shell_check() {
 run_shell_check load "$IDEM_ROOT/test/load/same_key.sh" "20 clients on one key, 30 rounds"
 run_shell_check debit "$IDEM_ROOT/test/load/debit.sh" "20 clients on one key through idem_run, 30 rounds"
 run_shell_check hot_keys "$IDEM_ROOT/test/load/hot_keys.sh" "16 clients racing on a new key every 5 ms"
+run_shell_check big_transaction "$IDEM_ROOT/test/load/big_transaction.sh" \
+	"one transaction of 100,000 calls of each kind with the default lock settings, another session calling meanwhile"
 run_shell_check e2e "$IDEM_ROOT/test/e2e/outbox_inbox.sh" \
 	"outbox -> publishers -> broker -> idem_consume, 10,000 requests, kill -9 of publishers and consumers"
 run_shell_check chaos "$IDEM_ROOT/test/chaos/tasks.sh" \

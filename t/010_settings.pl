@@ -1,0 +1,137 @@
+# Every idem setting given in postgresql.conf holds after a restart: SHOW
+# in a new backend gives the configured value, the server log has no
+# "invalid configuration parameter name" for any of them, and where a
+# setting changes behaviour (a call, a task, the inbox, the cleanup
+# worker), the behaviour follows it.
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use IdemTest;
+
+# Every idem GUC, each at a value that is not its default, as SHOW prints it.
+my %settings = (
+	'idem.ttl' => '2h',
+	'idem.failure_ttl' => '20min',
+	'idem.max_ttl' => '10d',
+	'idem.wait_timeout' => '300ms',
+	'idem.log_outcomes' => 'all',
+	'idem.allowed_owners' => '1-1000',
+	'idem.allowed_operations' => 'CREATE_ORDER,SHIP,PAY',
+	'idem.inbox_ttl' => '3h',
+	'idem.retry_base' => '5ms',
+	'idem.retry_max' => '40ms',
+	'idem.max_attempts' => '3',
+	'idem.cleanup_interval' => '2s',
+	'idem.cleanup_batch_size' => '77',
+	'idem.cleanup_max_batches' => '5',
+	'idem.cleanup_batch_delay' => '7ms',
+	'idem.cleanup_database_timeout' => '90s',
+	'idem.cleanup_databases' => 'postgres',
+	'idem.stats_max' => '500',
+	'idem.stats_track' => 'off',
+);
+
+my $node = PostgreSQL::Test::Cluster->new('settings');
+$node->init;
+$node->append_conf('postgresql.conf', join("\n",
+	"shared_preload_libraries = 'idem'",
+	map { "$_ = '$settings{$_}'" } sort keys %settings) . "\n");
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION idem');
+$node->safe_psql('postgres', 'CREATE DATABASE other');
+$node->safe_psql('other', 'CREATE EXTENSION idem');
+# a restart, as the issue was found: the values must survive it
+$node->restart;
+
+# the GUCs the server knows are exactly these: a new one must be added here
+is($node->safe_psql('postgres',
+		q{SELECT string_agg(name, ',' ORDER BY name) FROM pg_settings WHERE name LIKE 'idem.%'}),
+	join(',', sort keys %settings), 'the test sets every idem GUC');
+for my $name (sort keys %settings)
+{
+	is($node->safe_psql('postgres', "SHOW $name"), $settings{$name},
+		"SHOW $name in a new backend gives postgresql.conf's value");
+}
+my $log = slurp_file($node->logfile);
+unlike($log, qr/invalid configuration parameter name "idem\./,
+	'the log has no "invalid configuration parameter name" for an idem setting');
+unlike($log, qr/WARNING:.*idem\./, 'the log has no warning about an idem setting');
+
+# --- the calls ---
+is($node->safe_psql('postgres', q{
+	SELECT replayed FROM idem_create_order(1, 'settings-key-0000001', 5, 1);
+	SELECT (expires_at - created_at)::text FROM idempotency_record
+	 WHERE idempotency_key = 'settings-key-0000001'}), "f\n02:00:00",
+	'idem.ttl: a new record expires after 2 hours');
+my ($rc, $out, $err) = $node->psql('postgres',
+	q{SELECT * FROM idem_create_order(1001, 'settings-key-0000002', 5, 1)});
+like($err, qr/owner 1001 is not one this session may act for/, 'idem.allowed_owners: owner 1001 is refused');
+($rc, $out, $err) = $node->psql('postgres',
+	q{SELECT * FROM idem_begin(1, 'REFUND', 'settings-key-0000003', '{}')});
+like($err, qr/operation "REFUND" is not one this session may act for/,
+	'idem.allowed_operations: operation REFUND is refused');
+($rc, $out, $err) = $node->psql('postgres',
+	q{SELECT * FROM idem_begin(1, 'PAY', 'settings-key-0000004', '{}', ttl => '11 days')});
+like($err, qr/idem\.max_ttl \(864000 seconds\)/, 'idem.max_ttl: a ttl of 11 days is refused');
+like(slurp_file($node->logfile), qr/idem: owner 1 operation CREATE_ORDER key settings-key-0000001 resource \d+ outcome executed/,
+	'idem.log_outcomes = all: the executed call is logged');
+is($node->safe_psql('postgres', 'SELECT coalesce(sum(calls + executed), 0) FROM idem_stats'), '0',
+	'idem.stats_track = off: nothing is counted');
+
+# idem.wait_timeout: a duplicate of an original held open waits 300 ms, not 5 s
+my $holder = $node->background_psql('postgres');
+$holder->query_safe(q{BEGIN; SELECT replayed FROM idem_begin(1, 'PAY', 'settings-key-0000005', '{}')});
+my $start = time;
+($rc, $out, $err) = $node->psql('postgres',
+	q{SELECT * FROM idem_begin(1, 'PAY', 'settings-key-0000005', '{}')});
+my $waited = time - $start;
+like($err, qr/still being processed/, 'idem.wait_timeout: the duplicate is IK002');
+ok($waited >= 0.25 && $waited < 3, sprintf('idem.wait_timeout: it waited %.2f s (300 ms configured)', $waited));
+$holder->query_safe('ROLLBACK');
+$holder->quit;
+
+# idem.inbox_ttl
+is($node->safe_psql('postgres', q{
+	SELECT idem_consume('billing', 'settings-msg-1');
+	SELECT (expires_at - consumed_at)::text FROM idem_inbox WHERE message_id = 'settings-msg-1'}),
+	"t\n03:00:00", 'idem.inbox_ttl: an inbox entry expires after 3 hours');
+
+# --- a task: idem.retry_base, idem.retry_max, idem.max_attempts, idem.failure_ttl ---
+$node->safe_psql('postgres', q{SELECT task_id FROM idem_submit(1, 'SHIP', 'settings-task-000001', '{}')});
+my @backoffs;
+for my $attempt (1 .. 3)
+{
+	ok(defined wait_until($node, 'postgres', q{
+		SELECT count(*) FROM (SELECT idem_fail(task_id, token, '{"carrier": "down"}')
+		                        FROM idem_lease('SHIP', 'w')) s}, '1', 10),
+		"attempt $attempt is leased and fails");
+	push @backoffs, $node->safe_psql('postgres', q{
+		SELECT status || ' ' || coalesce((task_due_at - updated_at <= interval '40 milliseconds')::text, 'not due')
+		  FROM idempotency_record WHERE idempotency_key = 'settings-task-000001'});
+}
+is_deeply(\@backoffs, ['FAILED_RETRYABLE true', 'FAILED_RETRYABLE true', 'FAILED_FINAL not due'],
+	'idem.retry_max: each backoff is at most 40 ms; idem.max_attempts = 3: the third failure is final');
+is($node->safe_psql('postgres', q{
+	SELECT task_attempts || ' ' || (expires_at - updated_at)::text FROM idempotency_record
+	 WHERE idempotency_key = 'settings-task-000001'}), '3 00:20:00',
+	'idem.failure_ttl: the final failure expires after 20 minutes');
+
+# --- the cleanup worker: idem.cleanup_interval, _batch_size, _max_batches, _databases ---
+add_records($node, $_, 'expired', 1000, '-1 second') for ('postgres', 'other');
+ok(defined wait_until($node, 'postgres', q{
+	SELECT last_run_deleted FROM idem_cleanup_status() WHERE datname = 'postgres'}, '385', 30),
+	'a round deletes 5 batches of 77 rows (idem.cleanup_max_batches, idem.cleanup_batch_size)');
+ok(defined wait_until($node, 'postgres',
+	q{SELECT count(*) FROM idempotency_record WHERE idempotency_key LIKE 'expired-%'}, '0', 30),
+	'rounds every 2 s (idem.cleanup_interval) delete the rest');
+is(count_records($node, 'other'), '1000', 'idem.cleanup_databases: database "other" is not visited');
+
+$node->stop;
+done_testing();
