@@ -101,55 +101,49 @@ parse_owner(const char **p, int64 *value)
 	return true;
 }
 
-/*
- * Check hook of idem.allowed_owners: a comma-separated list of owners and
- * ranges ("7", "7,9", "100-199", "-5..5"); builds the parsed ranges.
- */
+/* Is c a character of a name: an operation, topic or consumer ([A-Za-z0-9_.:-])? */
 static bool
-check_allowed_owners(char **newval, void **extra, GucSource source)
+name_char(char c)
 {
-	const char *p = *newval;
-	int			cap = 1;
-	OwnerRanges *ranges;
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+		(c >= '0' && c <= '9') || c == '_' || c == '.' || c == ':' || c == '-';
+}
 
-	for (const char *c = p; *c; c++)
+/*
+ * The list settings (idem.allowed_owners, idem.allowed_operations): items
+ * separated by commas, spaces around them ignored.  list_alloc returns the
+ * check hook's extra, header bytes and room for as many items of itemsize
+ * as the list can hold (PostgreSQL 15's GUC code frees extra with free());
+ * parse_list calls item at each item, which parses it at *p, stores it as
+ * item i and advances *p; false for a malformed list or a refused item.
+ */
+typedef bool (*ListItem) (const char **p, int i, void *extra);
+
+static void *
+list_alloc(const char *list, Size header, Size itemsize)
+{
+	int			cap = 1;
+	void	   *extra;
+
+	for (const char *c = list; *c; c++)
 		if (*c == ',')
 			cap++;
-	/* PostgreSQL 15's GUC code frees extra with free() */
-	ranges = malloc(offsetof(OwnerRanges, r) + cap * sizeof(ranges->r[0]));
-	if (ranges == NULL)
-	{
+	extra = malloc(header + cap * itemsize);
+	if (extra == NULL)
 		GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);
-		return false;
-	}
-	ranges->n = 0;
+	return extra;
+}
+
+static bool
+parse_list(const char *p, ListItem item, void *extra, int *n)
+{
+	*n = 0;
 	while (*p == ' ')
 		p++;
 	while (*p != '\0')
 	{
-		int64		lo;
-		int64		hi;
-
-		if (!parse_owner(&p, &lo))
-			goto bad;
-		hi = lo;
-		if (p[0] == '.' && p[1] == '.')
-		{
-			p += 2;
-			if (!parse_owner(&p, &hi))
-				goto bad;
-		}
-		else if (p[0] == '-')
-		{
-			p += 1;
-			if (!parse_owner(&p, &hi))
-				goto bad;
-		}
-		if (hi < lo)
-			goto bad;
-		ranges->r[ranges->n].lo = lo;
-		ranges->r[ranges->n].hi = hi;
-		ranges->n++;
+		if (!item(&p, (*n)++, extra))
+			return false;
 		while (*p == ' ')
 			p++;
 		if (*p == ',')
@@ -158,18 +152,64 @@ check_allowed_owners(char **newval, void **extra, GucSource source)
 			while (*p == ' ')
 				p++;
 			if (*p == '\0')
-				goto bad;
+				return false;
 		}
 		else if (*p != '\0')
-			goto bad;
+			return false;
+	}
+	return true;
+}
+
+/* An owner ("7") or a range ("100-199", "-5..5") of idem.allowed_owners. */
+static bool
+owner_range_item(const char **p, int i, void *extra)
+{
+	OwnerRanges *ranges = (OwnerRanges *) extra;
+	int64		lo;
+	int64		hi;
+
+	if (!parse_owner(p, &lo))
+		return false;
+	hi = lo;
+	if ((*p)[0] == '.' && (*p)[1] == '.')
+	{
+		*p += 2;
+		if (!parse_owner(p, &hi))
+			return false;
+	}
+	else if ((*p)[0] == '-')
+	{
+		*p += 1;
+		if (!parse_owner(p, &hi))
+			return false;
+	}
+	if (hi < lo)
+		return false;
+	ranges->r[i].lo = lo;
+	ranges->r[i].hi = hi;
+	return true;
+}
+
+/*
+ * Check hook of idem.allowed_owners: a comma-separated list of owners and
+ * ranges ("7", "7,9", "100-199", "-5..5"); builds the parsed ranges.
+ */
+static bool
+check_allowed_owners(char **newval, void **extra, GucSource source)
+{
+	OwnerRanges *ranges = list_alloc(*newval, offsetof(OwnerRanges, r),
+									 sizeof(ranges->r[0]));
+
+	if (ranges == NULL)
+		return false;
+	if (!parse_list(*newval, owner_range_item, ranges, &ranges->n))
+	{
+		free(ranges);
+		GUC_check_errdetail("Give owners and ranges separated by commas, such as \"7\", \"7,9\" or \"100-199\".");
+		return false;
 	}
 	*extra = ranges;
 	return true;
-
-bad:
-	free(ranges);
-	GUC_check_errdetail("Give owners and ranges separated by commas, such as \"7\", \"7,9\" or \"100-199\".");
-	return false;
 }
 
 static void
@@ -211,72 +251,45 @@ typedef struct OperationList
 
 static OperationList *allowed_operations = NULL;
 
-/* Is c a character of an operation name ([A-Za-z0-9_.:-])? */
+
+/* An operation name of idem.allowed_operations, as idem_check_operation accepts it. */
 static bool
-operation_char(char c)
+operation_item(const char **p, int i, void *extra)
 {
-	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-		(c >= '0' && c <= '9') || c == '_' || c == '.' || c == ':' || c == '-';
+	OperationList *ops = (OperationList *) extra;
+	int			len = 0;
+
+	while (name_char((*p)[len]))
+		len++;
+	if (len == 0 || len > IDEM_OPERATION_MAX_LEN)
+		return false;
+	memcpy(ops->names[i], *p, len);
+	ops->names[i][len] = '\0';
+	*p += len;
+	return true;
 }
 
 /*
  * Check hook of idem.allowed_operations: operation names separated by
- * commas (spaces around them ignored), each as idem_check_operation
- * accepts it; builds the parsed list.
+ * commas; builds the parsed list.
  */
 static bool
 check_allowed_operations(char **newval, void **extra, GucSource source)
 {
-	const char *p = *newval;
-	int			cap = 1;
-	OperationList *ops;
+	OperationList *ops = list_alloc(*newval, offsetof(OperationList, names),
+									sizeof(ops->names[0]));
 
-	for (const char *c = p; *c; c++)
-		if (*c == ',')
-			cap++;
-	/* PostgreSQL 15's GUC code frees extra with free() */
-	ops = malloc(offsetof(OperationList, names) + cap * sizeof(ops->names[0]));
 	if (ops == NULL)
-	{
-		GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);
 		return false;
-	}
-	ops->n = 0;
-	while (*p == ' ')
-		p++;
-	while (*p != '\0')
+	if (!parse_list(*newval, operation_item, ops, &ops->n))
 	{
-		int			len = 0;
-
-		while (operation_char(p[len]))
-			len++;
-		if (len == 0 || len > IDEM_OPERATION_MAX_LEN)
-			goto bad;
-		memcpy(ops->names[ops->n], p, len);
-		ops->names[ops->n][len] = '\0';
-		ops->n++;
-		p += len;
-		while (*p == ' ')
-			p++;
-		if (*p == ',')
-		{
-			p++;
-			while (*p == ' ')
-				p++;
-			if (*p == '\0')
-				goto bad;
-		}
-		else if (*p != '\0')
-			goto bad;
+		free(ops);
+		GUC_check_errdetail("Give operation names of 1 to %d characters from A-Z, a-z, 0-9, \"_\", \".\", \":\" and \"-\", separated by commas, such as \"CREATE_ORDER,SHIP\".",
+							IDEM_OPERATION_MAX_LEN);
+		return false;
 	}
 	*extra = ops;
 	return true;
-
-bad:
-	free(ops);
-	GUC_check_errdetail("Give operation names of 1 to %d characters from A-Z, a-z, 0-9, \"_\", \".\", \":\" and \"-\", separated by commas, such as \"CREATE_ORDER,SHIP\".",
-						IDEM_OPERATION_MAX_LEN);
-	return false;
 }
 
 static void
@@ -403,10 +416,7 @@ idem_check_name(const char *what, const char *name, int len, int maxlen)
 				 errdetail("The %s has %d characters.", what, nchars)));
 	for (int i = 0; i < len; i++)
 	{
-		char		c = name[i];
-
-		if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-			  (c >= '0' && c <= '9') || c == '_' || c == '.' || c == ':' || c == '-'))
+		if (!name_char(name[i]))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("%s may contain only letters A-Z and a-z, digits, \"_\", \".\", \":\" and \"-\"", what),
