@@ -143,6 +143,15 @@ api_xact_callback(XactEvent event, void *arg)
 	}
 }
 
+/* Free a claim taken out of the list. */
+static void
+free_claim(PendingClaim *p)
+{
+	pfree(p->operation);
+	pfree(p->key);
+	pfree(p);
+}
+
 /*
  * A subtransaction that rolls back takes its claims (and its key locks)
  * and its idem_finish calls with it; one that commits hands them to its
@@ -165,9 +174,7 @@ api_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			if (p->subid == mySubid)
 			{
 				*link = p->next;
-				pfree(p->operation);
-				pfree(p->key);
-				pfree(p);
+				free_claim(p);
 				continue;
 			}
 			if (p->finished_subid == mySubid)
@@ -268,9 +275,7 @@ forget_claim(PendingClaim *p)
 		if (*link == p)
 		{
 			*link = p->next;
-			pfree(p->operation);
-			pfree(p->key);
-			pfree(p);
+			free_claim(p);
 			return;
 		}
 }

@@ -97,10 +97,10 @@ idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 			 * What the read could not see: a row a running transaction is
 			 * writing is waited for, keeping the key lock so that the
 			 * duplicates queued behind us stay in their order, and the key
-			 * looked at again; a record
-			 * committed since the read is read again with a new snapshot,
-			 * or, where the transaction keeps its snapshot, refused as the
-			 * executor's ON CONFLICT does rather than replayed unseen.
+			 * looked at again; a record committed since the read is read
+			 * again with a new snapshot, or, where the transaction keeps its
+			 * snapshot, refused as the executor's ON CONFLICT does rather
+			 * than replayed unseen.
 			 */
 			probe = idem_record_probe(c->cat, c->scope, &busy);
 			if (probe == IDEM_PROBE_BUSY)

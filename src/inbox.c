@@ -190,9 +190,8 @@ probe(const IdemTableLayout *t, IdemRows *rows, Datum consumer, Datum message_id
 
 /* IK002: another transaction is consuming the message, past the wait. */
 static void
-report_in_flight(IdemIdentity *identity, const char *consumer)
+report_in_flight(const char *consumer)
 {
-	idem_restore_caller(identity);
 	ereport(ERROR,
 			(errcode(ERRCODE_IDEM_IN_FLIGHT),
 			 errmsg("another transaction is still consuming this message"),
@@ -229,7 +228,6 @@ idem_consume(PG_FUNCTION_ARGS)
 	LOCKTAG		tag;
 	char	   *consumer_str;
 	bool		consumed = false;
-	bool		locked = false;
 
 	idem_check_not_null(fcinfo, 0, "consumer");
 	idem_check_not_null(fcinfo, 1, "message_id");
@@ -254,6 +252,8 @@ idem_consume(PG_FUNCTION_ARGS)
 
 	consumer_str = text_to_cstring(consumer);
 	inbox_locktag(&tag, consumer, message_id);
+	if (!idem_lock_key(&tag, IDEM_KIND_CONSUMER, consumer_str))
+		report_in_flight(consumer_str);
 
 	idem_become_owner(&identity, cat.owner);
 	for (int attempt = 1;; attempt++)
@@ -268,12 +268,6 @@ idem_consume(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not consume the message: its inbox entry kept changing"),
 					 errhint("Retry the transaction.")));
-		if (!locked)
-		{
-			if (!idem_lock_key(&tag, IDEM_KIND_CONSUMER, consumer_str))
-				report_in_flight(&identity, consumer_str);
-			locked = true;
-		}
 		idem_rows_begin(&rows, &t->relid, 1, CMD_INSERT);
 		if (idem_catalog_current(&cat))
 			idem_rows_set_checks(&rows, 0, t->checks, t->ncheck);
@@ -295,10 +289,7 @@ idem_consume(PG_FUNCTION_ARGS)
 		 * then look again.
 		 */
 		if (entry == INBOX_NONE || entry == INBOX_LIVE)
-		{
 			idem_unlock_key(&tag);
-			locked = false;
-		}
 		if (entry == INBOX_NONE)
 		{
 			consumed = true;
@@ -312,7 +303,10 @@ idem_consume(PG_FUNCTION_ARGS)
 		if (entry == INBOX_BUSY)
 		{
 			if (!idem_wait_for_xact(busy, IDEM_KIND_CONSUMER, consumer_str))
-				report_in_flight(&identity, consumer_str);
+			{
+				idem_restore_caller(&identity);
+				report_in_flight(consumer_str);
+			}
 			continue;
 		}
 		/* expired: delete it (or find it gone or changed), then look again */
