@@ -54,9 +54,12 @@ SELECT idem_consume('stats_consumer', 'm-1'), idem_consume('stats_consumer', 'm-
 -- a topic and a consumer named like an operation count in rows of their own
 SELECT idem_outbox_emit('STATS_OP', '{}') > 0 AS emitted;
 SELECT idem_consume('STATS_OP', 'm-2'), idem_consume('STATS_OP', 'm-2');
--- the cleanup: 2 acknowledged messages, and the 4xx record once it expires
+-- the cleanup: 2 acknowledged messages, the 4xx record once it expires, and
+-- an expired inbox entry (counted under its consumer)
 UPDATE idempotency_record SET expires_at = now() - interval '1 second'
 WHERE idempotency_key = 'stats-key-0000000003';
+UPDATE idem_inbox SET expires_at = now() - interval '1 second'
+WHERE consumer = 'stats_consumer' AND message_id = 'm-1';
 SELECT idem_cleanup_expired() AS deleted;
 
 SELECT operation, kind, calls, executed, replayed, conflicts, in_flight, waits, renewed, failed_final,

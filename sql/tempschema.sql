@@ -88,7 +88,9 @@ GRANT EXECUTE ON FUNCTION idem_outbox_fetch(text, integer, interval), idem_outbo
     idem_run(bigint, text, text, jsonb, regprocedure, interval),
     idem_submit(bigint, text, text, jsonb, jsonb, interval),
     idem_lease(text, text, interval, integer, boolean),
+    idem_heartbeat(bigint, bigint, interval),
     idem_complete(bigint, bigint, integer, json, bigint, jsonb),
+    idem_fail(bigint, bigint, jsonb, boolean),
     idem_cleanup_expired(integer, integer) TO regress_idem_pub;
 CREATE FUNCTION public.pub_handler(request jsonb) RETURNS idem_result LANGUAGE sql
 AS $$ SELECT ROW(200, '{}', NULL, NULL)::idem_result $$;
@@ -129,8 +131,12 @@ SELECT replayed FROM idem_submit(700, 'TMP_TASK', 'temp-trap-task-00002', '{}');
 \echo idem_submit SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT count(*) FROM idem_lease('TMP_TASK', 'pub-worker', lease => '1 millisecond');
 \echo idem_lease SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT idem_heartbeat(:task, :token);
+\echo idem_heartbeat SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT idem_complete(:task, :token, 200, '{}');
 \echo idem_complete SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT idem_fail(:task, :token, '{}');
+\echo idem_fail SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT idem_cleanup_expired();
 \echo idem_cleanup_expired SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT count(*) AS trap_fired FROM regress_pub_trap.seen;
