@@ -44,6 +44,7 @@
 #include "utils/timestamp.h"
 
 #include "idem.h"
+#include "compat.h"
 #include "citus.h"
 #include "claim.h"
 #include "api.h"
@@ -527,7 +528,7 @@ call_handler(FmgrInfo *flinfo, Jsonb *request, IdemResult *res)
 	bool		isnull[4];
 	Datum		values[4];
 
-	aclresult = pg_proc_aclcheck(handler, GetUserId(), ACL_EXECUTE);
+	aclresult = idem_proc_aclcheck(handler, GetUserId(), ACL_EXECUTE);
 	if (aclresult != ACLCHECK_OK)
 		aclcheck_error(aclresult, OBJECT_FUNCTION, get_func_name(handler));
 

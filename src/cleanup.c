@@ -45,6 +45,7 @@
 #include "utils/timestamp.h"
 
 #include "idem.h"
+#include "compat.h"
 #include "cleanup.h"
 #include "citus.h"
 #include "stats.h"
@@ -159,7 +160,7 @@ delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	found = table_slot_create(heap, NULL);
 	ScanKeyInit(&skey, 1, BTLessStrategyNumber, F_TIMESTAMPTZ_LT, TimestampTzGetDatum(now));
-	scan = index_beginscan(heap, index, snapshot, 1, 0);
+	scan = idem_index_beginscan(heap, index, snapshot, 1, 0);
 	index_rescan(scan, &skey, 1, NULL, 0);
 	while (deleted < batch_size && index_getnext_slot(scan, ForwardScanDirection, found))
 	{

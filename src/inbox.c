@@ -43,6 +43,7 @@
 #include "utils/timestamp.h"
 
 #include "idem.h"
+#include "compat.h"
 #include "catalog.h"
 #include "citus.h"
 #include "entry.h"
@@ -160,7 +161,7 @@ probe(const IdemTableLayout *t, IdemRows *rows, Datum consumer, Datum message_id
 						   index->rd_indcollation[0], F_TEXTEQ, consumer);
 	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
 						   index->rd_indcollation[1], F_TEXTEQ, message_id);
-	scan = index_beginscan(heap, index, &dirty, 2, 0);
+	scan = idem_index_beginscan(heap, index, &dirty, 2, 0);
 	index_rescan(scan, skey, 2, NULL, 0);
 	while (entry != INBOX_BUSY && index_getnext_slot(scan, ForwardScanDirection, slot))
 	{

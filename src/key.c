@@ -113,7 +113,8 @@ name_char(char c)
  * The list settings (idem.allowed_owners, idem.allowed_operations): items
  * separated by commas, spaces around them ignored.  list_alloc returns the
  * check hook's extra, header bytes and room for as many items of itemsize
- * as the list can hold (PostgreSQL 15's GUC code frees extra with free());
+ * as the list can hold, from the allocator the GUC code frees it with
+ * (compat.h: malloc before 16, guc_malloc from 16 on);
  * parse_list calls item at each item, which parses it at *p, stores it as
  * item i and advances *p; false for a malformed list or a refused item.
  */
@@ -128,7 +129,7 @@ list_alloc(const char *list, Size header, Size itemsize)
 	for (const char *c = list; *c; c++)
 		if (*c == ',')
 			cap++;
-	extra = malloc(header + cap * itemsize);
+	extra = idem_guc_malloc(header + cap * itemsize);
 	if (extra == NULL)
 		GUC_check_errcode(ERRCODE_OUT_OF_MEMORY);
 	return extra;
@@ -204,7 +205,7 @@ check_allowed_owners(char **newval, void **extra, GucSource source)
 		return false;
 	if (!parse_list(*newval, owner_range_item, ranges, &ranges->n))
 	{
-		free(ranges);
+		idem_guc_free(ranges);
 		GUC_check_errdetail("Give owners and ranges separated by commas, such as \"7\", \"7,9\" or \"100-199\".");
 		return false;
 	}
@@ -283,7 +284,7 @@ check_allowed_operations(char **newval, void **extra, GucSource source)
 		return false;
 	if (!parse_list(*newval, operation_item, ops, &ops->n))
 	{
-		free(ops);
+		idem_guc_free(ops);
 		GUC_check_errdetail("Give operation names of 1 to %d characters from A-Z, a-z, 0-9, \"_\", \".\", \":\" and \"-\", separated by commas, such as \"CREATE_ORDER,SHIP\".",
 							IDEM_OPERATION_MAX_LEN);
 		return false;

@@ -12,6 +12,7 @@
 #include "fmgr.h"
 #include "storage/lock.h"
 
+#include "compat.h"
 #include "stats.h"
 
 /* One (owner, operation, key): the scope of a claim, of a record. */
@@ -59,7 +60,7 @@ extern void idem_unlock_key(const LOCKTAG *tag);
 extern bool idem_wait_for_xact(TransactionId xid, IdemStatKind kind, const char *name);
 extern void idem_note_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
 							 bool has_resource, int64 resource_id);
-extern void idem_report_in_flight(const IdemScope *scope, IdemInFlight why) pg_attribute_noreturn();
-extern void idem_report_key_reused(const IdemScope *scope) pg_attribute_noreturn();
+pg_noreturn extern void idem_report_in_flight(const IdemScope *scope, IdemInFlight why);
+pg_noreturn extern void idem_report_key_reused(const IdemScope *scope);
 
 #endif							/* IDEM_KEY_H */

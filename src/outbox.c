@@ -59,6 +59,7 @@
 #include "utils/timestamp.h"
 
 #include "idem.h"
+#include "compat.h"
 #include "catalog.h"
 #include "entry.h"
 #include "identity.h"
@@ -223,7 +224,7 @@ key_has_unacked(Relation heap, Relation index, TupleTableSlot *slot,
 						   index->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(topic));
 	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
 						   index->rd_indcollation[1], F_TEXTEQ, PointerGetDatum(msg_key));
-	scan = index_beginscan(heap, index, &dirty, 2, 0);
+	scan = idem_index_beginscan(heap, index, &dirty, 2, 0);
 	index_rescan(scan, skey, 2, NULL, 0);
 	while (!found && index_getnext_slot(scan, ForwardScanDirection, slot))
 	{

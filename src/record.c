@@ -42,6 +42,7 @@
 #include "utils/timestamp.h"
 
 #include "idem.h"
+#include "compat.h"
 #include "record.h"
 
 /* GUC variables */
@@ -272,7 +273,7 @@ key_scan_begin(const IdemCatalog *cat, const IdemScope *scope, Snapshot snapshot
 	ScanKeyEntryInitialize(&skey[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
 						   index->rd_indcollation[2], F_TEXTEQ, scope->key_text);
 
-	scan = index_beginscan(heap, index, snapshot, 3, 0);
+	scan = idem_index_beginscan(heap, index, snapshot, 3, 0);
 	index_rescan(scan, skey, 3, NULL, 0);
 	*heapp = heap;
 	*indexp = index;

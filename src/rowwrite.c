@@ -13,7 +13,7 @@
  * saves against SPI is the executor's start-up and shut-down for a plan:
  * plan cache checks, node and projection set-up, the CTE plumbing.
  *
- * Privileges are checked as the executor checks them (ExecCheckRTPerms, so
+ * Privileges are checked as the executor checks them (ExecCheckPermissions, so
  * the ExecutorCheckPerms hook sees them too), for the current user: for
  * idem's functions, the extension's owner.  Row-level security forced on
  * these tables is refused rather than ignored.  Statement-level triggers do
@@ -37,6 +37,7 @@
 #include "utils/snapmgr.h"
 
 #include "idem.h"
+#include "compat.h"
 #include "rowwrite.h"
 
 /*
@@ -83,6 +84,7 @@ void
 idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels, CmdType cmd)
 {
 	List	   *rtable = NIL;
+	AclMode		perms[IDEM_ROWS_MAX_RELS];
 	MemoryContext oldcxt;
 	const char *cmdname = (cmd == CMD_DELETE) ? "DELETE" :
 		(cmd == CMD_UPDATE) ? "UPDATE" : "INSERT";
@@ -107,12 +109,11 @@ idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels, CmdType cmd)
 		rte->relid = relids[i];
 		rte->relkind = RELKIND_RELATION;
 		rte->rellockmode = RowExclusiveLock;
-		rte->requiredPerms = (cmd == CMD_DELETE) ? ACL_DELETE :
+		perms[i] = (cmd == CMD_DELETE) ? ACL_DELETE :
 			(cmd == CMD_UPDATE) ? (ACL_SELECT | ACL_UPDATE) : ACL_INSERT;
 		rtable = lappend(rtable, rte);
 	}
-	(void) ExecCheckRTPerms(rtable, true);
-	ExecInitRangeTable(rows->estate, rtable);
+	idem_init_range_table(rows->estate, rtable, perms);
 
 	for (int i = 0; i < nrels; i++)
 	{
@@ -195,9 +196,9 @@ idem_rows_set_checks(IdemRows *rows, int i, Expr **checks, int ncheck)
 	if (ncheck == 0 || constr == NULL || constr->num_check != ncheck)
 		return;
 	oldcxt = MemoryContextSwitchTo(rows->estate->es_query_cxt);
-	rri->ri_ConstraintExprs = palloc(ncheck * sizeof(ExprState *));
+	idem_ri_check_exprs(rri) = palloc(ncheck * sizeof(ExprState *));
 	for (int c = 0; c < ncheck; c++)
-		rri->ri_ConstraintExprs[c] = ExecInitExpr(checks[c], NULL);
+		idem_ri_check_exprs(rri)[c] = ExecInitExpr(checks[c], NULL);
 	MemoryContextSwitchTo(oldcxt);
 }
 
@@ -229,7 +230,7 @@ idem_rows_delete(IdemRows *rows, int i, TupleTableSlot *locked)
 {
 	EPQState	epq;
 
-	EvalPlanQualInit(&epq, rows->estate, NULL, NIL, -1);
+	idem_epq_init(&epq, rows->estate);
 	ExecSimpleRelationDelete(rows->rels[i], rows->estate, &epq, locked);
 	EvalPlanQualEnd(&epq);
 	ResetPerTupleExprContext(rows->estate);
@@ -253,7 +254,7 @@ idem_rows_update(IdemRows *rows, int i, TupleTableSlot *locked,
 	memcpy(slot->tts_values, values, natts * sizeof(Datum));
 	memcpy(slot->tts_isnull, nulls, natts * sizeof(bool));
 	ExecStoreVirtualTuple(slot);
-	EvalPlanQualInit(&epq, rows->estate, NULL, NIL, -1);
+	idem_epq_init(&epq, rows->estate);
 	ExecSimpleRelationUpdate(rows->rels[i], rows->estate, &epq, locked, slot);
 	EvalPlanQualEnd(&epq);
 	ResetPerTupleExprContext(rows->estate);

@@ -70,6 +70,7 @@
 #include "utils/tuplestore.h"
 
 #include "idem.h"
+#include "compat.h"
 #include "citus.h"
 #include "api.h"
 #include "claim.h"
@@ -182,7 +183,7 @@ idem_task_shmem_startup(void)
 static void
 session_ended(int code, Datum arg)
 {
-	pg_atomic_write_u64(&task_shared->sessions[MyBackendId - 1], 0);
+	pg_atomic_write_u64(&task_shared->sessions[idem_backend_slot()], 0);
 	pg_write_barrier();
 	pg_atomic_fetch_add_u64(&task_shared->ended, 1);
 }
@@ -199,7 +200,7 @@ session_id(void)
 				 errmsg("bind_session requires idem in shared_preload_libraries"),
 				 errhint("Add idem to shared_preload_libraries and restart the server, or lease without bind_session.")));
 	my_session = pg_atomic_fetch_add_u64(&task_shared->next_session, 1);
-	pg_atomic_write_u64(&task_shared->sessions[MyBackendId - 1], my_session);
+	pg_atomic_write_u64(&task_shared->sessions[idem_backend_slot()], my_session);
 	before_shmem_exit(session_ended, (Datum) 0);
 	return my_session;
 }
@@ -711,7 +712,7 @@ lease_due(LeaseCall *lc, Relation index, Datum operation)
 						   index->rd_indcollation[0], F_TEXTEQ, operation);
 	ScanKeyInit(&skey[1], 2, BTLessEqualStrategyNumber, F_TIMESTAMPTZ_LE,
 				TimestampTzGetDatum(lc->now));
-	scan = index_beginscan(lc->rec.heap, index, lc->snapshot, 2, 0);
+	scan = idem_index_beginscan(lc->rec.heap, index, lc->snapshot, 2, 0);
 	index_rescan(scan, skey, 2, NULL, 0);
 	while (index_getnext_slot(scan, ForwardScanDirection, lc->scanslot))
 	{
@@ -876,7 +877,7 @@ typedef struct HolderCall
 } HolderCall;
 
 /* Raise IK004 for task_id and token, counting it for operation (NULL: unknown). */
-static void pg_attribute_noreturn()
+pg_noreturn static void
 report_stale(int64 task_id, int64 token, const char *operation, const char *detail)
 {
 	if (operation)
@@ -908,7 +909,7 @@ lock_task(HolderCall *hc, Oid indexid, int64 task_id)
 
 	task_record_open(tr, &hc->cat);
 	if (!OidIsValid(indexid))
-		indexid = RelationGetPrimaryKeyIndex(tr->heap);
+		indexid = idem_primary_key_index(tr->heap);
 	if (!OidIsValid(indexid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -920,7 +921,7 @@ lock_task(HolderCall *hc, Oid indexid, int64 task_id)
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	index = index_open(indexid, AccessShareLock);
 	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(task_id));
-	scan = index_beginscan(tr->heap, index, snapshot, 1, 0);
+	scan = idem_index_beginscan(tr->heap, index, snapshot, 1, 0);
 	index_rescan(scan, &skey, 1, NULL, 0);
 	if (index_getnext_slot(scan, ForwardScanDirection, found))
 		tmres = table_tuple_lock(tr->heap, &found->tts_tid, snapshot, hc->locked,
