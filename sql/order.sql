@@ -192,8 +192,11 @@ SHOW idem.wait_timeout;
 SHOW idem.ttl;
 SET idem.wait_timeout = '250ms';
 SHOW idem.wait_timeout;
+-- out of range: 22023 (the message's wording changed in PostgreSQL 17)
+\set VERBOSITY sqlstate
 SET idem.wait_timeout = -1;
 SET idem.ttl = 0;
+\set VERBOSITY default
 SET idem.no_such_setting = 1;
 RESET idem.wait_timeout;
 

@@ -13,8 +13,13 @@ SELECT 'member' AS kind, pg_describe_object(d.classid, d.objid, d.objsubid) AS i
        concat_ws(' ', p.proacl::text, p.prosecdef::text, p.proconfig::text) AS detail
 FROM pg_depend d
 LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
+LEFT JOIN pg_type t ON d.classid = 'pg_type'::regclass AND t.oid = d.objid
 WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idem')
+  -- a table's row type and array types are members from PostgreSQL 17 on:
+  -- left out, so that every version counts alike
+  AND NOT coalesce(t.typcategory = 'A' OR EXISTS (SELECT FROM pg_class r
+                   WHERE r.oid = t.typrelid AND r.relkind <> 'c'), false)
 UNION ALL
 SELECT 'column', c.relname || '.' || a.attname,
        concat_ws(' ', format_type(a.atttypid, a.atttypmod), a.attnotnull::text,
