@@ -36,6 +36,9 @@ SELECT 'constraint', conrelid::regclass || '.' || conname, pg_get_constraintdef(
 FROM pg_constraint
 WHERE conrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass,
                    to_regclass('idem_outbox'), to_regclass('idem_inbox'))
+  -- NOT NULL is a constraint row from PostgreSQL 18 on; the columns' rows
+  -- say it already
+  AND contype <> 'n'
 UNION ALL
 SELECT 'index', indexrelid::regclass::text, pg_get_indexdef(indexrelid)
 FROM pg_index
