@@ -1,7 +1,7 @@
 # test/lib.sh: set-up shared by test/run_all.sh and test/demo.sh.
 #
 # Installs what a fresh Debian 12 machine lacks, builds and installs idem,
-# and runs a throwaway PostgreSQL 15 server with idem preloaded, on a
+# and runs a throwaway PostgreSQL server with idem preloaded, on a
 # private Unix socket in a temporary directory (no TCP).  The server runs as
 # the "postgres" user when we are root (initdb refuses root) and is stopped by
 # its own data directory when the calling script exits.
@@ -9,9 +9,21 @@
 set -euo pipefail
 
 IDEM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-PG_BINDIR=/usr/lib/postgresql/15/bin
-PG_CONFIG=$PG_BINDIR/pg_config
+# The server under test: Debian's PostgreSQL 15 unless PG_CONFIG names
+# another installation (a build of 16, 17 or 18, say): then its binaries,
+# headers and PGXS serve, and only what it lacks stops the run.
+DEBIAN_PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+PG_CONFIG=${PG_CONFIG:-$DEBIAN_PG_CONFIG}
+if [ "$PG_CONFIG" = "$DEBIAN_PG_CONFIG" ]; then
+	PG_BINDIR=/usr/lib/postgresql/15/bin
+else
+	PG_BINDIR=$("$PG_CONFIG" --bindir)
+fi
 export PG_CONFIG
+
+# Is the server under test Debian's PostgreSQL 15 (what the package check
+# and apt-get can serve)?
+debian_pg() { [ "$PG_CONFIG" = "$DEBIAN_PG_CONFIG" ]; }
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -27,11 +39,23 @@ as_pg_user() {
 # Install the build and test dependencies that a fresh machine lacks.
 ensure_packages() {
 	local missing=()
-	[ -x "$PG_BINDIR/postgres" ] || missing+=(postgresql-15)
-	# pgxs.mk, pg_regress and pg_isolation_regress come with the client
-	# package; the server headers are what postgresql-server-dev-15 adds
-	[ -f /usr/include/postgresql/15/server/postgres.h ] || missing+=(postgresql-server-dev-15)
-	[ -f /usr/share/postgresql/15/extension/pgcrypto.control ] || missing+=(postgresql-contrib)
+	if debian_pg; then
+		[ -x "$PG_BINDIR/postgres" ] || missing+=(postgresql-15)
+		# pgxs.mk, pg_regress and pg_isolation_regress come with the client
+		# package; the server headers are what postgresql-server-dev-15 adds
+		[ -f /usr/include/postgresql/15/server/postgres.h ] || missing+=(postgresql-server-dev-15)
+		[ -f /usr/share/postgresql/15/extension/pgcrypto.control ] || missing+=(postgresql-contrib)
+	else
+		local pg
+		for pg in "$PG_BINDIR/postgres" "$("$PG_CONFIG" --pgxs)" \
+			"$("$PG_CONFIG" --includedir-server)/postgres.h" \
+			"$("$PG_CONFIG" --sharedir)/extension/pgcrypto.control"; do
+			if [ ! -e "$pg" ]; then
+				log "the PostgreSQL of $PG_CONFIG lacks $pg (build it with --enable-tap-tests --with-openssl, and install contrib/pgcrypto)"
+				exit 1
+			fi
+		done
+	fi
 	perl -MIPC::Run -e 1 2>/dev/null || missing+=(libipc-run-perl)
 	# the outbox/inbox pipeline's processes (test/e2e)
 	/usr/bin/python3 -c 'import psycopg' 2>/dev/null || missing+=(python3-psycopg)
@@ -49,7 +73,7 @@ ensure_packages() {
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
-# Build idem with -Werror and install it into PostgreSQL 15.
+# Build idem with -Werror and install it into the PostgreSQL of $PG_CONFIG.
 build_install() {
 	log "building and installing idem"
 	make -C "$IDEM_ROOT" -s clean >/dev/null

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test suite of idem against a real, throwaway PostgreSQL 15:
+# Runs every test suite of idem against a real, throwaway PostgreSQL (Debian's
+# 15, or the installation PG_CONFIG names, e.g. a build of 16, 17 or 18):
 # pg_regress, the isolation specs, the TAP tests, the pgbench load checks and
 # pg_dump.  Sets up everything itself on a fresh Debian 12 machine (as root:
 # packages; then build, install, a private server).  A stage whose software
@@ -7,6 +8,7 @@
 # Ends with "N passed, M failed, K skipped".
 #
 #   bash test/run_all.sh
+#   PG_CONFIG=/path/to/pg17/bin/pg_config bash test/run_all.sh
 source "$(dirname "$0")/lib.sh"
 
 ensure_packages
@@ -65,7 +67,7 @@ run_tap_suite() {
 		chown -R postgres: "$tree"
 	fi
 	as_pg_user env -u PGHOST -u PGPORT -u PGUSER \
-		make -C "$tree" -s installcheck REGRESS= ISOLATION= PROVE_FLAGS=--timer >"$out" 2>&1 || true
+		make -C "$tree" -s installcheck PG_CONFIG="$PG_CONFIG" REGRESS= ISOLATION= PROVE_FLAGS=--timer >"$out" 2>&1 || true
 	grep -vE '^(\+\+\+|# Looks like|\s*$)' "$out" | grep -E '^\[|^#|^t/|Result|Failed' || true
 	local ok bad
 	ok=$(grep -cE '^\[[0-9:]+\] t/\S+\.pl \.+ ok' "$out" || true)

@@ -7,6 +7,11 @@
 # Prints "ok - ..." / "not ok - ..." lines.
 source "$(dirname "$0")/../lib.sh"
 
+if ! debian_pg; then
+	echo "skip - package: the Debian package is built for Debian's PostgreSQL 15; the server under test is $("$PG_CONFIG" --version) from $PG_CONFIG"
+	exit 0
+fi
+
 if [ "$(id -u)" -ne 0 ]; then
 	echo "not ok - the package check needs root (apt-get, dpkg)"
 	exit 0
