@@ -26,8 +26,9 @@ mkdir -p "$log_dir"
 count_regress() {
 	local out=$1
 	local ok bad
-	ok=$(grep -cE '^(test |     )?[A-Za-z0-9_-]+ +\.\.\. ok' "$out" || true)
-	bad=$(grep -cE '\.\.\. FAILED|\.\.\. failed' "$out" || true)
+	# "test NAME ... ok" up to PostgreSQL 15, "ok N - NAME" (TAP) from 16 on
+	ok=$(grep -cE '^(test |     )?[A-Za-z0-9_-]+ +\.\.\. ok|^ok [0-9]+ +[-+] ' "$out" || true)
+	bad=$(grep -cE '\.\.\. FAILED|\.\.\. failed|^not ok [0-9]+ ' "$out" || true)
 	passed=$((passed + ok))
 	failed=$((failed + bad))
 	if [ "$ok" -eq 0 ] && [ "$bad" -eq 0 ]; then
@@ -42,10 +43,10 @@ run_make_suite() {
 	shift
 	log "running $name"
 	make -C "$IDEM_ROOT" -s "$@" installcheck >"$log_dir/$name.log" 2>&1 || true
-	grep -E '\.\.\. ' "$log_dir/$name.log" || true
+	grep -E '\.\.\. |^(not )?ok [0-9]+ ' "$log_dir/$name.log" || true
 	count_regress "$log_dir/$name.log"
 	for diffs in "$IDEM_ROOT/regression.diffs" "$IDEM_ROOT/test/isolation/regression.diffs"; do
-		if [ -s "$diffs" ] && grep -q FAILED "$log_dir/$name.log"; then
+		if [ -s "$diffs" ] && grep -qE 'FAILED|^not ok' "$log_dir/$name.log"; then
 			cat "$diffs"
 		fi
 	done
