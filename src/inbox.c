@@ -163,15 +163,14 @@ probe(const IdemTableLayout *t, IdemRows *rows, Datum consumer, Datum message_id
 						   index->rd_indcollation[1], F_TEXTEQ, message_id);
 	scan = idem_index_beginscan(heap, index, &dirty, 2, 0);
 	index_rescan(scan, skey, 2, NULL, 0);
-	while (entry != INBOX_BUSY && index_getnext_slot(scan, ForwardScanDirection, slot))
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
 		bool		isnull;
 		Datum		expires;
 
-		/* the visibility check of this row set them */
-		if (TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax))
+		*busy = idem_dirty_writer(&dirty);
+		if (TransactionIdIsValid(*busy))
 		{
-			*busy = TransactionIdIsValid(dirty.xmin) ? dirty.xmin : dirty.xmax;
 			entry = INBOX_BUSY;
 			break;
 		}

@@ -399,14 +399,8 @@ idem_record_probe(const IdemCatalog *cat, const IdemScope *scope, TransactionId 
 	while (probe != IDEM_PROBE_BUSY &&
 		   index_getnext_slot(scan, ForwardScanDirection, slot))
 	{
-		/* the visibility check of this row set them */
-		if (TransactionIdIsValid(dirty.xmin) || TransactionIdIsValid(dirty.xmax))
-		{
-			*busy = TransactionIdIsValid(dirty.xmin) ? dirty.xmin : dirty.xmax;
-			probe = IDEM_PROBE_BUSY;
-		}
-		else
-			probe = IDEM_PROBE_FOUND;
+		*busy = idem_dirty_writer(&dirty);
+		probe = TransactionIdIsValid(*busy) ? IDEM_PROBE_BUSY : IDEM_PROBE_FOUND;
 	}
 	key_scan_end(scan, index);
 	ExecDropSingleTupleTableSlot(slot);

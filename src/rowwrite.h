@@ -8,7 +8,9 @@
 #ifndef IDEM_ROWWRITE_H
 #define IDEM_ROWWRITE_H
 
+#include "access/transam.h"
 #include "nodes/execnodes.h"
+#include "utils/snapshot.h"
 
 #define IDEM_ROWS_MAX_RELS 2
 
@@ -20,6 +22,18 @@ typedef struct IdemRows
 	TupleTableSlot *slots[IDEM_ROWS_MAX_RELS];
 	bool		snapshot_pushed;	/* for the triggers */
 } IdemRows;
+
+/*
+ * The transaction still inserting, or else deleting, the row a dirty
+ * snapshot just returned (HeapTupleSatisfiesDirty sets them for the row it
+ * checked last); InvalidTransactionId if none is: a row some transaction
+ * is writing, to be waited for.
+ */
+static inline TransactionId
+idem_dirty_writer(const SnapshotData *dirty)
+{
+	return TransactionIdIsValid(dirty->xmin) ? dirty->xmin : dirty->xmax;
+}
 
 extern void idem_rows_check_triggers(Relation rel, TriggerDesc *trigdesc);
 extern void idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels, CmdType cmd);
