@@ -138,23 +138,29 @@ static int	ndeferred_topics = 0;
 #define OUTBOX_KEY_LOCKS		16
 
 /*
- * Take the commit-order locks of the distinct keys hashes[0..n-1], sorted,
- * until the end of the transaction (see the file's header).
+ * Take the commit-order locks of the keys hashes[0..n-1], sorted (a key
+ * may repeat), until the end of the transaction (see the file's header).
  */
 static void
 lock_key_order(const uint64 *hashes, int n)
 {
 	LOCKTAG		tag;
+	int			keys = 0;
 
-	if (n == 0)
+	for (int i = 0; i < n; i++)
+		if (i == 0 || hashes[i] != hashes[i - 1])
+			keys++;
+	if (keys == 0)
 		return;
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, IDEM_LOCK_CLASS_OUTBOX_ALL);
-	(void) LockAcquire(&tag, n > OUTBOX_KEY_LOCKS ? ExclusiveLock : RowExclusiveLock,
+	(void) LockAcquire(&tag, keys > OUTBOX_KEY_LOCKS ? ExclusiveLock : RowExclusiveLock,
 					   false, false);
-	if (n > OUTBOX_KEY_LOCKS)
+	if (keys > OUTBOX_KEY_LOCKS)
 		return;
 	for (int i = 0; i < n; i++)
 	{
+		if (i > 0 && hashes[i] == hashes[i - 1])
+			continue;
 		SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (hashes[i] >> 32),
 							 (uint32) hashes[i], IDEM_LOCK_CLASS_OUTBOX);
 		(void) LockAcquire(&tag, ExclusiveLock, false, false);
@@ -305,8 +311,7 @@ flush_pending(void)
 	/* first every lock, in hash order, so that no two commits deadlock */
 	hashes = palloc(n * sizeof(uint64));
 	for (int i = 0; i < n && order[i]->msg_key != NULL; i++)
-		if (nhashes == 0 || order[i]->keyhash != hashes[nhashes - 1])
-			hashes[nhashes++] = order[i]->keyhash;
+		hashes[nhashes++] = order[i]->keyhash;
 	lock_key_order(hashes, nhashes);
 	pfree(hashes);
 
@@ -609,7 +614,6 @@ idem_outbox_lock_keys(PG_FUNCTION_ARGS)
 	int			nt;
 	int			nk;
 	uint64	   *hashes;
-	int			n = 0;
 
 	deconstruct_array(topics, TEXTOID, -1, false, TYPALIGN_INT, &tv, &tn, &nt);
 	deconstruct_array(keys, TEXTOID, -1, false, TYPALIGN_INT, &kv, &kn, &nk);
@@ -623,10 +627,7 @@ idem_outbox_lock_keys(PG_FUNCTION_ARGS)
 		hashes[i] = hash_topic_key(DatumGetTextPP(tv[i]), DatumGetTextPP(kv[i]));
 	}
 	qsort(hashes, nt, sizeof(uint64), hash_order);
-	for (int i = 0; i < nt; i++)
-		if (n == 0 || hashes[i] != hashes[n - 1])
-			hashes[n++] = hashes[i];
-	lock_key_order(hashes, n);
+	lock_key_order(hashes, nt);
 	PG_RETURN_VOID();
 }
 
