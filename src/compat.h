@@ -10,12 +10,19 @@
 #ifndef IDEM_COMPAT_H
 #define IDEM_COMPAT_H
 
+/* the majors idem is tested on: a newer one may need a shim added here */
+#if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 200000
+#error "idem builds on PostgreSQL 15 to 19 (its suites are run on those)"
+#endif
+
 #include "access/genam.h"
 #include "executor/executor.h"
 #include "nodes/bitmapset.h"
 #include "utils/acl.h"
 #include "utils/guc.h"
+#include "utils/jsonb.h"
 #include "utils/relcache.h"
+#include "storage/shmem.h"
 
 #if PG_VERSION_NUM >= 160000
 #include "catalog/pg_proc.h"
@@ -23,6 +30,9 @@
 #endif
 #if PG_VERSION_NUM >= 170000
 #include "storage/procnumber.h"
+#endif
+#if PG_VERSION_NUM >= 190000
+#include "access/tableam.h"
 #endif
 
 /*
@@ -34,8 +44,14 @@
 #define pg_noreturn pg_attribute_noreturn()
 #endif
 
-/* 18: index_beginscan takes the scan's instrumentation (none here). */
-#if PG_VERSION_NUM >= 180000
+/*
+ * 18: index_beginscan takes the scan's instrumentation (none here); 19 also
+ * the scan's options (none: idem's scans feed updates and deletes too).
+ */
+#if PG_VERSION_NUM >= 190000
+#define idem_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), (norderbys), SO_NONE)
+#elif PG_VERSION_NUM >= 180000
 #define idem_index_beginscan(heap, index, snapshot, nkeys, norderbys) \
 	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), (norderbys))
 #else
@@ -55,6 +71,42 @@
 #define idem_primary_key_index(rel) RelationGetPrimaryKeyIndex((rel), false)
 #else
 #define idem_primary_key_index(rel) RelationGetPrimaryKeyIndex(rel)
+#endif
+
+/*
+ * 19: a jsonb under construction is a JsonbInState (zeroed to start),
+ * pushJsonbValue returns nothing and the value is the state's result; before,
+ * a JsonbParseState stack whose last push returned the value.  Build with
+ * IdemJsonbBuild b = {0}, idem_jsonb_push(&b, ...), idem_jsonb_result(&b).
+ */
+#if PG_VERSION_NUM >= 190000
+typedef JsonbInState IdemJsonbBuild;
+#define idem_jsonb_push(b, token, value) pushJsonbValue((b), (token), (value))
+#else
+typedef struct IdemJsonbBuild
+{
+	JsonbParseState *parseState;
+	JsonbValue *result;
+} IdemJsonbBuild;
+
+static inline void
+idem_jsonb_push(IdemJsonbBuild *b, JsonbIteratorToken token, JsonbValue *value)
+{
+	b->result = pushJsonbValue(&b->parseState, token, value);
+}
+#endif
+#define idem_jsonb_result(b) ((b)->result)
+
+/*
+ * 19: a shared hash table has one size (its initial and maximum sizes were
+ * two arguments; idem always gave the same).
+ */
+#if PG_VERSION_NUM >= 190000
+#define idem_shmem_init_hash(name, nelems, info, flags) \
+	ShmemInitHash((name), (nelems), (info), (flags))
+#else
+#define idem_shmem_init_hash(name, nelems, info, flags) \
+	ShmemInitHash((name), (nelems), (nelems), (info), (flags))
 #endif
 
 /* 16: EvalPlanQualInit takes the result relations (none here). */

@@ -27,6 +27,7 @@
 #include "utils/timestamp.h"
 
 #include "idem.h"
+#include "compat.h"
 #include "citus.h"
 #include "claim.h"
 #include "stats.h"
@@ -96,7 +97,7 @@ idem_order_init(void)
 
 /* Push a string (a key or a value) onto a jsonb under construction. */
 static void
-push_jsonb_string(JsonbParseState **state, JsonbIteratorToken token,
+push_jsonb_string(IdemJsonbBuild *b, JsonbIteratorToken token,
 				  const char *str, int len)
 {
 	JsonbValue	v;
@@ -104,22 +105,22 @@ push_jsonb_string(JsonbParseState **state, JsonbIteratorToken token,
 	v.type = jbvString;
 	v.val.string.val = (char *) str;
 	v.val.string.len = len;
-	pushJsonbValue(state, token, &v);
+	idem_jsonb_push(b, token, &v);
 }
 
 /* Push a text Datum, or JSON null, as a value. */
 static void
-push_jsonb_text(JsonbParseState **state, Datum value, bool isnull)
+push_jsonb_text(IdemJsonbBuild *b, Datum value, bool isnull)
 {
 	JsonbValue	v;
 
 	if (isnull)
 	{
 		v.type = jbvNull;
-		pushJsonbValue(state, WJB_VALUE, &v);
+		idem_jsonb_push(b, WJB_VALUE, &v);
 		return;
 	}
-	push_jsonb_string(state, WJB_VALUE, VARDATA_ANY(DatumGetTextPP(value)),
+	push_jsonb_string(b, WJB_VALUE, VARDATA_ANY(DatumGetTextPP(value)),
 					  VARSIZE_ANY_EXHDR(DatumGetTextPP(value)));
 }
 
@@ -130,11 +131,11 @@ push_jsonb_text(JsonbParseState **state, Datum value, bool isnull)
 static Datum
 order_response(const OrderCall *call)
 {
-	JsonbParseState *state = NULL;
+	IdemJsonbBuild b = {0};
 	JsonbValue	v;
 
-	pushJsonbValue(&state, WJB_BEGIN_OBJECT, NULL);
-	push_jsonb_string(&state, WJB_KEY, "orderId", 7);
+	idem_jsonb_push(&b, WJB_BEGIN_OBJECT, NULL);
+	push_jsonb_string(&b, WJB_KEY, "orderId", 7);
 	if (call->nulls[RES_ORDER_ID])
 		v.type = jbvNull;
 	else
@@ -142,12 +143,13 @@ order_response(const OrderCall *call)
 		v.type = jbvNumeric;
 		v.val.numeric = int64_to_numeric(DatumGetInt64(call->values[RES_ORDER_ID]));
 	}
-	pushJsonbValue(&state, WJB_VALUE, &v);
-	push_jsonb_string(&state, WJB_KEY, "orderNo", 7);
-	push_jsonb_text(&state, call->values[RES_ORDER_NO], call->nulls[RES_ORDER_NO]);
-	push_jsonb_string(&state, WJB_KEY, "status", 6);
-	push_jsonb_text(&state, call->values[RES_STATUS], call->nulls[RES_STATUS]);
-	return JsonbPGetDatum(JsonbValueToJsonb(pushJsonbValue(&state, WJB_END_OBJECT, NULL)));
+	idem_jsonb_push(&b, WJB_VALUE, &v);
+	push_jsonb_string(&b, WJB_KEY, "orderNo", 7);
+	push_jsonb_text(&b, call->values[RES_ORDER_NO], call->nulls[RES_ORDER_NO]);
+	push_jsonb_string(&b, WJB_KEY, "status", 6);
+	push_jsonb_text(&b, call->values[RES_STATUS], call->nulls[RES_STATUS]);
+	idem_jsonb_push(&b, WJB_END_OBJECT, NULL);
+	return JsonbPGetDatum(JsonbValueToJsonb(idem_jsonb_result(&b)));
 }
 
 /*

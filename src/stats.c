@@ -48,8 +48,10 @@
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 
 #include "idem.h"
+#include "compat.h"
 #include "stats.h"
 
 PG_FUNCTION_INFO_V1(idem_stats_entries);
@@ -169,8 +171,8 @@ idem_stats_shmem_startup(void)
 	shared = ShmemInitStruct("idem stats", sizeof(StatsShared), &found);
 	info.keysize = sizeof(StatsKey);
 	info.entrysize = sizeof(StatsEntry);
-	shared_hash = ShmemInitHash("idem stats entries", idem_stats_max + 1, idem_stats_max + 1,
-								&info, HASH_ELEM | HASH_BLOBS);
+	shared_hash = idem_shmem_init_hash("idem stats entries", idem_stats_max + 1,
+									   &info, HASH_ELEM | HASH_BLOBS);
 	if (!found)
 	{
 		StatsKey	key = {0};

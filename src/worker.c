@@ -42,19 +42,23 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lmgr.h"
+#include "storage/lock.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 #include "utils/varlena.h"
 
 #include "idem.h"
+#include "compat.h"
 #include "cleanup.h"
 #include "worker.h"
 
@@ -151,10 +155,8 @@ idem_worker_shmem_startup(void)
 		idem_shared->lock = &(GetNamedLWLockTranche("idem"))->lock;
 	info.keysize = sizeof(Oid);
 	info.entrysize = sizeof(IdemDbStatus);
-	idem_status = ShmemInitHash("idem cleanup status",
-								IDEM_MAX_TRACKED_DATABASES,
-								IDEM_MAX_TRACKED_DATABASES,
-								&info, HASH_ELEM | HASH_BLOBS);
+	idem_status = idem_shmem_init_hash("idem cleanup status", IDEM_MAX_TRACKED_DATABASES,
+									   &info, HASH_ELEM | HASH_BLOBS);
 }
 
 /*
