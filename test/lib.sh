@@ -27,6 +27,27 @@ debian_pg() { [ "$PG_CONFIG" = "$DEBIAN_PG_CONFIG" ]; }
 
 log() { printf '==> %s\n' "$*" >&2; }
 
+# The other majors to test besides $PG_CONFIG's: each pg_config named in
+# IDEM_PG_CONFIGS, then each /usr/lib/postgresql/*/bin/pg_config (PGDG's
+# packages put the majors there); one path per installation, in that order.
+# test/majors.sh skips, with a line, one whose server headers are missing.
+other_pg_configs() {
+	local c real seen=" $(readlink -f "$PG_CONFIG") "
+	for c in ${IDEM_PG_CONFIGS:-}; do
+		real=$(readlink -f "$c" || echo "$c")
+		case "$seen" in *" $real "*) continue ;; esac
+		seen="$seen$real "
+		echo "$c"
+	done
+	for c in /usr/lib/postgresql/*/bin/pg_config; do
+		[ -x "$c" ] || continue
+		real=$(readlink -f "$c")
+		case "$seen" in *" $real "*) continue ;; esac
+		seen="$seen$real "
+		echo "$c"
+	done
+}
+
 # Run a command as the server's OS user.
 as_pg_user() {
 	if [ "$(id -u)" -eq 0 ]; then
@@ -77,8 +98,8 @@ ensure_packages() {
 build_install() {
 	log "building and installing idem"
 	make -C "$IDEM_ROOT" -s clean >/dev/null
-	make -C "$IDEM_ROOT" -s >/dev/null
-	make -C "$IDEM_ROOT" -s install >/dev/null
+	make -C "$IDEM_ROOT" -s COPT=-Werror >/dev/null
+	make -C "$IDEM_ROOT" -s COPT=-Werror install >/dev/null
 }
 
 # Create a throwaway cluster with idem preloaded, on a private socket in a
