@@ -1,18 +1,32 @@
 #!/usr/bin/env bash
 # Runs every test suite of idem against a real, throwaway PostgreSQL (Debian's
-# 15, or the installation PG_CONFIG names, e.g. a build of 16, 17 or 18):
-# pg_regress, the isolation specs, the TAP tests, the pgbench load checks and
-# pg_dump.  Sets up everything itself on a fresh Debian 12 machine (as root:
-# packages; then build, install, a private server).  A stage whose software
-# is not installed (Citus) prints "skip - NAME: why" and counts as skipped.
+# 15, or the installation PG_CONFIG names): pg_regress, the isolation specs,
+# the TAP tests, the pgbench load checks, pg_dump, the upgrade suite, the
+# package.  Sets up everything itself on a fresh Debian 12 machine (as root:
+# packages; then build with -Werror, install, a private server).  A stage
+# whose software is not installed (Citus) prints "skip - NAME: why" and
+# counts as skipped.
+#
+# Then the same idem on every other major it is given: each pg_config in
+# IDEM_PG_CONFIGS (space-separated) and each /usr/lib/postgresql/*/bin/pg_config
+# whose server headers are installed runs regress, isolation, TAP, the
+# upgrade suite, pg_dump and restore, Citus where it is installed for that
+# major, and pg_upgrade from the default major (test/majors.sh): one
+# "ok"/"not ok"/"skip" line per major and stage.
+#
 # Ends with "N passed, M failed, K skipped".
 #
 #   bash test/run_all.sh
-#   PG_CONFIG=/path/to/pg17/bin/pg_config bash test/run_all.sh
+#   IDEM_PG_CONFIGS="/path/to/16/bin/pg_config /path/to/18/bin/pg_config" bash test/run_all.sh
+#   PG_CONFIG=/path/to/17/bin/pg_config bash test/run_all.sh   # 17 as the default
 source "$(dirname "$0")/lib.sh"
 
 ensure_packages
 build_install
+if [ -n "${IDEM_MAJOR:-}" ]; then
+	check "$IDEM_MAJOR: built with -Werror and installed into its own tree ($("$PG_CONFIG" --pkglibdir))" \
+		true "$([ -f "$("$PG_CONFIG" --pkglibdir)/idem.so" ] && [ -f "$("$PG_CONFIG" --sharedir)/extension/idem.control" ] && echo true || echo false)"
+fi
 # the worker has its own TAP tests; here it would race cleanup.sql's counts
 start_server "idem.cleanup_interval = 0"
 
@@ -21,6 +35,32 @@ failed=0
 skipped=0
 log_dir=$IDEM_TMP/logs
 mkdir -p "$log_dir"
+
+# On another major (test/majors.sh sets IDEM_MAJOR, e.g. "PostgreSQL 16.4"),
+# only the suites that test the server's side run, each stage's output goes
+# to its log, and each stage prints one line for the caller to count: "ok -
+# MAJOR: STAGE, N passed", "not ok - ..." with the stage's failures after it
+# as "# " lines, or "skip - MAJOR: STAGE: why".
+IDEM_MAJOR=${IDEM_MAJOR:-}
+stage() {	# stage NAME COMMAND...
+	local name=$1
+	shift
+	if [ -z "$IDEM_MAJOR" ]; then
+		"$@"
+		return
+	fi
+	local p0=$passed f0=$failed s0=$skipped out=$log_dir/stage-$name.out
+	"$@" >"$out" 2>&1
+	local p=$((passed - p0)) f=$((failed - f0)) s=$((skipped - s0))
+	if [ "$f" -gt 0 ]; then
+		echo "not ok - $IDEM_MAJOR: $name, $p passed, $f failed"
+		tail -n 150 "$out" | sed 's/^/# /'
+	elif [ "$s" -gt 0 ] && [ "$p" -eq 0 ]; then
+		echo "skip - $IDEM_MAJOR: $name: $(sed -n "s/^skip - \($name: \)\{0,1\}//p" "$out" | head -n 1)"
+	else
+		echo "ok - $IDEM_MAJOR: $name, $p passed"
+	fi
+}
 
 # Count "test NAME ... ok|FAILED" lines of a pg_regress-style run.
 count_regress() {
@@ -53,8 +93,8 @@ run_make_suite() {
 }
 
 rm -f "$IDEM_ROOT/regression.diffs" "$IDEM_ROOT/test/isolation/regression.diffs"
-run_make_suite regress ISOLATION= TAP_TESTS=
-run_make_suite isolation REGRESS= TAP_TESTS=
+stage regress run_make_suite regress ISOLATION= TAP_TESTS=
+stage isolation run_make_suite isolation REGRESS= TAP_TESTS=
 
 # Run the TAP tests (t/*.pl).  initdb refuses root, so as root they run as
 # the server's OS user, in a copy of the tree that user may write to.
@@ -88,14 +128,14 @@ run_tap_suite() {
 	fi
 }
 
-run_tap_suite
+stage tap run_tap_suite
 
 # Run a shell check that prints "ok - ..." / "not ok - ..." lines, or one
 # "skip - ..." line when what it needs is not installed.
 run_shell_check() {
 	local name=$1 script=$2
 	log "running $name: $3"
-	bash "$script" 2>&1 | tee "$log_dir/$name.log" || true
+	bash "$script" "${@:4}" 2>&1 | tee "$log_dir/$name.log" || true
 	passed=$((passed + $(grep -c '^ok - ' "$log_dir/$name.log" || true)))
 	failed=$((failed + $(grep -c '^not ok - ' "$log_dir/$name.log" || true)))
 	if grep -q '^skip - ' "$log_dir/$name.log" && ! grep -qE '^(not )?ok - ' "$log_dir/$name.log"; then
@@ -105,6 +145,16 @@ run_shell_check() {
 		failed=$((failed + 1))
 	fi
 }
+
+if [ -n "$IDEM_MAJOR" ]; then
+	stage dump run_shell_check dump "$IDEM_ROOT/test/dump/dump_restore.sh" "pg_dump keeps idem's rows"
+	stage upgrade_suite run_shell_check upgrade_suite "$IDEM_ROOT/test/upgrade/suite_after_update.sh" \
+		"the pg_regress suite on databases created at each released version and updated"
+	stage citus run_shell_check citus "$IDEM_ROOT/test/citus/run.sh" "Citus where it is installed for this major"
+	stage pg_upgrade run_shell_check pg_upgrade "$IDEM_ROOT/test/upgrade/pg_upgrade.sh" \
+		"pg_upgrade from ${IDEM_UPGRADE_FROM:-the default major} with idem in use"
+	exit 0
+fi
 
 run_shell_check load "$IDEM_ROOT/test/load/same_key.sh" "20 clients on one key, 30 rounds"
 run_shell_check debit "$IDEM_ROOT/test/load/debit.sh" "20 clients on one key through idem_run, 30 rounds"
@@ -129,6 +179,13 @@ run_shell_check upgrade_suite "$IDEM_ROOT/test/upgrade/suite_after_update.sh" \
 # last: it replaces the installed files with the package's, then restores them
 run_shell_check package "$IDEM_ROOT/test/package/check.sh" \
 	"the Debian package: built with pg_buildext, installed, make installcheck against it"
+
+
+# every other major given: its own build, install and server (test/majors.sh)
+for other in $(other_pg_configs); do
+	run_shell_check "major-$("$other" --version | awk '{print $2}')" "$IDEM_ROOT/test/majors.sh" \
+		"idem on the PostgreSQL of $other" "$other"
+done
 
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
