@@ -9,7 +9,7 @@ OBJS = idem.o \
 	src/citus.o src/cleanup.o src/worker.o src/notify.o src/stats.o
 
 EXTENSION = idem
-DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql idem--1.2--1.3.sql idem--1.3--1.4.sql idem--1.4--1.5.sql idem--1.5--1.6.sql idem--1.6--1.7.sql
+DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql idem--1.2--1.3.sql idem--1.3--1.4.sql idem--1.4--1.5.sql idem--1.5--1.6.sql idem--1.6--1.7.sql idem--1.7--1.8.sql
 
 PG_CPPFLAGS = -I$(srcdir)/src
 # -Wextra less unused-parameter, which PostgreSQL's own headers raise
@@ -17,7 +17,7 @@ PG_CPPFLAGS = -I$(srcdir)/src
 # not stop a user's make install; the test command builds with COPT=-Werror.
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter
 
-REGRESS = jcs jcs_numbers encoding order cleanup writes api tasks distribute outbox inbox health stats owners operations hijack scripts rename tempschema security upgrade
+REGRESS = jcs jcs_numbers encoding order cleanup writes api tasks distribute outbox inbox health stats owners operations grant hijack scripts rename tempschema security upgrade
 REGRESS_OPTS = --load-extension=idem --load-extension=pgcrypto
 
 ISOLATION = claim-race-2 claim-race-3 in-flight-timeout repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint bypass-writer api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race inbox-race stats-waits task-lease-race task-submit-race task-takeover

@@ -179,6 +179,19 @@ SELECT prosrc LIKE '%idem_outbox_guard()%' AS guarded FROM pg_proc
 WHERE proname IN ('idem_outbox_fetch', 'idem_outbox_ack') ORDER BY proname;
 SELECT count(*) AS fetched FROM idem_outbox_fetch('upgrade-topic');
 
+-- From 1.7: idem_grant and idem_revoke do not exist before 1.8; after the
+-- update they grant a kind's rights, as on a fresh install.
+DROP EXTENSION idem;
+CREATE EXTENSION idem VERSION '1.7';
+SELECT count(*) AS grant_functions FROM pg_proc WHERE proname IN ('idem_grant', 'idem_revoke');
+ALTER EXTENSION idem UPDATE;
+SELECT * FROM pg_temp.catalog_diff();
+CREATE ROLE regress_idem_upgraded;
+SELECT privilege, object FROM idem_grant('regress_idem_upgraded', 'consumer');
+SELECT has_function_privilege('regress_idem_upgraded', 'idem_consume(text, text, interval)', 'EXECUTE') AS consumes;
+SELECT count(*) FROM idem_revoke('regress_idem_upgraded', 'consumer');
+DROP ROLE regress_idem_upgraded;
+
 -- a version that does not exist
 ALTER EXTENSION idem UPDATE TO '9.9';
 

@@ -174,7 +174,7 @@ run_shell_check exporter "$IDEM_ROOT/test/exporter/check_queries.sh" \
 run_shell_check fuzz "$IDEM_ROOT/test/fuzz/fuzz.sh" "idem_canonical_json and idem_request_hash against npm's canonicalize, 20,000 random documents"
 run_shell_check dump "$IDEM_ROOT/test/dump/dump_restore.sh" "pg_dump keeps idem's rows"
 run_shell_check upgrade_suite "$IDEM_ROOT/test/upgrade/suite_after_update.sh" \
-	"the pg_regress suite on databases created at 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6 and updated"
+	"the pg_regress suite on databases created at 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7 and updated"
 
 # last: it replaces the installed files with the package's, then restores them
 run_shell_check package "$IDEM_ROOT/test/package/check.sh" \
