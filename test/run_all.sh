@@ -173,6 +173,8 @@ run_shell_check exporter "$IDEM_ROOT/test/exporter/check_queries.sh" \
 	"the postgres_exporter queries run as a pg_monitor role and return their metrics"
 run_shell_check fuzz "$IDEM_ROOT/test/fuzz/fuzz.sh" "idem_canonical_json and idem_request_hash against npm's canonicalize, 20,000 random documents"
 run_shell_check dump "$IDEM_ROOT/test/dump/dump_restore.sh" "pg_dump keeps idem's rows"
+run_shell_check readme "$IDEM_ROOT/test/readme/check.sh" \
+	"the README's quickstart runs as pasted; the Markdown pages' links resolve; the README is at most 40 KB"
 run_shell_check upgrade_suite "$IDEM_ROOT/test/upgrade/suite_after_update.sh" \
 	"the pg_regress suite on databases created at 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7 and updated"
 
