@@ -26,6 +26,7 @@
 #include "utils/guc.h"
 
 #include "entry.h"
+#include "pending.h"
 #include "key.h"
 #include "notify.h"
 #include "stats.h"
@@ -81,7 +82,7 @@ _PG_init(void)
 	idem_worker_define_gucs();
 	idem_stats_define_gucs();
 	idem_order_init();
-	idem_api_init();
+	idem_pending_init();
 	idem_outbox_init();
 	idem_inbox_init();
 	idem_task_init();

@@ -11,15 +11,9 @@
  * caller.  A transaction that claimed a key and did not finish it cannot
  * commit (IK005): no business effect commits without its record.
  *
- * The unfinished claims of the current transaction are kept in a list in
- * TopTransactionContext, with the subtransaction that made (and the one
- * that finished) each, so that rolling back to a savepoint undoes them as
- * it undoes the key lock and the record.  A claim finished in the
- * subtransaction that made it leaves the list, and gives its key lock back:
- * its record and its claim can only roll back together, and the record's
- * uncommitted index entry makes duplicates wait.  So a transaction of a
- * million idem_begin/idem_finish pairs keeps neither a million entries nor
- * a million locks.
+ * The unfinished claims of the current transaction are pending.c's list;
+ * a claim finished in the subtransaction that made it leaves the list and
+ * gives its key lock back (finish_claim).
  *
  *-------------------------------------------------------------------------
  */
@@ -47,7 +41,7 @@
 #include "compat.h"
 #include "citus.h"
 #include "claim.h"
-#include "api.h"
+#include "pending.h"
 #include "entry.h"
 #include "stats.h"
 #include "util.h"
@@ -67,23 +61,6 @@ enum
 {
 	RESULT_HTTP = 1, RESULT_BODY, RESULT_HEADERS, RESULT_RESOURCE
 };
-
-/* A key this transaction claimed. */
-typedef struct PendingClaim
-{
-	int64		owner;
-	char	   *operation;
-	char	   *key;
-	IdemFingerprint fingerprint;
-	bool		has_ttl;
-	Interval	ttl;
-	SubTransactionId subid;		/* claimed in */
-	SubTransactionId finished_subid;	/* finished in; Invalid: not yet */
-	bool		running;		/* idem_run is calling its handler */
-	struct PendingClaim *next;
-} PendingClaim;
-
-static PendingClaim *pending = NULL;
 
 /*
  * The handlers idem_run checked, with their FmgrInfo, kept for the backend
@@ -109,178 +86,6 @@ static MemoryContext handler_cxt = NULL;
 
 /* ---------- the transaction's claims ---------- */
 
-/* IK005: refuse to commit or prepare with a claim not finished. */
-static void
-check_all_finished(void)
-{
-	for (PendingClaim *p = pending; p != NULL; p = p->next)
-		if (p->finished_subid == InvalidSubTransactionId)
-			ereport(ERROR,
-					(errcode(ERRCODE_IDEM_UNFINISHED_CLAIM),
-					 errmsg("transaction claimed an idempotency key and did not finish it"),
-					 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": idem_begin claimed it, idem_finish was not called.",
-							   p->owner, p->operation, p->key),
-					 errhint("Call idem_finish for the key before COMMIT, or roll back.")));
-}
-
-static void
-api_xact_callback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_PRE_COMMIT:
-		case XACT_EVENT_PRE_PREPARE:
-			check_all_finished();
-			break;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PREPARE:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			pending = NULL;		/* its memory goes with TopTransactionContext */
-			break;
-		default:
-			break;
-	}
-}
-
-/* Free a claim taken out of the list. */
-static void
-free_claim(PendingClaim *p)
-{
-	pfree(p->operation);
-	pfree(p->key);
-	pfree(p);
-}
-
-/*
- * A subtransaction that rolls back takes its claims (and its key locks)
- * and its idem_finish calls with it; one that commits hands them to its
- * parent.
- */
-static void
-api_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-					 SubTransactionId parentSubid, void *arg)
-{
-	PendingClaim **link = &pending;
-
-	if (event != SUBXACT_EVENT_ABORT_SUB && event != SUBXACT_EVENT_COMMIT_SUB)
-		return;
-	while (*link != NULL)
-	{
-		PendingClaim *p = *link;
-
-		if (event == SUBXACT_EVENT_ABORT_SUB)
-		{
-			if (p->subid == mySubid)
-			{
-				*link = p->next;
-				free_claim(p);
-				continue;
-			}
-			if (p->finished_subid == mySubid)
-				p->finished_subid = InvalidSubTransactionId;
-		}
-		else
-		{
-			if (p->subid == mySubid)
-				p->subid = parentSubid;
-			if (p->finished_subid == mySubid)
-				p->finished_subid = parentSubid;
-		}
-		link = &p->next;
-	}
-}
-
-/* Register the transaction callbacks. */
-void
-idem_api_init(void)
-{
-	RegisterXactCallback(api_xact_callback, NULL);
-	RegisterSubXactCallback(api_subxact_callback, NULL);
-}
-
-/* This transaction's claim of scope, or NULL. */
-static PendingClaim *
-find_claim(const IdemScope *scope)
-{
-	for (PendingClaim *p = pending; p != NULL; p = p->next)
-		if (p->owner == scope->owner && strcmp(p->operation, scope->operation) == 0 &&
-			strcmp(p->key, scope->key) == 0)
-			return p;
-	return NULL;
-}
-
-/* IK006: the key is the one idem_run is running, from inside its handler. */
-static void
-check_not_running(const PendingClaim *p, const IdemScope *scope)
-{
-	if (p != NULL && p->running)
-		ereport(ERROR,
-				(errcode(ERRCODE_IDEM_KEY_RUNNING),
-				 errmsg("the key is being run by idem_run"),
-				 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": the handler of idem_run for this key called idem for the same key.",
-						   scope->owner, scope->operation, scope->key),
-				 errhint("A handler does the work and returns its idem_result; idem_run stores it. Do not call idem_begin, idem_finish, idem_run or idem_submit for the key being run.")));
-}
-
-/*
- * Before claiming: a claim of scope this transaction holds, not finished,
- * is being run (IK006), in flight (IK002), or a different request
- * (IK001).  (idem_submit asks too.)
- */
-void
-idem_api_check_unclaimed(const IdemScope *scope, const char *fingerprint)
-{
-	PendingClaim *p;
-
-	if (pending == NULL)
-		return;
-	p = find_claim(scope);
-	check_not_running(p, scope);
-
-	if (p == NULL || p->finished_subid != InvalidSubTransactionId)
-		return;
-	if (!idem_fingerprints_equal(p->fingerprint, fingerprint))
-		idem_report_key_reused(scope);
-	idem_report_in_flight(scope, IDEM_IN_FLIGHT_THIS_XACT);
-}
-
-/* Remember that this transaction claimed scope. */
-static PendingClaim *
-add_claim(const IdemScope *scope, const char *fingerprint, const Interval *ttl)
-{
-	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
-	PendingClaim *p = palloc0(sizeof(PendingClaim));
-
-	p->owner = scope->owner;
-	p->operation = pstrdup(scope->operation);
-	p->key = pstrdup(scope->key);
-	strlcpy(p->fingerprint, fingerprint, sizeof(IdemFingerprint));
-	p->has_ttl = (ttl != NULL);
-	if (ttl)
-		p->ttl = *ttl;
-	p->subid = GetCurrentSubTransactionId();
-	p->finished_subid = InvalidSubTransactionId;
-	p->next = pending;
-	pending = p;
-	MemoryContextSwitchTo(oldcxt);
-	return p;
-}
-
-/* Take p out of the list, and free it. */
-static void
-forget_claim(PendingClaim *p)
-{
-	for (PendingClaim **link = &pending; *link != NULL; link = &(*link)->next)
-		if (*link == p)
-		{
-			*link = p->next;
-			free_claim(p);
-			return;
-		}
-}
-
 /*
  * Store the result of this transaction's claim p as the extension's owner:
  * the finished record, expiring as its status says, then mark p finished:
@@ -288,7 +93,7 @@ forget_claim(PendingClaim *p)
  * key lock given back.
  */
 static void
-finish_claim(const IdemCatalog *cat, const IdemScope *scope, PendingClaim *p,
+finish_claim(const IdemCatalog *cat, const IdemScope *scope, IdemPendingClaim *p,
 			 IdemStatus status, IdemResult *res, TimestampTz now)
 {
 	IdemIdentity identity = {0};
@@ -304,7 +109,7 @@ finish_claim(const IdemCatalog *cat, const IdemScope *scope, PendingClaim *p,
 		LOCKTAG		tag;
 
 		/* claim and record can only roll back together: both done */
-		forget_claim(p);
+		idem_pending_forget(p);
 		idem_key_locktag(&tag, scope);
 		idem_unlock_key(&tag);
 	}
@@ -367,14 +172,14 @@ idem_begin(PG_FUNCTION_ARGS)
 	idem_check_not_null(fcinfo, 3, "request");
 	ttl = idem_ttl_arg(fcinfo, 4, now);
 	idem_fingerprint_jsonb(PG_GETARG_JSONB_P(3), fingerprint);
-	idem_api_check_unclaimed(&scope, fingerprint);
+	idem_pending_check_unclaimed(&scope, fingerprint);
 
 	outcome = idem_claim(&claim, &cat, &scope, fingerprint, now, &identity);
 	idem_restore_caller(&identity);
 
 	if (outcome == IDEM_EXECUTE)
 	{
-		add_claim(&scope, fingerprint, ttl);
+		idem_pending_add(&scope, fingerprint, ttl);
 		PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, false, NULL));
 	}
 	PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, true, &claim.rec.result));
@@ -408,7 +213,7 @@ idem_finish(PG_FUNCTION_ARGS)
 	IdemCatalog cat;
 	IdemResult	res;
 	IdemStatus	status;
-	PendingClaim *p;
+	IdemPendingClaim *p;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
 	idem_scope_from_args(fcinfo, &scope);
@@ -421,8 +226,8 @@ idem_finish(PG_FUNCTION_ARGS)
 	cat = *idem_catalog(fcinfo);
 	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
 
-	p = find_claim(&scope);
-	check_not_running(p, &scope);
+	p = idem_pending_find(&scope);
+	idem_pending_check_not_running(p, &scope);
 	if (p == NULL || p->finished_subid != InvalidSubTransactionId)
 		ereport(ERROR,
 				(errcode(ERRCODE_IDEM_NO_CLAIM),
@@ -577,7 +382,7 @@ idem_run(PG_FUNCTION_ARGS)
 	IdemClaim	claim = {0};
 	IdemResult	res;
 	IdemStatus	status;
-	PendingClaim *p;
+	IdemPendingClaim *p;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	Interval   *ttl;
 	Jsonb	   *request;
@@ -596,7 +401,7 @@ idem_run(PG_FUNCTION_ARGS)
 
 	hflinfo = handler_fmgr(handler, cat.result_type);
 	idem_fingerprint_jsonb(request, fingerprint);
-	idem_api_check_unclaimed(&scope, fingerprint);
+	idem_pending_check_unclaimed(&scope, fingerprint);
 
 	if (idem_claim(&claim, &cat, &scope, fingerprint, now, &identity) == IDEM_REPLAY)
 	{
@@ -606,7 +411,7 @@ idem_run(PG_FUNCTION_ARGS)
 	idem_restore_caller(&identity);
 
 	/* the handler runs as the caller; a nested call of the key is IK006 */
-	p = add_claim(&scope, fingerprint, ttl);
+	p = idem_pending_add(&scope, fingerprint, ttl);
 	p->running = true;
 	status = call_handler(hflinfo, request, &res);
 	p->running = false;

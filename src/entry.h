@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * entry.h
- *	  Start-up of the SQL entry-point modules (order.c, api.c, outbox.c, inbox.c), for
+ *	  Start-up of the SQL entry-point modules (order.c, outbox.c, inbox.c), for
  *	  _PG_init.
  *
  *-------------------------------------------------------------------------
@@ -10,7 +10,6 @@
 #define IDEM_ENTRY_H
 
 extern void idem_order_init(void);
-extern void idem_api_init(void);
 extern void idem_outbox_init(void);
 extern void idem_inbox_init(void);
 

@@ -72,7 +72,7 @@
 #include "idem.h"
 #include "compat.h"
 #include "citus.h"
-#include "api.h"
+#include "pending.h"
 #include "claim.h"
 #include "entry.h"
 #include "notify.h"
@@ -560,7 +560,7 @@ idem_submit(PG_FUNCTION_ARGS)
 	ttl = idem_ttl_arg(fcinfo, 5, now);
 	request = PG_GETARG_JSONB_P(3);
 	idem_fingerprint_jsonb(request, fingerprint);
-	idem_api_check_unclaimed(&scope, fingerprint);
+	idem_pending_check_unclaimed(&scope, fingerprint);
 
 	task_relations(&cat);
 	claim.accept_unfinished = true;
