@@ -42,7 +42,7 @@
 
 #include "idem.h"
 #include "catalog.h"
-#include "citus.h"
+#include "citus_meta.h"
 #include "util.h"
 
 static const IdemColumnSpec record_columns[REC_NCOLS] = {
@@ -121,9 +121,18 @@ catalog_relcache_callback(Datum arg, Oid relid)
 		if (relid == catalog.tables[i].relid || relid == catalog.tables[i].seq ||
 			relid == catalog.tables[i].keyindex)
 			catalog.valid = false;
-	/* a shard of a distributed table this build has looked at */
-	if (idem_citus_known_shard(relid))
-		catalog.valid = false;
+}
+
+/*
+ * Drop the catalog: for a cache built on it that saw one of its own
+ * relations change (citus.c's shard maps).
+ */
+void
+idem_catalog_invalidate(void)
+{
+	if (catalog_building)
+		catalog_build_invalidated = true;
+	catalog.valid = false;
 }
 
 /* Drop the catalog when a function or a type changes (its owner, say). */

@@ -116,6 +116,7 @@ typedef struct IdemRow
 extern int	idem_catalog_register(const IdemTableSpec *spec);
 extern const IdemCatalog *idem_catalog(FunctionCallInfo fcinfo);
 extern bool idem_catalog_current(const IdemCatalog *cat);
+extern void idem_catalog_invalidate(void);
 extern TupleDesc idem_catalog_result(const IdemCatalog *cat, FunctionCallInfo fcinfo);
 extern const IdemTableLayout *idem_catalog_table(const IdemCatalog *cat, int table);
 

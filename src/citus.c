@@ -57,6 +57,7 @@
 #include "parser/parse_coerce.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
@@ -65,6 +66,7 @@
 #include "idem.h"
 #include "catalog.h"
 #include "citus.h"
+#include "citus_meta.h"
 
 /* One shard of a distributed table, in hash order. */
 typedef struct IdemShard
@@ -104,27 +106,7 @@ static MemoryContext maps_cxt = NULL;
 /* Set while a call runs itself again to be delegated (see above). */
 static int	redispatch_depth = 0;
 
-/* Is relid a Citus distributed table?  false without Citus. */
-bool
-idem_citus_distributed(Oid relid)
-{
-	Oid			partition = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
-	Relation	rel;
-	SysScanDesc scan;
-	ScanKeyData key;
-	bool		found;
-
-	if (!OidIsValid(partition) || !OidIsValid(relid))
-		return false;
-	rel = table_open(partition, AccessShareLock);
-	/* pg_dist_partition.logicalrelid, its first column */
-	ScanKeyInit(&key, 1, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(relid));
-	scan = systable_beginscan(rel, InvalidOid, false, NULL, 1, &key);
-	found = HeapTupleIsValid(systable_getnext(scan));
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return found;
-}
+static void shard_relcache_callback(Datum arg, Oid relid);
 
 /*
  * Forget the maps of an earlier build.  A call still running with one of
@@ -141,6 +123,8 @@ reset_maps(uint64 generation)
 		else
 			MemoryContextDelete(maps_cxt);
 	}
+	else
+		CacheRegisterRelcacheCallback(shard_relcache_callback, (Datum) 0);
 	maps_cxt = AllocSetContextCreate(CacheMemoryContext, "idem shard maps",
 									 ALLOCSET_SMALL_SIZES);
 	memset(maps, 0, sizeof(maps));
@@ -148,8 +132,8 @@ reset_maps(uint64 generation)
 }
 
 /* Is relid a shard this backend's maps point at? */
-bool
-idem_citus_known_shard(Oid relid)
+static bool
+known_shard(Oid relid)
 {
 	for (int t = 0; t < IDEM_MAX_TABLES; t++)
 		if (maps[t] != NULL)
@@ -157,6 +141,18 @@ idem_citus_known_shard(Oid relid)
 				if (maps[t]->shards[i].relid == relid)
 					return true;
 	return false;
+}
+
+/*
+ * A change of a shard the maps point at (or of every relation) drops the
+ * catalog, whose next build reads the maps again.  The catalog watches its
+ * own relations; this cache watches its own.
+ */
+static void
+shard_relcache_callback(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || known_shard(relid))
+		idem_catalog_invalidate();
 }
 
 /* The distribution column's type and collation of Citus table relid. */

@@ -14,13 +14,12 @@
 #include "nodes/pg_list.h"
 
 #include "catalog.h"
+#include "citus_meta.h"
 
-extern bool idem_citus_distributed(Oid relid);
 extern bool idem_citus_localize(IdemCatalog *cat, int table, Datum value, Oid type);
 extern Datum idem_citus_redispatch(FunctionCallInfo fcinfo);
 extern int	idem_citus_local_shards(IdemCatalog *cat, int table);
 extern void idem_citus_use_local_shard(IdemCatalog *cat, int table, int n);
-extern bool idem_citus_known_shard(Oid relid);
 extern List *idem_citus_local_relations(Oid relid);
 extern int64 idem_citus_cleanup_workers(Oid nspid, int batch_size, int max_batches);
 
