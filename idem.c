@@ -25,7 +25,9 @@
 #include "storage/lwlock.h"
 #include "utils/guc.h"
 
-#include "entry.h"
+#include "inbox.h"
+#include "order.h"
+#include "outbox.h"
 #include "pending.h"
 #include "key.h"
 #include "notify.h"

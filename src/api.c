@@ -42,7 +42,6 @@
 #include "citus.h"
 #include "claim.h"
 #include "pending.h"
-#include "entry.h"
 #include "stats.h"
 #include "util.h"
 

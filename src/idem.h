@@ -64,7 +64,29 @@ typedef enum IdemStatus
 	IDEM_STATUS_UNKNOWN			/* a value idem does not write */
 } IdemStatus;
 
-extern const char *idem_status_name(IdemStatus status);
-extern IdemStatus idem_status_from_name(const char *name);
+/* The status column's value of status. */
+static inline const char *
+idem_status_name(IdemStatus status)
+{
+	static const char *const names[] = {
+		[IDEM_STATUS_PROCESSING] = "PROCESSING",
+		[IDEM_STATUS_SUCCEEDED] = "SUCCEEDED",
+		[IDEM_STATUS_FAILED_FINAL] = "FAILED_FINAL",
+		[IDEM_STATUS_FAILED_RETRYABLE] = "FAILED_RETRYABLE",
+		[IDEM_STATUS_UNKNOWN] = "UNKNOWN",
+	};
+
+	return names[status];
+}
+
+/* The IdemStatus of a status column value; IDEM_STATUS_UNKNOWN if none. */
+static inline IdemStatus
+idem_status_from_name(const char *name)
+{
+	for (int s = 0; s < IDEM_STATUS_UNKNOWN; s++)
+		if (strcmp(name, idem_status_name((IdemStatus) s)) == 0)
+			return (IdemStatus) s;
+	return IDEM_STATUS_UNKNOWN;
+}
 
 #endif							/* IDEM_H */

@@ -46,7 +46,7 @@
 #include "compat.h"
 #include "catalog.h"
 #include "citus.h"
-#include "entry.h"
+#include "inbox.h"
 #include "identity.h"
 #include "key.h"
 #include "record.h"

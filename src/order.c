@@ -31,7 +31,7 @@
 #include "citus.h"
 #include "claim.h"
 #include "stats.h"
-#include "entry.h"
+#include "order.h"
 #include "jcs.h"
 #include "util.h"
 

@@ -61,7 +61,7 @@
 #include "idem.h"
 #include "compat.h"
 #include "catalog.h"
-#include "entry.h"
+#include "outbox.h"
 #include "identity.h"
 #include "key.h"
 #include "notify.h"

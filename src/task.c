@@ -74,7 +74,6 @@
 #include "citus.h"
 #include "pending.h"
 #include "claim.h"
-#include "entry.h"
 #include "notify.h"
 #include "stats.h"
 #include "task.h"

@@ -1,8 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * util.c
- *	  fmgr and SPI helpers shared by idem's modules, and the names of the
- *	  record statuses.
+ *	  fmgr and SPI helpers shared by idem's modules.
  *
  *-------------------------------------------------------------------------
  */
@@ -13,31 +12,6 @@
 
 #include "idem.h"
 #include "util.h"
-
-/* The status column's values, by IdemStatus. */
-static const char *const status_names[] = {
-	[IDEM_STATUS_PROCESSING] = "PROCESSING",
-	[IDEM_STATUS_SUCCEEDED] = "SUCCEEDED",
-	[IDEM_STATUS_FAILED_FINAL] = "FAILED_FINAL",
-	[IDEM_STATUS_FAILED_RETRYABLE] = "FAILED_RETRYABLE",
-	[IDEM_STATUS_UNKNOWN] = "UNKNOWN",
-};
-
-const char *
-idem_status_name(IdemStatus status)
-{
-	return status_names[status];
-}
-
-/* The IdemStatus of a status column value; IDEM_STATUS_UNKNOWN if none. */
-IdemStatus
-idem_status_from_name(const char *name)
-{
-	for (int s = 0; s < IDEM_STATUS_UNKNOWN; s++)
-		if (strcmp(name, status_names[s]) == 0)
-			return (IdemStatus) s;
-	return IDEM_STATUS_UNKNOWN;
-}
 
 /* Raise 22004 when a required argument is NULL. */
 void
