@@ -4,7 +4,7 @@ MODULE_big = idem
 OBJS = idem.o \
 	src/util.o src/identity.o src/jcs.o src/rowwrite.o \
 	src/fingerprint.o src/key.o src/citus_meta.o src/catalog.o \
-	src/record.o src/claim.o src/pending.o \
+	src/record.o src/claim.o src/pending.o src/call.o \
 	src/order.o src/api.o src/task.o src/outbox.o src/inbox.o \
 	src/citus.o src/cleanup.o src/worker.o src/notify.o src/stats.o
 

@@ -39,6 +39,7 @@
 
 #include "idem.h"
 #include "compat.h"
+#include "call.h"
 #include "citus.h"
 #include "claim.h"
 #include "pending.h"
@@ -155,33 +156,22 @@ outcome_datum(const IdemCatalog *cat, FunctionCallInfo fcinfo, bool replayed,
 Datum
 idem_begin(PG_FUNCTION_ARGS)
 {
-	IdemScope	scope;
-	IdemFingerprint fingerprint;
-	IdemCatalog cat;
+	IdemCall	call;
 	IdemIdentity identity = {0};
 	IdemClaim	claim = {0};
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	Interval   *ttl;
 	IdemOutcome outcome;
 
-	idem_scope_from_args(fcinfo, &scope);
-	cat = *idem_catalog(fcinfo);
-	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
-	idem_stats_count(IDEM_KIND_OPERATION, scope.operation, IDEM_STAT_CALLS, 1);
-	idem_check_not_null(fcinfo, 3, "request");
-	ttl = idem_ttl_arg(fcinfo, 4, now);
-	idem_fingerprint_jsonb(PG_GETARG_JSONB_P(3), fingerprint);
-	idem_pending_check_unclaimed(&scope, fingerprint);
-
-	outcome = idem_claim(&claim, &cat, &scope, fingerprint, now, &identity);
+	if (!idem_call_begin(&call, fcinfo, -1, NULL, 4))
+		return idem_citus_redispatch(fcinfo);
+	outcome = idem_claim(&claim, &call.cat, &call.scope, call.fingerprint, call.now, &identity);
 	idem_restore_caller(&identity);
 
 	if (outcome == IDEM_EXECUTE)
 	{
-		idem_pending_add(&scope, fingerprint, ttl);
-		PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, false, NULL));
+		idem_pending_add(&call.scope, call.fingerprint, call.ttl);
+		PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, false, NULL));
 	}
-	PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, true, &claim.rec.result));
+	PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, true, &claim.rec.result));
 }
 
 /*
@@ -223,7 +213,8 @@ idem_finish(PG_FUNCTION_ARGS)
 						 PG_ARGISNULL(5), PG_ARGISNULL(5) ? 0 : PG_GETARG_INT64(5));
 	/* on Citus, the claim is held where idem_begin ran: on the owner's node */
 	cat = *idem_catalog(fcinfo);
-	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
+	if (!idem_citus_route(&cat, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID))
+		return idem_citus_redispatch(fcinfo);
 
 	p = idem_pending_find(&scope);
 	idem_pending_check_not_running(p, &scope);
@@ -374,47 +365,31 @@ call_handler(FmgrInfo *flinfo, Jsonb *request, IdemResult *res)
 Datum
 idem_run(PG_FUNCTION_ARGS)
 {
-	IdemScope	scope;
-	IdemFingerprint fingerprint;
-	IdemCatalog cat;
+	IdemCall	call;
 	IdemIdentity identity = {0};
 	IdemClaim	claim = {0};
 	IdemResult	res;
 	IdemStatus	status;
 	IdemPendingClaim *p;
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	Interval   *ttl;
-	Jsonb	   *request;
-	Oid			handler;
 	FmgrInfo   *hflinfo;
 
-	idem_scope_from_args(fcinfo, &scope);
-	cat = *idem_catalog(fcinfo);
-	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
-	idem_stats_count(IDEM_KIND_OPERATION, scope.operation, IDEM_STAT_CALLS, 1);
-	idem_check_not_null(fcinfo, 3, "request");
-	idem_check_not_null(fcinfo, 4, "handler");
-	ttl = idem_ttl_arg(fcinfo, 5, now);
-	request = PG_GETARG_JSONB_P(3);
-	handler = PG_GETARG_OID(4);
+	if (!idem_call_begin(&call, fcinfo, 4, "handler", 5))
+		return idem_citus_redispatch(fcinfo);
+	hflinfo = handler_fmgr(PG_GETARG_OID(4), call.cat.result_type);
 
-	hflinfo = handler_fmgr(handler, cat.result_type);
-	idem_fingerprint_jsonb(request, fingerprint);
-	idem_pending_check_unclaimed(&scope, fingerprint);
-
-	if (idem_claim(&claim, &cat, &scope, fingerprint, now, &identity) == IDEM_REPLAY)
+	if (idem_claim(&claim, &call.cat, &call.scope, call.fingerprint, call.now, &identity) == IDEM_REPLAY)
 	{
 		idem_restore_caller(&identity);
-		PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, true, &claim.rec.result));
+		PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, true, &claim.rec.result));
 	}
 	idem_restore_caller(&identity);
 
 	/* the handler runs as the caller; a nested call of the key is IK006 */
-	p = idem_pending_add(&scope, fingerprint, ttl);
+	p = idem_pending_add(&call.scope, call.fingerprint, call.ttl);
 	p->running = true;
-	status = call_handler(hflinfo, request, &res);
+	status = call_handler(hflinfo, call.request, &res);
 	p->running = false;
 
-	finish_claim(&cat, &scope, p, status, &res, now);
-	PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, false, &res));
+	finish_claim(&call.cat, &call.scope, p, status, &res, call.now);
+	PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, false, &res));
 }

@@ -25,14 +25,14 @@ extern int64 idem_citus_cleanup_workers(Oid nspid, int batch_size, int max_batch
 
 /*
  * In an entry point, after copying the catalog: point cat's table at the
- * shard on this node that holds value, or, when that shard is on another
- * node, return what the call returns there.  Outside Citus: one test.
+ * shard on this node that holds value, true; false when that shard is on
+ * another node, and the entry point then returns what
+ * idem_citus_redispatch(fcinfo) returns.  Outside Citus: one test.
  */
-#define IDEM_CITUS_ROUTE(cat, fcinfo, table, value, type) \
-	do { \
-		if ((cat)->tables[(table)].distributed && \
-			!idem_citus_localize((cat), (table), (value), (type))) \
-			return idem_citus_redispatch(fcinfo); \
-	} while (0)
+static inline bool
+idem_citus_route(IdemCatalog *cat, int table, Datum value, Oid type)
+{
+	return !cat->tables[table].distributed || idem_citus_localize(cat, table, value, type);
+}
 
 #endif							/* IDEM_CITUS_H */

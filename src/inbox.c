@@ -248,7 +248,8 @@ idem_consume(PG_FUNCTION_ARGS)
 	/* a copy: a nested call may build the catalog again under us */
 	cat = *idem_catalog(fcinfo);
 	t = idem_catalog_table(&cat, inbox_table_index);
-	IDEM_CITUS_ROUTE(&cat, fcinfo, inbox_table_index, PointerGetDatum(consumer), TEXTOID);
+	if (!idem_citus_route(&cat, inbox_table_index, PointerGetDatum(consumer), TEXTOID))
+		return idem_citus_redispatch(fcinfo);
 
 	consumer_str = text_to_cstring(consumer);
 	inbox_locktag(&tag, consumer, message_id);

@@ -337,8 +337,9 @@ idem_create_order(PG_FUNCTION_ARGS)
 
 	/* a copy: a nested call may build the catalog again under us */
 	cat = *idem_catalog(fcinfo);
-	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
-	IDEM_CITUS_ROUTE(&cat, fcinfo, order_table_index, Int64GetDatum(scope.owner), INT8OID);
+	if (!idem_citus_route(&cat, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID) ||
+		!idem_citus_route(&cat, order_table_index, Int64GetDatum(scope.owner), INT8OID))
+		return idem_citus_redispatch(fcinfo);
 	idem_stats_count(IDEM_KIND_OPERATION, scope.operation, IDEM_STAT_CALLS, 1);
 	call.owner = scope.owner;
 	call.sku = PG_GETARG_INT64(2);

@@ -71,6 +71,7 @@
 
 #include "idem.h"
 #include "compat.h"
+#include "call.h"
 #include "citus.h"
 #include "pending.h"
 #include "claim.h"
@@ -531,82 +532,86 @@ accepted_body(IdemStatus status, int64 task_id)
 /* ---------- idem_submit ---------- */
 
 /*
+ * Commit call's scope as PROCESSING with its task (payload: argument 4):
+ * the record, written as the owner, and a note for the workers.  Returns
+ * the task's id.
+ */
+static int64
+submit_task(IdemCall *call, FunctionCallInfo fcinfo, IdemClaim *claim, IdemIdentity *identity)
+{
+	IdemTaskNew task;
+	IdemResult	res = {0};
+	TimestampTz never;
+	int64		task_id;
+
+	TIMESTAMP_NOEND(never);
+	res.http_isnull = res.body_isnull = res.snapshot_isnull = true;
+	res.headers_isnull = res.resource_isnull = true;
+	task.request = JsonbPGetDatum(call->request);
+	task.payload = PG_ARGISNULL(4) ? (Datum) 0 : PointerGetDatum(PG_GETARG_JSONB_P(4));
+	task.ttl = call->ttl;
+	idem_use_safe_search_path(identity);
+	task_id = idem_record_insert(&call->cat, &call->scope, call->fingerprint, IDEM_STATUS_PROCESSING,
+								 &res, call->now, never, NULL, &task);
+	idem_claim_written(claim);
+	note_submitted(call->scope.operation);
+	idem_note_outcome(&call->scope, IDEM_LOG_EXECUTED, false, 0);
+	return task_id;
+}
+
+/*
+ * idem_submit's row: a task that runs answers 202 and where it stands; a
+ * finished one its stored result.
+ */
+static Datum
+submit_answer(IdemCall *call, FunctionCallInfo fcinfo, bool replayed, IdemStatus status,
+			  int64 task_id, bool is_task, const IdemResult *stored)
+{
+	Datum		values[SUB_NCOLS] = {0};
+	bool		nulls[SUB_NCOLS] = {0};
+
+	values[SUB_REPLAYED] = BoolGetDatum(replayed);
+	values[SUB_STATUS] = CStringGetTextDatum(idem_status_name(status));
+	values[SUB_TASK] = Int64GetDatum(task_id);
+	nulls[SUB_TASK] = !is_task;
+	if (status == IDEM_STATUS_PROCESSING || status == IDEM_STATUS_FAILED_RETRYABLE)
+	{
+		values[SUB_HTTP] = Int32GetDatum(TASK_HTTP_ACCEPTED);
+		values[SUB_BODY] = accepted_body(status, task_id);
+		nulls[SUB_HEADERS] = nulls[SUB_RESOURCE] = true;
+	}
+	else
+		idem_result_values(stored, &values[SUB_HTTP], &nulls[SUB_HTTP]);
+	return HeapTupleGetDatum(heap_form_tuple(idem_catalog_result(&call->cat, fcinfo), values, nulls));
+}
+
+/*
  * SQL: idem_submit(owner, operation, key, request, payload, ttl) returns
  * (replayed, status, http_status, body, headers, resource_id, task_id).
  */
 Datum
 idem_submit(PG_FUNCTION_ARGS)
 {
-	IdemScope	scope;
-	IdemFingerprint fingerprint;
-	IdemCatalog cat;
+	IdemCall	call;
 	IdemIdentity identity = {0};
 	IdemClaim	claim = {0};
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	Interval   *ttl;
-	Jsonb	   *request;
-	bool		replayed;
-	IdemStatus	status;
-	int64		task_id;
-	Datum		values[SUB_NCOLS] = {0};
-	bool		nulls[SUB_NCOLS] = {0};
+	int64		task_id = 0;
+	bool		executed;
 
-	idem_scope_from_args(fcinfo, &scope);
-	cat = *idem_catalog(fcinfo);
-	IDEM_CITUS_ROUTE(&cat, fcinfo, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID);
-	idem_stats_count(IDEM_KIND_OPERATION, scope.operation, IDEM_STAT_CALLS, 1);
-	idem_check_not_null(fcinfo, 3, "request");
-	ttl = idem_ttl_arg(fcinfo, 5, now);
-	request = PG_GETARG_JSONB_P(3);
-	idem_fingerprint_jsonb(request, fingerprint);
-	idem_pending_check_unclaimed(&scope, fingerprint);
-
-	task_relations(&cat);
+	if (!idem_call_begin(&call, fcinfo, -1, NULL, 5))
+		return idem_citus_redispatch(fcinfo);
+	task_relations(&call.cat);
 	claim.accept_unfinished = true;
-	replayed = idem_claim(&claim, &cat, &scope, fingerprint, now, &identity) == IDEM_REPLAY;
-	if (!replayed)
-	{
-		IdemTaskNew task;
-		IdemResult	res;
-		TimestampTz never;
-
-		TIMESTAMP_NOEND(never);
-		memset(&res, 0, sizeof(res));
-		res.http_isnull = res.body_isnull = res.snapshot_isnull = true;
-		res.headers_isnull = res.resource_isnull = true;
-		task.request = JsonbPGetDatum(request);
-		task.payload = PG_ARGISNULL(4) ? (Datum) 0 : PointerGetDatum(PG_GETARG_JSONB_P(4));
-		task.ttl = ttl;
-		idem_use_safe_search_path(&identity);
-		task_id = idem_record_insert(&cat, &scope, fingerprint, IDEM_STATUS_PROCESSING, &res,
-									 now, never, NULL, &task);
-		idem_claim_written(&claim);
-		status = IDEM_STATUS_PROCESSING;
-		note_submitted(scope.operation);
-		idem_note_outcome(&scope, IDEM_LOG_EXECUTED, false, 0);
-	}
-	else
-	{
-		status = claim.rec.status;
-		task_id = claim.rec.id;
-		nulls[SUB_TASK] = !claim.rec.is_task;
-	}
+	executed = idem_claim(&claim, &call.cat, &call.scope, call.fingerprint, call.now,
+						  &identity) == IDEM_EXECUTE;
+	if (executed)
+		task_id = submit_task(&call, fcinfo, &claim, &identity);
 	idem_restore_caller(&identity);
 
-	values[SUB_REPLAYED] = BoolGetDatum(replayed);
-	values[SUB_STATUS] = CStringGetTextDatum(idem_status_name(status));
-	values[SUB_TASK] = Int64GetDatum(task_id);
-	if (status == IDEM_STATUS_PROCESSING || status == IDEM_STATUS_FAILED_RETRYABLE)
-	{
-		/* the task runs: 202, and where it stands */
-		values[SUB_HTTP] = Int32GetDatum(TASK_HTTP_ACCEPTED);
-		values[SUB_BODY] = accepted_body(status, task_id);
-		nulls[SUB_HEADERS] = nulls[SUB_RESOURCE] = true;
-	}
-	else
-		idem_result_values(&claim.rec.result, &values[SUB_HTTP], &nulls[SUB_HTTP]);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(idem_catalog_result(&cat, fcinfo),
-													  values, nulls)));
+	if (executed)
+		return submit_answer(&call, fcinfo, false, IDEM_STATUS_PROCESSING, task_id, true, NULL);
+	return submit_answer(&call, fcinfo, true, claim.rec.status, claim.rec.id,
+						 claim.rec.is_task, &claim.rec.result);
 }
 
 /* ---------- idem_lease ---------- */
