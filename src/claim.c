@@ -43,6 +43,90 @@ replayable(IdemStatus status)
 	return status == IDEM_STATUS_SUCCEEDED || status == IDEM_STATUS_FAILED_FINAL;
 }
 
+/* What idem_claim does next, after looking at an absent or expired record. */
+typedef enum ClaimStep
+{
+	CLAIM_AGAIN,				/* look at the key's record again */
+	CLAIM_EXECUTE				/* the call executes */
+} ClaimStep;
+
+/*
+ * No record of the key (found false), or an expired one: take the key lock,
+ * which waits for an in-flight original that has not written its record
+ * yet, then look at what the read could not see: a row a running
+ * transaction is writing is waited for, keeping the key lock so that the
+ * duplicates queued behind us stay in their order, and the key looked at
+ * again; a record committed since the read is read again with a new
+ * snapshot, or, where the transaction keeps its snapshot, refused as the
+ * executor's ON CONFLICT does rather than replayed unseen.  An expired
+ * record is deleted: the key starts afresh.
+ */
+static ClaimStep
+claim_absent(IdemClaim *c, bool found)
+{
+	IdemProbe	probe;
+	TransactionId busy = InvalidTransactionId;
+
+	if (!c->locked)
+	{
+		idem_key_locktag(&c->tag, c->scope);
+		if (!idem_lock_key(&c->tag, IDEM_KIND_OPERATION, c->scope->operation))
+			idem_report_in_flight(c->scope, IDEM_IN_FLIGHT_WAITED);
+		c->locked = true;
+		/* an expired record may have been replaced while we waited */
+		if (found)
+			return CLAIM_AGAIN;
+	}
+	probe = idem_record_probe(c->cat, c->scope, &busy);
+	if (probe == IDEM_PROBE_BUSY)
+	{
+		if (!idem_wait_for_xact(busy, IDEM_KIND_OPERATION, c->scope->operation))
+			idem_report_in_flight(c->scope, IDEM_IN_FLIGHT_WAITED);
+		return CLAIM_AGAIN;
+	}
+	if (!found)
+	{
+		if (probe != IDEM_PROBE_FOUND)
+			return CLAIM_EXECUTE;
+		if (IsolationUsesXactSnapshot())
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent update")));
+		return CLAIM_AGAIN;
+	}
+
+	/* expired: the old record goes, unless another changed it first */
+	idem_use_safe_search_path(c->identity);
+	if (idem_record_delete_expired(c->cat, &c->rec) == IDEM_ROW_CHANGED)
+		return CLAIM_AGAIN;
+	idem_stats_count_at_commit(IDEM_KIND_OPERATION, c->scope->operation, IDEM_STAT_RENEWED, 1);
+	return CLAIM_EXECUTE;
+}
+
+/*
+ * A live record of the key: replayed if it has the call's fingerprint and
+ * is finished (IK001 for another request; IK002 for one not finished, but
+ * a task's when the caller accepts that).  A replay leaves the key to
+ * others at once.
+ */
+static IdemOutcome
+claim_replay(IdemClaim *c)
+{
+	IdemRecord *rec = &c->rec;
+
+	if (!idem_fingerprints_equal(rec->request_hash, c->fingerprint))
+		idem_report_key_reused(c->scope);
+	if (!replayable(rec->status) &&
+		!(c->accept_unfinished && rec->is_task &&
+		  (rec->status == IDEM_STATUS_PROCESSING ||
+		   rec->status == IDEM_STATUS_FAILED_RETRYABLE)))
+		idem_report_in_flight(c->scope, IDEM_IN_FLIGHT_RECORDED);
+	idem_claim_written(c);
+	idem_note_outcome(c->scope, IDEM_LOG_REPLAYED, !rec->result.resource_isnull,
+					 rec->result.resource_id);
+	return IDEM_REPLAY;
+}
+
 /*
  * Decide the call for scope and its request's fingerprint, as the
  * extension's owner: identity is switched to it here, and the caller
@@ -56,8 +140,6 @@ IdemOutcome
 idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 		   const char *fingerprint, TimestampTz now, IdemIdentity *identity)
 {
-	IdemRecord *rec = &c->rec;
-
 	c->cat = cat;
 	c->scope = scope;
 	c->fingerprint = fingerprint;
@@ -65,87 +147,20 @@ idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 	c->identity = identity;
 	c->locked = false;
 	idem_become_owner(identity, cat->owner);
-	for (int attempt = 1;; attempt++)
+	for (int attempt = 1; attempt <= IDEM_CLAIM_ATTEMPTS; attempt++)
 	{
-		bool		found;
+		bool		found = idem_record_read(c->cat, c->scope, c->now, &c->rec);
 
-		if (attempt > IDEM_CLAIM_ATTEMPTS)
-			ereport(ERROR,
-					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-					 errmsg("could not claim idempotency key: its record kept changing"),
-					 errhint("Retry the transaction.")));
-
-		found = idem_record_read(c->cat, c->scope, c->now, rec);
-		if (!found || rec->expired)
-		{
-			IdemProbe	probe;
-			TransactionId busy = InvalidTransactionId;
-
-			/* no record, or an expired one: this call may execute */
-			if (!c->locked)
-			{
-				idem_key_locktag(&c->tag, c->scope);
-				if (!idem_lock_key(&c->tag, IDEM_KIND_OPERATION, c->scope->operation))
-					idem_report_in_flight(c->scope, IDEM_IN_FLIGHT_WAITED);
-				c->locked = true;
-				/* an expired record may have been replaced while we waited */
-				if (found)
-					continue;
-			}
-
-			/*
-			 * What the read could not see: a row a running transaction is
-			 * writing is waited for, keeping the key lock so that the
-			 * duplicates queued behind us stay in their order, and the key
-			 * looked at again; a record committed since the read is read
-			 * again with a new snapshot, or, where the transaction keeps its
-			 * snapshot, refused as the executor's ON CONFLICT does rather
-			 * than replayed unseen.
-			 */
-			probe = idem_record_probe(c->cat, c->scope, &busy);
-			if (probe == IDEM_PROBE_BUSY)
-			{
-				if (!idem_wait_for_xact(busy, IDEM_KIND_OPERATION, c->scope->operation))
-					idem_report_in_flight(c->scope, IDEM_IN_FLIGHT_WAITED);
-				continue;
-			}
-			if (!found)
-			{
-				if (probe == IDEM_PROBE_FOUND)
-				{
-					if (IsolationUsesXactSnapshot())
-						ereport(ERROR,
-								(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-								 errmsg("could not serialize access due to concurrent update")));
-					continue;
-				}
-				return IDEM_EXECUTE;
-			}
-
-			/* expired: the key starts afresh, the old record goes */
-			idem_use_safe_search_path(c->identity);
-			if (idem_record_delete_expired(c->cat, rec) != IDEM_ROW_CHANGED)
-			{
-				idem_stats_count_at_commit(IDEM_KIND_OPERATION, c->scope->operation, IDEM_STAT_RENEWED, 1);
-				return IDEM_EXECUTE;
-			}
-			continue;			/* changed by another: read again */
-		}
-
-		if (!idem_fingerprints_equal(rec->request_hash, c->fingerprint))
-			idem_report_key_reused(c->scope);
-		if (!replayable(rec->status) &&
-			!(c->accept_unfinished && rec->is_task &&
-			  (rec->status == IDEM_STATUS_PROCESSING ||
-			   rec->status == IDEM_STATUS_FAILED_RETRYABLE)))
-			idem_report_in_flight(c->scope, IDEM_IN_FLIGHT_RECORDED);
-
-		/* a replay leaves the key to others at once */
-		idem_claim_written(c);
-		idem_note_outcome(c->scope, IDEM_LOG_REPLAYED, !rec->result.resource_isnull,
-						 rec->result.resource_id);
-		return IDEM_REPLAY;
+		if (found && !c->rec.expired)
+			return claim_replay(c);
+		if (claim_absent(c, found) == CLAIM_EXECUTE)
+			return IDEM_EXECUTE;
 	}
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not claim idempotency key: its record kept changing"),
+			 errhint("Retry the transaction.")));
+	return IDEM_EXECUTE;		/* keep the compiler quiet */
 }
 
 /*

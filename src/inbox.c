@@ -214,105 +214,130 @@ insert_entry(IdemRows *rows, const IdemTableLayout *t, Datum consumer, Datum mes
 	idem_rows_insert(rows, 0, row.values, row.nulls);
 }
 
+/* One message a consumer takes: the call's arguments, checked. */
+typedef struct InboxCall
+{
+	IdemCatalog cat;			/* a copy: a nested call may build the catalog again */
+	const IdemTableLayout *t;	/* the inbox (its shard, on Citus) */
+	text	   *consumer;
+	char	   *consumer_name;
+	text	   *message_id;
+	TimestampTz now;
+	TimestampTz expires;		/* of a new entry */
+} InboxCall;
+
+/* idem_consume's arguments: 22004 for a NULL, 22023 for a bad one. */
+static void
+consume_args(InboxCall *c, FunctionCallInfo fcinfo)
+{
+	idem_check_not_null(fcinfo, 0, "consumer");
+	idem_check_not_null(fcinfo, 1, "message_id");
+	c->consumer = PG_GETARG_TEXT_PP(0);
+	c->message_id = PG_GETARG_TEXT_PP(1);
+	idem_check_name("consumer", VARDATA_ANY(c->consumer), VARSIZE_ANY_EXHDR(c->consumer),
+					INBOX_CONSUMER_MAX_LEN);
+	idem_check_printable("message_id", VARDATA_ANY(c->message_id),
+						 VARSIZE_ANY_EXHDR(c->message_id), INBOX_MESSAGE_ID_MAX_LEN);
+	c->now = GetCurrentTransactionStartTimestamp();
+	if (PG_ARGISNULL(2))
+		c->expires = c->now + (TimestampTz) idem_inbox_ttl * USECS_PER_SEC;
+	else
+		c->expires = idem_check_ttl(PG_GETARG_INTERVAL_P(2), c->now);
+	c->consumer_name = text_to_cstring(c->consumer);
+}
+
+/*
+ * One look at the message's entry, as the owner: none (then this call
+ * writes it), live, expired (its tid set) or being written by another
+ * transaction (busy set).
+ */
+static InboxEntry
+consume_attempt(InboxCall *c, IdemIdentity *identity, ItemPointer tid, TransactionId *busy)
+{
+	IdemRows	rows;
+	InboxEntry	entry;
+
+	idem_rows_begin(&rows, &c->t->relid, 1, CMD_INSERT);
+	if (idem_catalog_current(&c->cat))
+		idem_rows_set_checks(&rows, 0, c->t->checks, c->t->ncheck);
+	/* triggers and the like run under search_path = pg_catalog, pg_temp */
+	if (idem_rows_run_user_code(&rows, 0))
+		idem_use_safe_search_path(identity);
+	entry = probe(c->t, &rows, PointerGetDatum(c->consumer), PointerGetDatum(c->message_id),
+				  c->now, tid, busy);
+	if (entry == INBOX_NONE)
+		insert_entry(&rows, c->t, PointerGetDatum(c->consumer), PointerGetDatum(c->message_id),
+					 c->now, c->expires);
+	idem_rows_end(&rows);
+	return entry;
+}
+
+/*
+ * Take the message, holding its lock tag, as the owner: true when this call
+ * wrote its entry, false for a redelivery.  Written, or a redelivery: the
+ * lock goes at once (the written entry's uncommitted index entry makes a
+ * redelivery wait now).  Another transaction writing the entry: wait for
+ * it, keeping the lock so that the deliveries queued behind us keep their
+ * order, then look again.  Expired: delete it, then look again.
+ */
+static bool
+inbox_consume(InboxCall *c, LOCKTAG *tag, IdemIdentity *identity)
+{
+	for (int attempt = 1; attempt <= INBOX_ATTEMPTS; attempt++)
+	{
+		ItemPointerData tid;
+		TransactionId busy = InvalidTransactionId;
+		InboxEntry	entry = consume_attempt(c, identity, &tid, &busy);
+
+		if (entry == INBOX_NONE || entry == INBOX_LIVE)
+			idem_unlock_key(tag);
+		if (entry == INBOX_NONE)
+			return true;
+		if (entry == INBOX_LIVE)
+		{
+			idem_stats_count(IDEM_KIND_CONSUMER, c->consumer_name, IDEM_STAT_INBOX_DUPLICATES, 1);
+			return false;
+		}
+		if (entry == INBOX_BUSY)
+		{
+			if (!idem_wait_for_xact(busy, IDEM_KIND_CONSUMER, c->consumer_name))
+			{
+				idem_restore_caller(identity);
+				report_in_flight(c->consumer_name);
+			}
+			continue;
+		}
+		/* expired: delete it (or find it gone or changed) */
+		(void) idem_rows_delete_read(c->t->relid, &tid, "an expired inbox entry");
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not consume the message: its inbox entry kept changing"),
+			 errhint("Retry the transaction.")));
+	return false;				/* keep the compiler quiet */
+}
+
 /* SQL: idem_consume(consumer text, message_id text, ttl interval) returns boolean */
 Datum
 idem_consume(PG_FUNCTION_ARGS)
 {
-	IdemCatalog cat;
-	const IdemTableLayout *t;
+	InboxCall	c;
 	IdemIdentity identity = {0};
-	text	   *consumer;
-	text	   *message_id;
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	TimestampTz expires;
 	LOCKTAG		tag;
-	char	   *consumer_str;
-	bool		consumed = false;
+	bool		consumed;
 
-	idem_check_not_null(fcinfo, 0, "consumer");
-	idem_check_not_null(fcinfo, 1, "message_id");
-	consumer = PG_GETARG_TEXT_PP(0);
-	message_id = PG_GETARG_TEXT_PP(1);
-	idem_check_name("consumer", VARDATA_ANY(consumer), VARSIZE_ANY_EXHDR(consumer),
-					INBOX_CONSUMER_MAX_LEN);
-	idem_check_printable("message_id", VARDATA_ANY(message_id), VARSIZE_ANY_EXHDR(message_id),
-						 INBOX_MESSAGE_ID_MAX_LEN);
-	if (PG_ARGISNULL(2))
-		expires = now + (TimestampTz) idem_inbox_ttl * USECS_PER_SEC;
-	else
-	{
-		expires = idem_check_ttl(PG_GETARG_INTERVAL_P(2), now);
-	}
+	consume_args(&c, fcinfo);
 	PreventCommandIfReadOnly("idem_consume()");
-
-	/* a copy: a nested call may build the catalog again under us */
-	cat = *idem_catalog(fcinfo);
-	t = idem_catalog_table(&cat, inbox_table_index);
-	if (!idem_citus_route(&cat, inbox_table_index, PointerGetDatum(consumer), TEXTOID))
+	c.cat = *idem_catalog(fcinfo);
+	c.t = idem_catalog_table(&c.cat, inbox_table_index);
+	if (!idem_citus_route(&c.cat, inbox_table_index, PointerGetDatum(c.consumer), TEXTOID))
 		return idem_citus_redispatch(fcinfo);
 
-	consumer_str = text_to_cstring(consumer);
-	inbox_locktag(&tag, consumer, message_id);
-	if (!idem_lock_key(&tag, IDEM_KIND_CONSUMER, consumer_str))
-		report_in_flight(consumer_str);
-
-	idem_become_owner(&identity, cat.owner);
-	for (int attempt = 1;; attempt++)
-	{
-		ItemPointerData tid;
-		TransactionId busy = InvalidTransactionId;
-		InboxEntry	entry;
-		IdemRows	rows;
-
-		if (attempt > INBOX_ATTEMPTS)
-			ereport(ERROR,
-					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-					 errmsg("could not consume the message: its inbox entry kept changing"),
-					 errhint("Retry the transaction.")));
-		idem_rows_begin(&rows, &t->relid, 1, CMD_INSERT);
-		if (idem_catalog_current(&cat))
-			idem_rows_set_checks(&rows, 0, t->checks, t->ncheck);
-		/* triggers and the like run under search_path = pg_catalog, pg_temp */
-		if (idem_rows_run_user_code(&rows, 0))
-			idem_use_safe_search_path(&identity);
-		entry = probe(t, &rows, PointerGetDatum(consumer), PointerGetDatum(message_id), now,
-					  &tid, &busy);
-		if (entry == INBOX_NONE)
-			insert_entry(&rows, t, PointerGetDatum(consumer), PointerGetDatum(message_id),
-						 now, expires);
-		idem_rows_end(&rows);
-
-		/*
-		 * Written, or a redelivery: the lock goes at once (the written
-		 * entry's uncommitted index entry makes a redelivery wait now).
-		 * Another transaction writing the entry: wait for it, keeping the
-		 * lock so that the deliveries queued behind us keep their order,
-		 * then look again.
-		 */
-		if (entry == INBOX_NONE || entry == INBOX_LIVE)
-			idem_unlock_key(&tag);
-		if (entry == INBOX_NONE)
-		{
-			consumed = true;
-			break;
-		}
-		if (entry == INBOX_LIVE)
-		{
-			idem_stats_count(IDEM_KIND_CONSUMER, consumer_str, IDEM_STAT_INBOX_DUPLICATES, 1);
-			break;
-		}
-		if (entry == INBOX_BUSY)
-		{
-			if (!idem_wait_for_xact(busy, IDEM_KIND_CONSUMER, consumer_str))
-			{
-				idem_restore_caller(&identity);
-				report_in_flight(consumer_str);
-			}
-			continue;
-		}
-		/* expired: delete it (or find it gone or changed), then look again */
-		(void) idem_rows_delete_read(t->relid, &tid, "an expired inbox entry");
-	}
+	inbox_locktag(&tag, c.consumer, c.message_id);
+	if (!idem_lock_key(&tag, IDEM_KIND_CONSUMER, c.consumer_name))
+		report_in_flight(c.consumer_name);
+	idem_become_owner(&identity, c.cat.owner);
+	consumed = inbox_consume(&c, &tag, &identity);
 	idem_restore_caller(&identity);
 	PG_RETURN_BOOL(consumed);
 }

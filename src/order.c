@@ -306,6 +306,51 @@ order_fingerprint(int64 sku, int32 qty, char *fingerprint)
 }
 
 /*
+ * idem_create_order's arguments: 22004 for a NULL, 22023 for a bad key,
+ * 42501 for an owner or an operation outside the session's binding.  The
+ * operation is CREATE_ORDER.
+ */
+static void
+order_args(FunctionCallInfo fcinfo, IdemScope *scope, OrderCall *call)
+{
+	text	   *key;
+
+	idem_check_not_null(fcinfo, 0, "owner");
+	idem_check_not_null(fcinfo, 1, "key");
+	idem_check_not_null(fcinfo, 2, "sku");
+	idem_check_not_null(fcinfo, 3, "qty");
+	key = PG_GETARG_TEXT_PP(1);
+	scope->owner = PG_GETARG_INT64(0);
+	idem_check_owner(scope->owner);
+	idem_check_operation_allowed(ORDER_OPERATION);
+	scope->operation = ORDER_OPERATION;
+	scope->operation_text = CStringGetTextDatum(ORDER_OPERATION);
+	scope->key = text_to_cstring(key);
+	scope->key_text = PointerGetDatum(key);
+	idem_check_key(scope->key, VARSIZE_ANY_EXHDR(key));
+	call->owner = scope->owner;
+	call->sku = PG_GETARG_INT64(2);
+	call->qty = PG_GETARG_INT32(3);
+}
+
+/* The answer's replayed column, and the outcome's log lines. */
+static void
+order_note(OrderCall *call, const IdemScope *scope, IdemOutcome outcome)
+{
+	bool		has_order = !call->nulls[RES_ORDER_ID];
+	int64		order_id = has_order ? DatumGetInt64(call->values[RES_ORDER_ID]) : INT64CONST(-1);
+
+	call->values[RES_REPLAYED] = BoolGetDatum(outcome == IDEM_REPLAY);
+	call->nulls[RES_REPLAYED] = false;
+	if (outcome == IDEM_EXECUTE)
+		idem_note_outcome(scope, IDEM_LOG_EXECUTED, has_order, has_order ? order_id : 0);
+	ereport(DEBUG1,
+			(errmsg_internal("idem: owner " INT64_FORMAT " operation %s key \"%.8s...\" order " INT64_FORMAT " replayed=%s",
+							 scope->owner, scope->operation, scope->key, order_id,
+							 outcome == IDEM_REPLAY ? "true" : "false")));
+}
+
+/*
  * SQL: idem_create_order(owner, key, sku, qty) returns
  * (order_id, order_no, status, http_status, replayed).
  */
@@ -319,31 +364,14 @@ idem_create_order(PG_FUNCTION_ARGS)
 	OrderCall	call = {0};
 	IdemClaim	claim = {0};
 	IdemOutcome outcome;
-	text	   *key;
 
-	idem_check_not_null(fcinfo, 0, "owner");
-	idem_check_not_null(fcinfo, 1, "key");
-	idem_check_not_null(fcinfo, 2, "sku");
-	idem_check_not_null(fcinfo, 3, "qty");
-	key = PG_GETARG_TEXT_PP(1);
-	scope.owner = PG_GETARG_INT64(0);
-	idem_check_owner(scope.owner);
-	idem_check_operation_allowed(ORDER_OPERATION);
-	scope.operation = ORDER_OPERATION;
-	scope.operation_text = CStringGetTextDatum(ORDER_OPERATION);
-	scope.key = text_to_cstring(key);
-	scope.key_text = PointerGetDatum(key);
-	idem_check_key(scope.key, VARSIZE_ANY_EXHDR(key));
-
+	order_args(fcinfo, &scope, &call);
 	/* a copy: a nested call may build the catalog again under us */
 	cat = *idem_catalog(fcinfo);
 	if (!idem_citus_route(&cat, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID) ||
 		!idem_citus_route(&cat, order_table_index, Int64GetDatum(scope.owner), INT8OID))
 		return idem_citus_redispatch(fcinfo);
 	idem_stats_count(IDEM_KIND_OPERATION, scope.operation, IDEM_STAT_CALLS, 1);
-	call.owner = scope.owner;
-	call.sku = PG_GETARG_INT64(2);
-	call.qty = PG_GETARG_INT32(3);
 	check_order_request(call.sku, call.qty);
 	call.cat = &cat;
 	call.now = GetCurrentTransactionStartTimestamp();
@@ -360,17 +388,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 		order_replay(&call, &claim.rec.result);
 	idem_restore_caller(&identity);
 
-	call.values[RES_REPLAYED] = BoolGetDatum(outcome == IDEM_REPLAY);
-	call.nulls[RES_REPLAYED] = false;
-	if (outcome == IDEM_EXECUTE)
-		idem_note_outcome(&scope, IDEM_LOG_EXECUTED, !call.nulls[RES_ORDER_ID],
-						 call.nulls[RES_ORDER_ID] ? 0 : DatumGetInt64(call.values[RES_ORDER_ID]));
-	ereport(DEBUG1,
-			(errmsg_internal("idem: owner " INT64_FORMAT " operation %s key \"%.8s...\" order " INT64_FORMAT " replayed=%s",
-							 scope.owner, scope.operation, scope.key,
-							 call.nulls[RES_ORDER_ID] ? INT64CONST(-1) : DatumGetInt64(call.values[RES_ORDER_ID]),
-							 outcome == IDEM_REPLAY ? "true" : "false")));
-
+	order_note(&call, &scope, outcome);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(idem_catalog_result(&cat, fcinfo),
 													  call.values, call.nulls)));
 }

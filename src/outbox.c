@@ -512,18 +512,11 @@ keep(Datum d)
 	return copy;
 }
 
-/*
- * SQL: idem_outbox_emit(topic text, payload jsonb, msg_key text, headers jsonb)
- * returns bigint
- */
-Datum
-idem_outbox_emit(PG_FUNCTION_ARGS)
+/* idem_outbox_emit's arguments: 22004 for a NULL, 22023 for a bad one. */
+static void
+emit_args(FunctionCallInfo fcinfo)
 {
-	const IdemCatalog *cat;
-	const IdemTableLayout *t;
 	text	   *topic;
-	PendingMessage *m;
-	MemoryContext oldcxt;
 
 	idem_check_not_null(fcinfo, 0, "topic");
 	idem_check_not_null(fcinfo, 1, "payload");
@@ -542,33 +535,55 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("headers must be a JSON object")));
-	PreventCommandIfReadOnly("idem_outbox_emit()");
-	PreventCommandIfParallelMode("idem_outbox_emit()");
+}
 
-	cat = idem_catalog(fcinfo);
-	t = idem_catalog_table(cat, outbox_table_index);
+/*
+ * Remember, for the commit's flush, the outbox this transaction's first
+ * message goes to (t, of cat); a later message must go to the same one.
+ */
+static void
+keep_target(const IdemCatalog *cat, const IdemTableLayout *t)
+{
+	MemoryContext oldcxt;
 
 	if (target != NULL && target->relid != t->relid)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("idem's outbox was re-created after this transaction emitted messages"),
 				 errhint("Roll back, and emit the messages in a new transaction.")));
-
+	if (target != NULL)
+		return;
 	oldcxt = MemoryContextSwitchTo(TopTransactionContext);
-	if (target == NULL)
-	{
-		target = palloc(sizeof(IdemTableLayout));
-		*target = *t;
-		target->att = palloc(OB_NCOLS * sizeof(AttrNumber));
-		memcpy(target->att, t->att, OB_NCOLS * sizeof(AttrNumber));
-		target->ncheck = 0;
-		target->checks = NULL;
-		target_owner = cat->owner;
-		target_nspid = cat->nspid;
-	}
-	m = palloc0(sizeof(PendingMessage));
+	target = palloc(sizeof(IdemTableLayout));
+	*target = *t;
+	target->att = palloc(OB_NCOLS * sizeof(AttrNumber));
+	memcpy(target->att, t->att, OB_NCOLS * sizeof(AttrNumber));
+	target->ncheck = 0;
+	target->checks = NULL;
+	target_owner = cat->owner;
+	target_nspid = cat->nspid;
 	MemoryContextSwitchTo(oldcxt);
+}
 
+/*
+ * SQL: idem_outbox_emit(topic text, payload jsonb, msg_key text, headers jsonb)
+ * returns bigint
+ */
+Datum
+idem_outbox_emit(PG_FUNCTION_ARGS)
+{
+	const IdemCatalog *cat;
+	const IdemTableLayout *t;
+	PendingMessage *m;
+
+	emit_args(fcinfo);
+	PreventCommandIfReadOnly("idem_outbox_emit()");
+	PreventCommandIfParallelMode("idem_outbox_emit()");
+	cat = idem_catalog(fcinfo);
+	t = idem_catalog_table(cat, outbox_table_index);
+	keep_target(cat, t);
+
+	m = MemoryContextAllocZero(TopTransactionContext, sizeof(PendingMessage));
 	/* the extension's own sequence, drawn for the caller idem_outbox_emit serves */
 	m->message_id = nextval_internal(t->seq, false);
 	m->topic = keep(PG_GETARG_DATUM(0));

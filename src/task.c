@@ -778,6 +778,58 @@ lease_from(LeaseCall *lc, const IdemCatalog *cat, Datum operation)
 	task_record_close(&lc->rec);
 }
 
+/* idem_lease's arguments: 22004 for a NULL, 22023 (or 42501) for a bad one. */
+static void
+lease_args(LeaseCall *lc, FunctionCallInfo fcinfo, text **operation, char **opname)
+{
+	text	   *worker;
+
+	for (int i = 0; i < 5; i++)
+		idem_check_not_null(fcinfo, i,
+							(const char *[]) {"operation", "worker", "lease", "batch", "bind_session"}[i]);
+	*operation = PG_GETARG_TEXT_PP(0);
+	*opname = text_to_cstring(*operation);
+	idem_check_operation(*opname, VARSIZE_ANY_EXHDR(*operation));
+	idem_check_operation_allowed(*opname);
+	worker = PG_GETARG_TEXT_PP(1);
+	idem_check_printable("worker", VARDATA_ANY(worker), VARSIZE_ANY_EXHDR(worker),
+						 IDEM_WORKER_MAX_LEN);
+	lc->now = GetCurrentTimestamp();
+	lc->expires = idem_plus_positive(lc->now, PG_GETARG_INTERVAL_P(2), "lease");
+	lc->batch = PG_GETARG_INT32(3);
+	if (lc->batch < 1 || lc->batch > TASK_BATCH_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("batch must be between 1 and %d", TASK_BATCH_MAX),
+				 errdetail("The call has batch %d.", lc->batch)));
+	lc->session = PG_GETARG_BOOL(4) ? session_id() : 0;
+	lc->worker = PointerGetDatum(worker);
+}
+
+/*
+ * Lease from every shard of idempotency_record on this node (Citus),
+ * starting from another shard each call, so that one shard's tasks do not
+ * starve the others'.
+ */
+static void
+lease_from_shards(LeaseCall *lc, IdemCatalog *cat, Datum operation)
+{
+	int			n = idem_citus_local_shards(cat, IDEM_TABLE_RECORD);
+	int			i;
+
+	no_local_shards(n);
+	for (i = 0; i < n && lc->leased < lc->batch; i++)
+	{
+		IdemCatalog shard = *cat;
+
+		idem_citus_use_local_shard(&shard, IDEM_TABLE_RECORD, (lease_rotor + i) % n);
+		lease_from(lc, &shard, operation);
+	}
+	if (i < n)
+		lc->complete = false;
+	lease_rotor++;
+}
+
 /*
  * SQL: idem_lease(operation, worker, lease, batch, bind_session) returns
  * setof (task_id, owner, key, request, payload, attempt, token,
@@ -789,30 +841,9 @@ idem_lease(PG_FUNCTION_ARGS)
 	LeaseCall	lc = {0};
 	IdemCatalog cat;
 	text	   *operation;
-	text	   *worker;
 	char	   *opname;
 
-	for (int i = 0; i < 5; i++)
-		idem_check_not_null(fcinfo, i,
-							(const char *[]) {"operation", "worker", "lease", "batch", "bind_session"}[i]);
-	operation = PG_GETARG_TEXT_PP(0);
-	opname = text_to_cstring(operation);
-	idem_check_operation(opname, VARSIZE_ANY_EXHDR(operation));
-	idem_check_operation_allowed(opname);
-	worker = PG_GETARG_TEXT_PP(1);
-	idem_check_printable("worker", VARDATA_ANY(worker), VARSIZE_ANY_EXHDR(worker),
-						 IDEM_WORKER_MAX_LEN);
-	lc.now = GetCurrentTimestamp();
-	lc.expires = idem_plus_positive(lc.now, PG_GETARG_INTERVAL_P(2), "lease");
-	lc.batch = PG_GETARG_INT32(3);
-	if (lc.batch < 1 || lc.batch > TASK_BATCH_MAX)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("batch must be between 1 and %d", TASK_BATCH_MAX),
-				 errdetail("The call has batch %d.", lc.batch)));
-	lc.session = PG_GETARG_BOOL(4) ? session_id() : 0;
-	lc.worker = PointerGetDatum(worker);
-
+	lease_args(&lc, fcinfo, &operation, &opname);
 	InitMaterializedSRF(fcinfo, 0);
 	lc.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	cat = *idem_catalog(fcinfo);
@@ -830,39 +861,16 @@ idem_lease(PG_FUNCTION_ARGS)
 			lc.check_sessions = true;
 		}
 	}
-
 	if (cat.tables[IDEM_TABLE_RECORD].distributed)
-	{
-		/*
-		 * On Citus: the tasks of this node's shards, from another shard
-		 * each call, so that one shard's tasks do not starve the others'.
-		 */
-		int			n = idem_citus_local_shards(&cat, IDEM_TABLE_RECORD);
-		int			i;
-
-		no_local_shards(n);
-
-		for (i = 0; i < n && lc.leased < lc.batch; i++)
-		{
-			IdemCatalog shard = cat;
-
-			idem_citus_use_local_shard(&shard, IDEM_TABLE_RECORD, (lease_rotor + i) % n);
-			lease_from(&lc, &shard, PointerGetDatum(operation));
-		}
-		if (i < n)
-			lc.complete = false;
-		lease_rotor++;
-	}
+		lease_from_shards(&lc, &cat, PointerGetDatum(operation));
 	else
 		lease_from(&lc, &cat, PointerGetDatum(operation));
-
 	if (lc.check_sessions)
 	{
 		pfree(lc.live);
 		if (lc.complete)
 			mark_checked(opname, lc.ended);
 	}
-
 	idem_stats_count_at_commit(IDEM_KIND_OPERATION, opname, IDEM_STAT_LEASES, lc.leased);
 	idem_stats_count_at_commit(IDEM_KIND_OPERATION, opname, IDEM_STAT_TAKEOVERS, lc.takeovers);
 	return (Datum) 0;
@@ -1107,6 +1115,40 @@ backoff_usecs(int32 attempt)
 	return (int64) (pg_prng_double(&pg_global_prng_state) * bound_ms * 1000.0);
 }
 
+/* A retryable failure of attempt attempts: due again after its backoff. */
+static IdemStatus
+fail_retryable(HolderCall *hc, int32 attempts)
+{
+	TaskRecord *tr = &hc->rec;
+
+	TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(IDEM_STATUS_FAILED_RETRYABLE)));
+	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(hc->now));
+	TR_SET(tr, REC_TASK_DUE, TimestampTzGetDatum(hc->now + backoff_usecs(attempts)));
+	TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
+	TR_CLEAR(tr, REC_TASK_SESSION);
+	return IDEM_STATUS_FAILED_RETRYABLE;
+}
+
+/* A final failure: FAILED_FINAL, HTTP 500, body {"error": error}. */
+static IdemStatus
+fail_final(HolderCall *hc, Jsonb *error)
+{
+	TaskRecord *tr = &hc->rec;
+	StringInfoData body;
+
+	finish_task(hc, IDEM_STATUS_FAILED_FINAL);
+	TR_SET(tr, REC_HTTP, Int32GetDatum(TASK_HTTP_FAILED));
+	/* only what the caller passed */
+	initStringInfo(&body);
+	appendStringInfoString(&body, "{\"error\": ");
+	(void) JsonbToCString(&body, &error->root, VARSIZE(error));
+	appendStringInfoChar(&body, '}');
+	TR_SET(tr, REC_BODY, PointerGetDatum(cstring_to_text_with_len(body.data, body.len)));
+	TR_CLEAR(tr, REC_HEADERS);
+	TR_CLEAR(tr, REC_RESOURCE);
+	return IDEM_STATUS_FAILED_FINAL;
+}
+
 /*
  * SQL: idem_fail(task_id, token, error, retryable) returns the new status:
  * FAILED_RETRYABLE, due again after a backoff, while attempts are left;
@@ -1122,40 +1164,17 @@ idem_fail(PG_FUNCTION_ARGS)
 	int32		attempts;
 	IdemStatus	status;
 
-	idem_check_not_null(fcinfo, 0, "task_id");
-	idem_check_not_null(fcinfo, 1, "token");
-	idem_check_not_null(fcinfo, 2, "error");
-	idem_check_not_null(fcinfo, 3, "retryable");
+	for (int i = 0; i < 4; i++)
+		idem_check_not_null(fcinfo, i, (const char *[]) {"task_id", "token", "error", "retryable"}[i]);
 	error = PG_GETARG_JSONB_P(2);
 	retryable = PG_GETARG_BOOL(3);
 	begin_holder_call(&hc, fcinfo, PG_GETARG_INT64(0), PG_GETARG_INT64(1));
 	attempts = DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS));
 	TR_SET(tr, REC_TASK_LAST_ERROR, JsonbPGetDatum(error));
 	if (retryable && attempts < idem_max_attempts)
-	{
-		status = IDEM_STATUS_FAILED_RETRYABLE;
-		TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
-		TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(hc.now));
-		TR_SET(tr, REC_TASK_DUE, TimestampTzGetDatum(hc.now + backoff_usecs(attempts)));
-		TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
-		TR_CLEAR(tr, REC_TASK_SESSION);
-	}
+		status = fail_retryable(&hc, attempts);
 	else
-	{
-		StringInfoData body;
-
-		status = IDEM_STATUS_FAILED_FINAL;
-		finish_task(&hc, status);
-		TR_SET(tr, REC_HTTP, Int32GetDatum(TASK_HTTP_FAILED));
-		/* {"error": error}: only what the caller passed */
-		initStringInfo(&body);
-		appendStringInfoString(&body, "{\"error\": ");
-		(void) JsonbToCString(&body, &error->root, VARSIZE(error));
-		appendStringInfoChar(&body, '}');
-		TR_SET(tr, REC_BODY, PointerGetDatum(cstring_to_text_with_len(body.data, body.len)));
-		TR_CLEAR(tr, REC_HEADERS);
-		TR_CLEAR(tr, REC_RESOURCE);
-	}
+		status = fail_final(&hc, error);
 	end_holder_call(&hc);
 	idem_stats_count_at_commit(IDEM_KIND_OPERATION, hc.operation,
 							   status == IDEM_STATUS_FAILED_FINAL ? IDEM_STAT_FAILED_FINAL : IDEM_STAT_RETRIES,
