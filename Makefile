@@ -5,7 +5,7 @@ OBJS = idem.o \
 	src/util.o src/identity.o src/jcs.o src/rowwrite.o \
 	src/fingerprint.o src/key.o src/citus_meta.o src/catalog.o \
 	src/record.o src/claim.o src/pending.o src/call.o \
-	src/order.o src/api.o src/task.o src/outbox.o src/inbox.o \
+	src/order.o src/api.o src/task.o src/task_sessions.o src/task_lease.o src/task_holder.o src/outbox.o src/inbox.o \
 	src/citus.o src/cleanup.o src/worker.o src/notify.o src/stats.o
 
 EXTENSION = idem

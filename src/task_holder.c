@@ -1,0 +1,332 @@
+/*-------------------------------------------------------------------------
+ *
+ * task_holder.c
+ *	  The calls of a lease's holder: idem_heartbeat, idem_complete,
+ *	  idem_fail.
+ *
+ * Each locks the task's record and checks the fencing token under that
+ * lock: a stale one (the lease was taken over, or the task is finished)
+ * raises IK004 and changes nothing, so a stale worker's business write in
+ * the same transaction rolls back with it.  idem_complete stores the result
+ * in the worker's transaction, next to its business write; idem_fail
+ * schedules the next attempt after an exponential backoff with full jitter,
+ * or ends the task FAILED_FINAL (HTTP 500).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/nbtree.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/jsonb.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "idem.h"
+#include "compat.h"
+#include "citus.h"
+#include "key.h"
+#include "stats.h"
+#include "task_int.h"
+#include "util.h"
+
+PG_FUNCTION_INFO_V1(idem_heartbeat);
+PG_FUNCTION_INFO_V1(idem_complete);
+PG_FUNCTION_INFO_V1(idem_fail);
+
+/* One call of the holder of a lease, on its task locked. */
+typedef struct HolderCall
+{
+	IdemCatalog cat;
+	TaskRecord	rec;
+	TupleTableSlot *locked;
+	char	   *operation;		/* the task's */
+	TimestampTz now;
+} HolderCall;
+
+/* Raise IK004 for task_id and token, counting it for operation (NULL: unknown). */
+pg_noreturn static void
+report_stale(int64 task_id, int64 token, const char *operation, const char *detail)
+{
+	if (operation)
+		idem_stats_count(IDEM_KIND_OPERATION, operation, IDEM_STAT_STALE_TOKENS, 1);
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEM_STALE_TOKEN),
+			 errmsg("fencing token " INT64_FORMAT " of task " INT64_FORMAT " is not current",
+					token, task_id),
+			 errdetail_internal("%s", detail),
+			 errhint("This worker's lease is over: roll back its work and leave the task to its current holder.")));
+}
+
+/*
+ * Open idempotency_record as hc->cat has it and lock task_id's row, found
+ * through indexid (an index whose first column is id), waiting for a
+ * holder's short transaction: TM_Invisible if there is no such row.
+ */
+static TM_Result
+lock_task(HolderCall *hc, Oid indexid, int64 task_id)
+{
+	TaskRecord *tr = &hc->rec;
+	Relation	index;
+	ScanKeyData skey;
+	IndexScanDesc scan;
+	TupleTableSlot *found;
+	Snapshot	snapshot;
+	TM_FailureData tmfd;
+	TM_Result	tmres = TM_Invisible;
+
+	task_record_open(tr, &hc->cat);
+	if (!OidIsValid(indexid))
+		indexid = idem_primary_key_index(tr->heap);
+	if (!OidIsValid(indexid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's table idempotency_record has no primary key"),
+				 errhint("Drop and re-create the extension idem.")));
+	found = task_record_slot(tr);
+	hc->locked = task_record_slot(tr);
+
+	snapshot = RegisterSnapshot(GetTransactionSnapshot());
+	index = index_open(indexid, AccessShareLock);
+	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(task_id));
+	scan = idem_index_beginscan(tr->heap, index, snapshot, 1, 0);
+	index_rescan(scan, &skey, 1, NULL, 0);
+	if (index_getnext_slot(scan, ForwardScanDirection, found))
+		tmres = table_tuple_lock(tr->heap, &found->tts_tid, snapshot, hc->locked,
+								 GetCurrentCommandId(false), LockTupleNoKeyExclusive,
+								 LockWaitBlock,
+								 IsolationUsesXactSnapshot() ? 0 : TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
+								 &tmfd);
+	index_endscan(scan);
+	index_close(index, NoLock);
+	UnregisterSnapshot(snapshot);
+	return tmres;
+}
+
+/*
+ * Lock task_id's row (waiting for a holder's short transaction) and check
+ * that token is its current lease's; else IK004.  Under READ COMMITTED the
+ * lock follows the row to its latest version, as an UPDATE would.
+ */
+static void
+begin_holder_call(HolderCall *hc, FunctionCallInfo fcinfo, int64 task_id, int64 token)
+{
+	TaskRecord *tr = &hc->rec;
+	TM_Result	tmres;
+	IdemStatus	status;
+	int32		attempts;
+	char		detail[160];
+
+	hc->cat = *idem_catalog(fcinfo);
+	task_relations(&hc->cat);
+	hc->now = GetCurrentTimestamp();
+
+	if (hc->cat.tables[IDEM_TABLE_RECORD].distributed)
+	{
+		/* on Citus: the task is in one of this node's shards, if here */
+		IdemCatalog cat = hc->cat;
+		int			n = idem_citus_local_shards(&cat, IDEM_TABLE_RECORD);
+
+		no_local_shards(n);
+		tmres = TM_Invisible;
+		for (int i = 0; i < n && tmres == TM_Invisible; i++)
+		{
+			hc->cat = cat;
+			idem_citus_use_local_shard(&hc->cat, IDEM_TABLE_RECORD, i);
+			tmres = lock_task(hc, hc->cat.tables[IDEM_TABLE_RECORD].indexes[REC_INDEX_TASK_ID], task_id);
+			if (tmres == TM_Invisible)
+				task_record_close(tr);
+		}
+	}
+	else
+		tmres = lock_task(hc, InvalidOid, task_id);
+
+	if (tmres == TM_Updated && IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to concurrent update")));
+	if (tmres != TM_Ok)
+	{
+		snprintf(detail, sizeof(detail),
+				 "Task " INT64_FORMAT " does not exist (never submitted, or finished and expired).",
+				 task_id);
+		report_stale(task_id, token, NULL, detail);
+	}
+
+	task_record_take(tr, hc->locked);
+	hc->operation = TextDatumGetCString(TR_VALUE(tr, REC_OPERATION));
+	/* the token fences; the operation list authorises */
+	idem_check_operation_allowed(hc->operation);
+	status = idem_status_from_name(TextDatumGetCString(TR_VALUE(tr, REC_STATUS)));
+	attempts = TR_ISNULL(tr, REC_TASK_ATTEMPTS) ? 0 : DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS));
+	if (TR_ISNULL(tr, REC_TASK_ATTEMPTS))
+		snprintf(detail, sizeof(detail), "Record " INT64_FORMAT " is not a task.", task_id);
+	else if (status != IDEM_STATUS_PROCESSING && status != IDEM_STATUS_FAILED_RETRYABLE)
+		snprintf(detail, sizeof(detail), "The task is finished: %s.", idem_status_name(status));
+	else if (TR_ISNULL(tr, REC_TASK_LEASE_EXPIRES))
+		snprintf(detail, sizeof(detail), "The task is not leased (%s, attempt %d).",
+				 idem_status_name(status), attempts);
+	else if (DatumGetInt64(TR_VALUE(tr, REC_TASK_TOKEN)) != token)
+		snprintf(detail, sizeof(detail), "The task was leased again, with token " INT64_FORMAT " (attempt %d).",
+				 DatumGetInt64(TR_VALUE(tr, REC_TASK_TOKEN)), attempts);
+	else
+		return;
+	report_stale(task_id, token, hc->operation, detail);
+}
+
+/* Write the new version built in hc->rec, and give the caller back its rights. */
+static void
+end_holder_call(HolderCall *hc)
+{
+	task_record_write(&hc->rec, hc->locked);
+	task_record_close(&hc->rec);
+}
+
+/* The task is over: nothing more to lease. */
+static void
+finish_task(HolderCall *hc, IdemStatus status)
+{
+	TaskRecord *tr = &hc->rec;
+	const Interval *ttl = NULL;
+
+	if (!TR_ISNULL(tr, REC_TASK_TTL))
+		ttl = DatumGetIntervalP(TR_VALUE(tr, REC_TASK_TTL));
+	TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
+	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(hc->now));
+	TR_SET(tr, REC_EXPIRES, TimestampTzGetDatum(idem_record_expiry(status, hc->now, ttl)));
+	TR_CLEAR(tr, REC_TASK_DUE);
+	TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
+	TR_CLEAR(tr, REC_TASK_SESSION);
+}
+
+/* SQL: idem_heartbeat(task_id, token, extend) returns the new lease_expires_at. */
+Datum
+idem_heartbeat(PG_FUNCTION_ARGS)
+{
+	HolderCall	hc = {0};
+	TaskRecord *tr = &hc.rec;
+	TimestampTz expires;
+
+	idem_check_not_null(fcinfo, 0, "task_id");
+	idem_check_not_null(fcinfo, 1, "token");
+	begin_holder_call(&hc, fcinfo, PG_GETARG_INT64(0), PG_GETARG_INT64(1));
+	if (PG_ARGISNULL(2))
+	{
+		/* the interval the lease was granted (or last extended) for */
+		TimestampTz old_expires = DatumGetTimestampTz(TR_VALUE(tr, REC_TASK_LEASE_EXPIRES));
+		TimestampTz old_beat = DatumGetTimestampTz(TR_VALUE(tr, REC_TASK_HEARTBEAT));
+
+		expires = hc.now + Max(old_expires - old_beat, 1);
+	}
+	else
+		expires = idem_plus_positive(hc.now, PG_GETARG_INTERVAL_P(2), "extend");
+	TR_SET(tr, REC_TASK_LEASE_EXPIRES, TimestampTzGetDatum(expires));
+	TR_SET(tr, REC_TASK_HEARTBEAT, TimestampTzGetDatum(hc.now));
+	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(hc.now));
+	end_holder_call(&hc);
+	PG_RETURN_TIMESTAMPTZ(expires);
+}
+
+/*
+ * SQL: idem_complete(task_id, token, http_status, body, resource_id,
+ * headers): the task's result, stored in the worker's transaction.
+ */
+Datum
+idem_complete(PG_FUNCTION_ARGS)
+{
+	HolderCall	hc = {0};
+	TaskRecord *tr = &hc.rec;
+	IdemResult	res;
+	IdemStatus	status;
+
+	idem_check_not_null(fcinfo, 0, "task_id");
+	idem_check_not_null(fcinfo, 1, "token");
+	idem_check_not_null(fcinfo, 2, "http_status");
+	status = idem_result_make(&res, false, PG_GETARG_INT32(2),
+							  PG_ARGISNULL(3), PG_GETARG_DATUM(3),
+							  PG_ARGISNULL(5), PG_GETARG_DATUM(5),
+							  PG_ARGISNULL(4), PG_ARGISNULL(4) ? 0 : PG_GETARG_INT64(4));
+	begin_holder_call(&hc, fcinfo, PG_GETARG_INT64(0), PG_GETARG_INT64(1));
+	finish_task(&hc, status);
+	TR_SET(tr, REC_HTTP, Int32GetDatum(res.http_status));
+	task_record_put(tr, REC_BODY, res.body, res.body_isnull);
+	task_record_put(tr, REC_HEADERS, res.headers, res.headers_isnull);
+	task_record_put(tr, REC_RESOURCE, Int64GetDatum(res.resource_id), res.resource_isnull);
+	end_holder_call(&hc);
+	if (status == IDEM_STATUS_FAILED_FINAL)
+		idem_stats_count_at_commit(IDEM_KIND_OPERATION, hc.operation, IDEM_STAT_FAILED_FINAL, 1);
+	PG_RETURN_VOID();
+}
+
+
+/* A retryable failure of attempt attempts: due again after its backoff. */
+static IdemStatus
+fail_retryable(HolderCall *hc, int32 attempts)
+{
+	TaskRecord *tr = &hc->rec;
+
+	TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(IDEM_STATUS_FAILED_RETRYABLE)));
+	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(hc->now));
+	TR_SET(tr, REC_TASK_DUE, TimestampTzGetDatum(hc->now + idem_task_backoff_usecs(attempts)));
+	TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
+	TR_CLEAR(tr, REC_TASK_SESSION);
+	return IDEM_STATUS_FAILED_RETRYABLE;
+}
+
+/* A final failure: FAILED_FINAL, HTTP 500, body {"error": error}. */
+static IdemStatus
+fail_final(HolderCall *hc, Jsonb *error)
+{
+	TaskRecord *tr = &hc->rec;
+	StringInfoData body;
+
+	finish_task(hc, IDEM_STATUS_FAILED_FINAL);
+	TR_SET(tr, REC_HTTP, Int32GetDatum(TASK_HTTP_FAILED));
+	/* only what the caller passed */
+	initStringInfo(&body);
+	appendStringInfoString(&body, "{\"error\": ");
+	(void) JsonbToCString(&body, &error->root, VARSIZE(error));
+	appendStringInfoChar(&body, '}');
+	TR_SET(tr, REC_BODY, PointerGetDatum(cstring_to_text_with_len(body.data, body.len)));
+	TR_CLEAR(tr, REC_HEADERS);
+	TR_CLEAR(tr, REC_RESOURCE);
+	return IDEM_STATUS_FAILED_FINAL;
+}
+
+/*
+ * SQL: idem_fail(task_id, token, error, retryable) returns the new status:
+ * FAILED_RETRYABLE, due again after a backoff, while attempts are left;
+ * else FAILED_FINAL, replayed as HTTP 500 with {"error": error}.
+ */
+Datum
+idem_fail(PG_FUNCTION_ARGS)
+{
+	HolderCall	hc = {0};
+	TaskRecord *tr = &hc.rec;
+	Jsonb	   *error;
+	bool		retryable;
+	int32		attempts;
+	IdemStatus	status;
+
+	for (int i = 0; i < 4; i++)
+		idem_check_not_null(fcinfo, i, (const char *[]) {"task_id", "token", "error", "retryable"}[i]);
+	error = PG_GETARG_JSONB_P(2);
+	retryable = PG_GETARG_BOOL(3);
+	begin_holder_call(&hc, fcinfo, PG_GETARG_INT64(0), PG_GETARG_INT64(1));
+	attempts = DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS));
+	TR_SET(tr, REC_TASK_LAST_ERROR, JsonbPGetDatum(error));
+	if (retryable && attempts < idem_max_attempts)
+		status = fail_retryable(&hc, attempts);
+	else
+		status = fail_final(&hc, error);
+	end_holder_call(&hc);
+	idem_stats_count_at_commit(IDEM_KIND_OPERATION, hc.operation,
+							   status == IDEM_STATUS_FAILED_FINAL ? IDEM_STAT_FAILED_FINAL : IDEM_STAT_RETRIES,
+							   1);
+	PG_RETURN_TEXT_P(cstring_to_text(idem_status_name(status)));
+}

@@ -1,0 +1,71 @@
+/*-------------------------------------------------------------------------
+ *
+ * task_int.h
+ *	  What the long-flow modules share: task.c (submit, the record a task
+ *	  call rewrites, the transaction callback), task_sessions.c,
+ *	  task_lease.c and task_holder.c.  Not for other modules: their header
+ *	  is task.h.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_TASK_INT_H
+#define IDEM_TASK_INT_H
+
+#include "executor/tuptable.h"
+
+#include "catalog.h"
+#include "identity.h"
+#include "record.h"
+#include "rowwrite.h"
+
+#define TASK_HTTP_ACCEPTED		202
+#define TASK_HTTP_FAILED		500
+
+/* GUC: attempts after which idem_fail is final (task.c) */
+extern int	idem_max_attempts;
+
+/* the sequence of fencing tokens, once task_relations() has looked it up */
+extern Oid	idem_task_token_seq;
+
+/*
+ * A record being rewritten by a task call: idempotency_record opened for an
+ * update as the extension's owner, and the new version, built in values
+ * and nulls from a copy of the locked version's columns.
+ */
+typedef struct TaskRecord
+{
+	const AttrNumber *att;
+	IdemIdentity identity;
+	IdemRows	rows;
+	Relation	heap;
+	Datum	   *values;
+	bool	   *nulls;
+} TaskRecord;
+
+#define TR_SET(tr, col, d)	task_record_put(tr, col, d, false)
+#define TR_CLEAR(tr, col)	task_record_put(tr, col, (Datum) 0, true)
+#define TR_VALUE(tr, col)	((tr)->values[(tr)->att[col] - 1])
+#define TR_ISNULL(tr, col)	((tr)->nulls[(tr)->att[col] - 1])
+
+/* task.c */
+extern void task_relations(const IdemCatalog *cat);
+extern void no_local_shards(int n);
+extern void task_record_open(TaskRecord *tr, const IdemCatalog *cat);
+extern TupleTableSlot *task_record_slot(TaskRecord *tr);
+extern void task_record_take(TaskRecord *tr, TupleTableSlot *locked);
+extern void task_record_put(TaskRecord *tr, int col, Datum d, bool isnull);
+extern void task_record_write(TaskRecord *tr, TupleTableSlot *locked);
+extern void task_record_close(TaskRecord *tr);
+extern int64 idem_task_backoff_usecs(int32 attempt);
+
+/* task_sessions.c */
+extern uint64 idem_task_session_id(void);
+extern bool idem_task_sessions_ended(uint64 *ended);
+extern uint64 *idem_task_live_sessions(int *n);
+extern bool idem_task_session_alive(uint64 session, const uint64 *live, int nlive);
+extern uint64 idem_task_last_checked(const char *operation);
+extern void idem_task_mark_checked(const char *operation, uint64 ended);
+extern void idem_task_apply_checked(void);
+extern void idem_task_discard_checked(void);
+
+#endif							/* IDEM_TASK_INT_H */
