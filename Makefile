@@ -1,17 +1,21 @@
 # idem: PostgreSQL extension (PGXS)
 
 MODULE_big = idem
-OBJS = idem.o \
-	src/util.o src/identity.o src/jcs.o src/rowwrite.o \
-	src/fingerprint.o src/key.o src/citus_meta.o src/catalog.o \
-	src/record.o src/claim.o src/pending.o src/call.o \
-	src/order.o src/api.o src/task.o src/task_sessions.o src/task_lease.o src/task_holder.o src/outbox.o src/inbox.o \
-	src/citus.o src/cleanup.o src/worker.o src/notify.o src/stats.o
+OBJS = src/idem.o \
+	src/storage/util.o src/storage/identity.o src/storage/rowwrite.o src/storage/catalog.o \
+	src/citus/citus_meta.o src/citus/citus.o \
+	src/runtime/stats.o src/runtime/notify.o \
+	src/core/jcs.o src/core/fingerprint.o src/core/key.o src/core/record.o \
+	src/core/claim.o src/core/pending.o src/core/call.o \
+	src/runtime/cleanup.o src/runtime/worker.o \
+	src/api/order.o src/api/api.o src/api/outbox.o src/api/inbox.o \
+	src/api/task.o src/api/task_sessions.o src/api/task_lease.o src/api/task_holder.o
 
 EXTENSION = idem
 DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql idem--1.2--1.3.sql idem--1.3--1.4.sql idem--1.4--1.5.sql idem--1.5--1.6.sql idem--1.6--1.7.sql idem--1.7--1.8.sql
 
-PG_CPPFLAGS = -I$(srcdir)/src
+IDEM_SRC_DIRS = src src/storage src/citus src/runtime src/core src/api
+PG_CPPFLAGS = $(addprefix -I$(srcdir)/,$(IDEM_SRC_DIRS))
 # -Wextra less unused-parameter, which PostgreSQL's own headers raise
 # (bufpage.h, ilist.h).  No -Werror here: a newer compiler's new warning must
 # not stop a user's make install; the test command builds with COPT=-Werror.
@@ -26,9 +30,9 @@ ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation --load-ext
 # the cleanup worker, restarts, crashes, a standby: PostgreSQL::Test::Cluster (t/*.pl)
 TAP_TESTS = 1
 
-# a VPATH build (pg_buildext, debian/rules) writes src/*.o in the build directory
+# a VPATH build (pg_buildext, debian/rules) writes src/**/*.o in the build directory
 ifdef VPATH
-$(shell mkdir -p src)
+$(shell mkdir -p $(IDEM_SRC_DIRS))
 endif
 
 PG_CONFIG ?= pg_config
