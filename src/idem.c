@@ -4,16 +4,11 @@
  *	  Module entry of the idem extension: _PG_init hands each module its
  *	  start-up, and the shared-memory hooks call each module's part.
  *
- * The layers (src/), each including only headers of its own or a lower one:
- *	 L0  idem.h (constants), util, identity, jcs, rowwrite
- *	 L1  fingerprint (jcs), key, catalog
- *	 L2  record (catalog, rowwrite, key, fingerprint)
- *	 L3  claim (record, identity)
- *	 L4  order (idem_create_order), api (idem_begin/finish/run),
- *	     outbox (idem_outbox_emit), inbox (idem_consume)
- *	 side: cleanup (util) <- worker (the background cleanup);
- *	       notify (the outbox notifier) <- outbox;
- *	       stats (idem_stats counters) <- key, claim, api, outbox, inbox, cleanup
+ * The modules sit in layers, one folder each (storage, citus, runtime, core,
+ * api); src/LAYERS lists them in order and states the rule test/layers.sh
+ * checks: a file includes idem headers only of its own module and of the
+ * modules listed above it, and an SQL entry point none of another.  This
+ * file is the top: it includes every module's start-up.
  *
  *-------------------------------------------------------------------------
  */

@@ -156,6 +156,8 @@ if [ -n "$IDEM_MAJOR" ]; then
 	exit 0
 fi
 
+run_shell_check layers "$IDEM_ROOT/test/layers.sh" \
+	"src/LAYERS: no include of src/ goes up or sideways; no function over 80 lines"
 run_shell_check load "$IDEM_ROOT/test/load/same_key.sh" "20 clients on one key, 30 rounds"
 run_shell_check debit "$IDEM_ROOT/test/load/debit.sh" "20 clients on one key through idem_run, 30 rounds"
 run_shell_check hot_keys "$IDEM_ROOT/test/load/hot_keys.sh" "16 clients racing on a new key every 5 ms"
