@@ -54,7 +54,9 @@ stage() {	# stage NAME COMMAND...
 	local p=$((passed - p0)) f=$((failed - f0)) s=$((skipped - s0))
 	if [ "$f" -gt 0 ]; then
 		echo "not ok - $IDEM_MAJOR: $name, $p passed, $f failed"
-		tail -n 150 "$out" | sed 's/^/# /'
+		# what failed first, then the details that follow in the output
+		grep -E '^\[[0-9:]+\] t/|FAILED|^not ok|failed: ' "$out" | sed 's/^/# /' || true
+		tail -n 200 "$out" | sed 's/^/# /'
 	elif [ "$s" -gt 0 ] && [ "$p" -eq 0 ]; then
 		echo "skip - $IDEM_MAJOR: $name: $(sed -n "s/^skip - \($name: \)\{0,1\}//p" "$out" | head -n 1)"
 	else
@@ -121,9 +123,15 @@ run_tap_suite() {
 		failed=$((failed + 1))
 	fi
 	if [ "$bad" -ne 0 ]; then
-		for f in "$tree"/tmp_check/log/regress_log_*; do
-			log "last lines of $f"
-			tail -n 40 "$f"
+		# the logs of the files that did not pass: their failed checks
+		# with what the test printed around them, then their last lines
+		local name
+		for name in $(grep -E '^\[[0-9:]+\] t/\S+\.pl \.+ ' "$out" | grep -vE '\.+ ok' |
+			sed -E 's|^\[[0-9:]+\] t/(\S+)\.pl .*|\1|'); do
+			f=$tree/tmp_check/log/regress_log_$name
+			log "failed: t/$name.pl; its failed checks and the last lines of $f"
+			grep -B 15 -A 5 '^\[[0-9:.]*\]([0-9.]*s) not ok' "$f" 2>/dev/null | head -n 80 || true
+			tail -n 30 "$f" 2>/dev/null || true
 		done
 	fi
 }
