@@ -19,23 +19,11 @@
  * attempt after an exponential backoff with full jitter, or ends the task
  * FAILED_FINAL (HTTP 500).
  *
- * The record is the task: task_due_at says when a worker may lease it next
- * (the submit time, the end of the current lease, the time of the next
- * attempt), and one partial index over (operation, task_due_at) serves
- * every lease.  A lease walks that index from the oldest due task, locks
- * each row it would take without waiting (SKIP LOCKED) and updates it with
- * the executor's own row update, no plan: taking a row over is that one
- * guarded update of the version the scan judged due, which nobody has
- * changed since (else the lock fails and the row is skipped).
- *
- * A lease with bind_session also lapses when the leasing session ends.  A
- * session that leases so registers in shared memory (a slot per backend,
- * with an id that no other session, before or after a restart, gets) and
- * writes that id into the task; when it exits, its slot is cleared and a
- * counter of ended sessions goes up (a crash resets shared memory, and
- * with it every slot).  A lease looks for tasks of dead sessions among the
- * leased tasks of its operation when that counter moved since its backend
- * last looked, and takes them over first.
+ * This file holds the submit, the GUCs, the transaction callback (NOTIFY
+ * idem_tasks after a commit that submitted) and the record a task call
+ * rewrites (TaskRecord); the lease is task_lease.c, the holder's calls
+ * task_holder.c, the bound sessions task_sessions.c, each explaining its
+ * design.
  *
  *-------------------------------------------------------------------------
  */
@@ -44,30 +32,18 @@
 #include <limits.h>
 #include <math.h>
 
-#include "access/genam.h"
-#include "access/nbtree.h"
-#include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "commands/async.h"
-#include "commands/sequence.h"
 #include "common/pg_prng.h"
-#include "executor/executor.h"
 #include "funcapi.h"
-#include "miscadmin.h"
-#include "port/atomics.h"
-#include "storage/ipc.h"
-#include "storage/shmem.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
-#include "utils/tuplestore.h"
 
 #include "idem.h"
 #include "compat.h"
