@@ -30,14 +30,14 @@ END $$;
 
 -- idem_begin on a new key claims it; the caller works, then finishes.
 BEGIN;
-SELECT * FROM idem_begin(1, 'DEBIT', 'begin-finish-key-0001', '{"account": 1, "amount": 100}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'begin-finish-key-0001', '{"account": 1, "amount": 100}');
 UPDATE account SET balance = balance - 100 WHERE id = 1;
 SELECT idem_finish(1, 'DEBIT', 'begin-finish-key-0001', 201, '{"b":1,  "a":2}', 7,
                    '{"Location": "/debits/7", "X-Request-Id": "r1"}');
 COMMIT;
 -- a repeat replays: the body byte for byte, the headers, the resource id;
 -- the same request in another spelling is the same fingerprint
-SELECT * FROM idem_begin(1, 'DEBIT', 'begin-finish-key-0001', '{"amount":100,"account":1.0}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'begin-finish-key-0001', '{"amount":100,"account":1.0}');
 SELECT body::text = '{"b":1,  "a":2}' AS byte_identical
 FROM idem_begin(1, 'DEBIT', 'begin-finish-key-0001', '{"account": 1, "amount": 100}');
 SELECT balance FROM account WHERE id = 1;
@@ -49,7 +49,7 @@ FROM idempotency_record WHERE idempotency_key = 'begin-finish-key-0001';
 
 -- the same key with another request: IK001; under another operation, or
 -- another owner, an independent record
-SELECT * FROM idem_begin(1, 'DEBIT', 'begin-finish-key-0001', '{"account": 1, "amount": 101}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'begin-finish-key-0001', '{"account": 1, "amount": 101}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 BEGIN;
 SELECT replayed FROM idem_begin(1, 'REFUND', 'begin-finish-key-0001', '{"account": 1, "amount": 101}');
@@ -75,11 +75,11 @@ SELECT idem_finish(1, 'DEBIT', 'failure-ttl-key-00001', 409, '{"error":"out of s
 COMMIT;
 SELECT status, http_status, expires_at - created_at AS ttl FROM idempotency_record
 WHERE idempotency_key = 'failure-ttl-key-00001';
-SELECT * FROM idem_begin(1, 'DEBIT', 'failure-ttl-key-00001', '{"account": 3, "amount": 100}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'failure-ttl-key-00001', '{"account": 3, "amount": 100}');
 UPDATE idempotency_record SET expires_at = now() - interval '1 second'
 WHERE idempotency_key = 'failure-ttl-key-00001';
 BEGIN;
-SELECT * FROM idem_begin(1, 'DEBIT', 'failure-ttl-key-00001', '{"account": 3, "amount": 100}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'failure-ttl-key-00001', '{"account": 3, "amount": 100}');
 SELECT idem_finish(1, 'DEBIT', 'failure-ttl-key-00001', 201, '{"ok":true}');
 COMMIT;
 SELECT count(*) AS records, min(status) AS status, min(http_status) AS http_status
@@ -100,38 +100,61 @@ SELECT idem_finish(1, 'DEBIT', 'ttl-per-call-key-0001', 204, NULL);
 COMMIT;
 SELECT expires_at - created_at AS ttl FROM idempotency_record
 WHERE idempotency_key = 'ttl-per-call-key-0001';
-SELECT * FROM idem_begin(1, 'DEBIT', 'ttl-per-call-key-0002', '{}', '0 seconds');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'ttl-per-call-key-0002', '{}', '0 seconds');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_begin(1, 'DEBIT', 'ttl-per-call-key-0002', '{}', '-1 hour');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'ttl-per-call-key-0002', '{}', '-1 hour');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_begin(1, 'DEBIT', 'ttl-per-call-key-0002', '{}', '31 days');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'ttl-per-call-key-0002', '{}', '31 days');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_begin(1, 'DEBIT', 'ttl-per-call-key-0002', '{}', '1 mon 2 days');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'ttl-per-call-key-0002', '{}', '1 mon 2 days');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SET idem.max_ttl = '1h';
-SELECT * FROM idem_begin(1, 'DEBIT', 'ttl-per-call-key-0002', '{}', '2 hours');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'ttl-per-call-key-0002', '{}', '2 hours');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 RESET idem.max_ttl;
 SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key = 'ttl-per-call-key-0002';
 
+-- expires_at (1.9): when the key's record expires.  A claim: what a
+-- success will get (now() + ttl); a replay and idem_run's first execution:
+-- what is stored; a 4xx: now() + idem.failure_ttl, read by a begin after
+-- the finish, in the same transaction (a replay of what it just stored).
+BEGIN;
+SELECT replayed, expires_at = now() + interval '1 day' AS success_expiry
+FROM idem_begin(1, 'DEBIT', 'expires-at-key-00001', '{}');
+SELECT idem_finish(1, 'DEBIT', 'expires-at-key-00001', 201, '{}');
+SELECT replayed, expires_at = now() + interval '1 day' AS stored_expiry
+FROM idem_begin(1, 'DEBIT', 'expires-at-key-00001', '{}');
+SELECT replayed, expires_at = now() + interval '90 minutes' AS ttl_argument
+FROM idem_begin(1, 'DEBIT', 'expires-at-key-00002', '{}', '90 minutes');
+SELECT idem_finish(1, 'DEBIT', 'expires-at-key-00002', 422, '{"error": "no"}');
+SELECT replayed, http_status, expires_at = now() + interval '10 minutes' AS failure_expiry
+FROM idem_begin(1, 'DEBIT', 'expires-at-key-00002', '{}', '90 minutes');
+COMMIT;
+SELECT o.replayed, o.expires_at = r.expires_at AS as_stored, r.expires_at - r.created_at AS ttl
+FROM idem_begin(1, 'DEBIT', 'expires-at-key-00001', '{}') o, idempotency_record r
+WHERE r.idempotency_key = 'expires-at-key-00001';
+SELECT o.replayed, o.http_status, o.expires_at = r.expires_at AS as_stored, r.expires_at - r.created_at AS ttl
+FROM idem_begin(1, 'DEBIT', 'expires-at-key-00002', '{}') o, idempotency_record r
+WHERE r.idempotency_key = 'expires-at-key-00002';
+
 -- Arguments: NULL is 22004, a bad key or operation 22023; nothing written.
-SELECT * FROM idem_begin(NULL, 'DEBIT', 'null-argument-key-001', '{}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(NULL, 'DEBIT', 'null-argument-key-001', '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_begin(1, NULL, 'null-argument-key-001', '{}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, NULL, 'null-argument-key-001', '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_begin(1, 'DEBIT', NULL, '{}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', NULL, '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_begin(1, 'DEBIT', 'null-argument-key-001', NULL);
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'null-argument-key-001', NULL);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_begin(1, 'DEBIT', 'short', '{}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'short', '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_begin(1, 'DEBIT', E'bad-key\n-injected-line', '{}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', E'bad-key\n-injected-line', '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_begin(1, '', 'bad-operation-key-001', '{}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, '', 'bad-operation-key-001', '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_begin(1, repeat('A', 65), 'bad-operation-key-001', '{}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, repeat('A', 65), 'bad-operation-key-001', '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_begin(1, 'DEBIT ACCOUNT', 'bad-operation-key-001', '{}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT ACCOUNT', 'bad-operation-key-001', '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 BEGIN;
 SELECT replayed FROM idem_begin(1, repeat('a', 64), 'long-operation-key-01', '{}');
@@ -174,10 +197,10 @@ SELECT idem_finish(1, 'DEBIT', 'other-xact-claim-key1', 200, '{}');
 BEGIN;
 SELECT replayed FROM idem_begin(1, 'DEBIT', 'same-xact-begin-key01', '{"n": 1}');
 SAVEPOINT s;
-SELECT * FROM idem_begin(1, 'DEBIT', 'same-xact-begin-key01', '{"n": 1}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'same-xact-begin-key01', '{"n": 1}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 ROLLBACK TO s;
-SELECT * FROM idem_begin(1, 'DEBIT', 'same-xact-begin-key01', '{"n": 2}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'same-xact-begin-key01', '{"n": 2}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 ROLLBACK TO s;
 SELECT idem_finish(1, 'DEBIT', 'same-xact-begin-key01', 200, '{"done":1}');
@@ -223,16 +246,16 @@ COMMIT;
 SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key LIKE 'unfinished-key-%';
 
 -- idem_run: the handler runs once; a repeat replays without calling it.
-SELECT * FROM idem_run(1, 'DEBIT', 'run-debit-key-0000001', '{"account": 2, "amount": 100}',
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'DEBIT', 'run-debit-key-0000001', '{"account": 2, "amount": 100}',
                        'debit_handler(jsonb)');
-SELECT * FROM idem_run(1, 'DEBIT', 'run-debit-key-0000001', '{"account": 2, "amount": 100}',
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'DEBIT', 'run-debit-key-0000001', '{"account": 2, "amount": 100}',
                        'debit_handler(jsonb)');
 SELECT balance FROM account WHERE id = 2;
 SELECT count(*) AS debits FROM debit WHERE account_id = 2;
 -- a returned 4xx is a deterministic failure, replayed
-SELECT * FROM idem_run(1, 'DEBIT', 'run-debit-key-0000002', '{"account": 3, "amount": 100}',
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'DEBIT', 'run-debit-key-0000002', '{"account": 3, "amount": 100}',
                        'debit_handler(jsonb)');
-SELECT * FROM idem_run(1, 'DEBIT', 'run-debit-key-0000002', '{"account": 3, "amount": 100}',
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'DEBIT', 'run-debit-key-0000002', '{"account": 3, "amount": 100}',
                        'debit_handler(jsonb)');
 SELECT status FROM idempotency_record WHERE idempotency_key = 'run-debit-key-0000002';
 -- idem_begin and idem_run share the record
@@ -256,7 +279,7 @@ BEGIN
     RETURN ROW(200, '{"ok": true}', NULL, NULL)::idem_result;
 END $$;
 SELECT count(*) AS debits_before FROM debit;
-SELECT * FROM idem_run(1, 'PAY', 'flaky-handler-key-001', '{}', 'flaky_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'flaky-handler-key-001', '{}', 'flaky_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT count(*) AS debits_after FROM debit;
 SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key = 'flaky-handler-key-001';
@@ -268,7 +291,7 @@ EXCEPTION WHEN connection_failure THEN
     RAISE NOTICE 'caught: %', SQLERRM;
 END $$;
 UPDATE flaky SET fail = false;
-SELECT * FROM idem_run(1, 'PAY', 'flaky-handler-key-001', '{}', 'flaky_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'flaky-handler-key-001', '{}', 'flaky_handler(jsonb)');
 SELECT replayed FROM idem_run(1, 'PAY', 'flaky-handler-key-001', '{}', 'flaky_handler(jsonb)');
 
 -- What a handler returns is checked like idem_finish's arguments; its work
@@ -279,16 +302,16 @@ BEGIN
     INSERT INTO public.debit (account_id, amount) VALUES (2, 2);
     RETURN ROW((request->>'status')::int, NULL, request->'headers', NULL)::idem_result;
 END $$;
-SELECT * FROM idem_run(1, 'PAY', 'status-handler-key-01', '{"status": 503}', 'status_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'status-handler-key-01', '{"status": 503}', 'status_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_run(1, 'PAY', 'status-handler-key-01', '{"status": null}', 'status_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'status-handler-key-01', '{"status": null}', 'status_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_run(1, 'PAY', 'status-handler-key-01', '{"status": 200, "headers": {"A": 1}}', 'status_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'status-handler-key-01', '{"status": 200, "headers": {"A": 1}}', 'status_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT count(*) AS debits_of_2 FROM debit WHERE amount = 2;
 CREATE FUNCTION null_handler(request jsonb) RETURNS idem_result
 LANGUAGE sql AS $$ SELECT NULL::idem_result $$;
-SELECT * FROM idem_run(1, 'PAY', 'null-handler-key-0001', '{}', 'null_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'null-handler-key-0001', '{}', 'null_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 
 -- The handler's signature: one jsonb argument (42883), idem_result (42804).
@@ -301,19 +324,19 @@ LANGUAGE sql AS $$ SELECT 200 $$;
 CREATE FUNCTION set_handler(request jsonb) RETURNS SETOF idem_result
 LANGUAGE sql AS $$ SELECT ROW(200, NULL, NULL, NULL)::idem_result $$;
 CREATE PROCEDURE proc_handler(request jsonb) LANGUAGE sql AS $$ SELECT 1 $$;
-SELECT * FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', 'text_handler(text)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', 'text_handler(text)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', 'two_arg_handler(jsonb, int)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', 'two_arg_handler(jsonb, int)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', 'int_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', 'int_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', 'set_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', 'set_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', 'proc_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', 'proc_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', 'missing_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', 'missing_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', NULL);
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', NULL);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key = 'signature-key-0000001';
 
@@ -325,7 +348,7 @@ BEGIN
     PERFORM public.idem_run(1, 'PAY', 'nested-handler-key-01', request, 'public.nested_handler(jsonb)');
     RETURN ROW(200, NULL, NULL, NULL)::idem_result;
 END $$;
-SELECT * FROM idem_run(1, 'PAY', 'nested-handler-key-01', '{}', 'nested_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'nested-handler-key-01', '{}', 'nested_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 CREATE FUNCTION nested_finish_handler(request jsonb) RETURNS idem_result
 LANGUAGE plpgsql AS $$
@@ -333,7 +356,7 @@ BEGIN
     PERFORM public.idem_finish(1, 'PAY', 'nested-handler-key-02', 201, '{"inner": true}');
     RETURN ROW(200, NULL, NULL, NULL)::idem_result;
 END $$;
-SELECT * FROM idem_run(1, 'PAY', 'nested-handler-key-02', '{}', 'nested_finish_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'nested-handler-key-02', '{}', 'nested_finish_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 CREATE FUNCTION nested_begin_handler(request jsonb) RETURNS idem_result
 LANGUAGE plpgsql AS $$
@@ -341,7 +364,7 @@ BEGIN
     PERFORM public.idem_begin(1, 'PAY', 'nested-handler-key-03', request);
     RETURN ROW(200, NULL, NULL, NULL)::idem_result;
 END $$;
-SELECT * FROM idem_run(1, 'PAY', 'nested-handler-key-03', '{}', 'nested_begin_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'nested-handler-key-03', '{}', 'nested_begin_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 CREATE FUNCTION nested_submit_handler(request jsonb) RETURNS idem_result
 LANGUAGE plpgsql AS $$
@@ -349,7 +372,7 @@ BEGIN
     PERFORM public.idem_submit(1, 'PAY', 'nested-handler-key-04', request);
     RETURN ROW(200, NULL, NULL, NULL)::idem_result;
 END $$;
-SELECT * FROM idem_run(1, 'PAY', 'nested-handler-key-04', '{}', 'nested_submit_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'nested-handler-key-04', '{}', 'nested_submit_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key LIKE 'nested-handler-key-%';
 -- the handler may call idem for other keys; the key is its own again after the run
@@ -379,7 +402,7 @@ REVOKE EXECUTE ON FUNCTION whoami_handler(jsonb) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION idem_run(bigint, text, text, jsonb, regprocedure, interval) TO regress_idem_caller;
 SET ROLE regress_idem_caller;
 SET search_path = caller_schema, public;
-SELECT * FROM idem_run(1, 'WHOAMI', 'handler-identity-key1', '{}', 'whoami_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'WHOAMI', 'handler-identity-key1', '{}', 'whoami_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 RESET ROLE;
 GRANT EXECUTE ON FUNCTION whoami_handler(jsonb) TO regress_idem_caller;
@@ -393,7 +416,7 @@ RESET search_path;
 SELECT * FROM handler_seen;
 -- the caller may not begin or finish without a grant
 SET ROLE regress_idem_caller;
-SELECT * FROM idem_begin(1, 'WHOAMI', 'handler-identity-key2', '{}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'WHOAMI', 'handler-identity-key2', '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 RESET ROLE;
 REVOKE ALL ON handler_seen FROM regress_idem_caller;
@@ -413,7 +436,7 @@ SELECT replayed, http_status FROM idem_run(10, 'DEBIT', 'article-1-key-0000001',
 SELECT replayed, http_status FROM idem_run(10, 'DEBIT', 'article-1-key-0000001', '{"account": 1, "amount": 100}', 'debit_handler(jsonb)');
 SELECT count(*) AS debits, (SELECT balance FROM account WHERE id = 1) AS balance FROM debit;
 -- 3. Same key, different request: IK001, nothing debited.
-SELECT * FROM idem_run(10, 'DEBIT', 'article-1-key-0000001', '{"account": 1, "amount": 200}', 'debit_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(10, 'DEBIT', 'article-1-key-0000001', '{"account": 1, "amount": 200}', 'debit_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT count(*) AS debits, (SELECT balance FROM account WHERE id = 1) AS balance FROM debit;
 -- 4. The first transaction fails: the retry debits once.
@@ -439,6 +462,13 @@ FROM idem_run(10, 'DEBIT', 'article-6-key-0000001', '{"account": 1, "amount": 10
 SELECT replayed FROM idem_run(11, 'DEBIT', 'article-1-key-0000001', '{"account": 2, "amount": 100}', 'debit_handler(jsonb)');
 SELECT replayed FROM idem_run(12, 'DEBIT', 'article-1-key-0000001', '{"account": 2, "amount": 100}', 'debit_handler(jsonb)');
 SELECT account_id, count(*) AS debits, sum(amount) FROM debit GROUP BY account_id ORDER BY account_id;
+
+-- idem_run's expires_at: its first execution's is what it stored
+SELECT replayed, expires_at = now() + interval '1 day' AS stored_expiry
+FROM idem_run(10, 'DEBIT', 'article-exp-key-000001', '{"account": 1, "amount": 1}', 'debit_handler(jsonb)');
+SELECT o.replayed, o.expires_at = r.expires_at AS as_stored
+FROM idem_run(10, 'DEBIT', 'article-exp-key-000001', '{"account": 1, "amount": 1}', 'debit_handler(jsonb)') o,
+     idempotency_record r WHERE r.idempotency_key = 'article-exp-key-000001';
 
 -- The handlers depend on idem_result: drop them with their tables.
 DROP FUNCTION debit_handler(jsonb), flaky_handler(jsonb), status_handler(jsonb),

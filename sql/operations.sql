@@ -54,11 +54,11 @@ SELECT idem_consume('REFUND', 'ops-message-1');
 -- another operation: refused by every call, before anything is written
 SELECT * FROM idem_create_order(5, 'ops-order-key-000001', 1, 1);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_begin(5, 'REFUND', 'ops-refund-key-00002', '{}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(5, 'REFUND', 'ops-refund-key-00002', '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT idem_finish(5, 'REFUND', 'ops-refund-key-00002', 200, '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_run(5, 'REFUND', 'ops-refund-key-00003', '{}', 'ops_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(5, 'REFUND', 'ops-refund-key-00003', '{}', 'ops_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT * FROM idem_submit(5, 'REFUND', 'ops-refund-key-00004', '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE

@@ -47,11 +47,11 @@ SELECT * FROM idem_create_order(8, 'tenant-eight-key-0001', 1, 1);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT * FROM idem_create_order(8, 'tenant-eight-key-0002', 1, 1);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_begin(8, 'PING', 'tenant-eight-key-0003', '{}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(8, 'PING', 'tenant-eight-key-0003', '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT idem_finish(8, 'PING', 'tenant-eight-key-0003', 200, '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_run(200, 'PING', 'tenant-eight-key-0004', '{}', 'ok_handler(jsonb)');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_run(200, 'PING', 'tenant-eight-key-0004', '{}', 'ok_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 -- no way out: SET, SET LOCAL, RESET, set_config, SET ROLE, a function's SET clause
 SET idem.allowed_owners = '';

@@ -28,7 +28,7 @@ FROM idempotency_record WHERE idempotency_key = 'task-key-000000000001';
 SELECT * FROM idem_submit(1, 'SHIP', 'task-key-000000000001', '{"order": 2}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 -- a synchronous call of the key while its task runs: in flight
-SELECT * FROM idem_begin(1, 'SHIP', 'task-key-000000000001', '{"order": 1, "carrier": "dhl"}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'SHIP', 'task-key-000000000001', '{"order": 1, "carrier": "dhl"}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 
 -- The lease: attempt 1, a token, the request and payload.

@@ -192,6 +192,19 @@ SELECT has_function_privilege('regress_idem_upgraded', 'idem_consume(text, text,
 SELECT count(*) FROM idem_revoke('regress_idem_upgraded', 'consumer');
 DROP ROLE regress_idem_upgraded;
 
+-- From 1.8: idem_outcome has no expires_at before 1.9, and idem_begin and
+-- idem_run answer with the five columns it has; after the update, six.
+DROP EXTENSION idem;
+CREATE EXTENSION idem VERSION '1.8';
+BEGIN;
+SELECT * FROM idem_begin(307, 'DEBIT', 'upgrade-key-0000010', '{}');
+ROLLBACK;
+ALTER EXTENSION idem UPDATE;
+SELECT * FROM pg_temp.catalog_diff();
+BEGIN;
+SELECT replayed, expires_at > now() AS expires FROM idem_begin(307, 'DEBIT', 'upgrade-key-0000011', '{}');
+ROLLBACK;
+
 -- a version that does not exist
 ALTER EXTENSION idem UPDATE TO '9.9';
 

@@ -142,7 +142,7 @@ CREATE UNIQUE INDEX uk_idempotency_scope ON idempotency_record (owner_id, operat
     WHERE status = 'PROCESSING';
 SELECT * FROM idem_create_order(405, 'scope-index-key-0001', 8, 1);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT * FROM idem_begin(405, 'DEBIT', 'scope-index-key-0001', '{}');
+SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(405, 'DEBIT', 'scope-index-key-0001', '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 DROP INDEX uk_idempotency_scope;
 CREATE UNIQUE INDEX uk_idempotency_scope ON idempotency_record (owner_id, lower(operation), idempotency_key);

@@ -50,11 +50,16 @@ PG_FUNCTION_INFO_V1(idem_begin);
 PG_FUNCTION_INFO_V1(idem_finish);
 PG_FUNCTION_INFO_V1(idem_run);
 
-/* The columns of idem_outcome, what idem_begin and idem_run return. */
+/*
+ * The columns of idem_outcome, what idem_begin and idem_run return
+ * (HTTP..RESOURCE: idem_result_values()).  expires_at came with 1.9: a
+ * database still on an older version has the first OUT_NCOLS_1_3.
+ */
 enum
 {
-	OUT_REPLAYED, OUT_HTTP, OUT_BODY, OUT_HEADERS, OUT_RESOURCE, OUT_NCOLS	/* HTTP..RESOURCE: idem_result_values() */
+	OUT_REPLAYED, OUT_HTTP, OUT_BODY, OUT_HEADERS, OUT_RESOURCE, OUT_EXPIRES, OUT_NCOLS
 };
+#define OUT_NCOLS_1_3 OUT_EXPIRES
 
 /* The attributes of idem_result, what a handler returns (1-based). */
 enum
@@ -92,17 +97,16 @@ static MemoryContext handler_cxt = NULL;
  * made and finished in the same subtransaction, it is forgotten, and its
  * key lock given back.
  */
-static void
+static TimestampTz
 finish_claim(const IdemCatalog *cat, const IdemScope *scope, IdemPendingClaim *p,
 			 IdemStatus status, IdemResult *res, TimestampTz now)
 {
 	IdemIdentity identity = {0};
+	TimestampTz expires = idem_record_expiry(status, now, p->has_ttl ? &p->ttl : NULL);
 
 	idem_become_owner(&identity, cat->owner);
 	idem_use_safe_search_path(&identity);
-	idem_record_insert(cat, scope, p->fingerprint, status, res, now,
-					   idem_record_expiry(status, now, p->has_ttl ? &p->ttl : NULL),
-					   NULL, NULL);
+	idem_record_insert(cat, scope, p->fingerprint, status, res, now, expires, NULL, NULL);
 	idem_restore_caller(&identity);
 	if (p->subid == GetCurrentSubTransactionId())
 	{
@@ -118,32 +122,44 @@ finish_claim(const IdemCatalog *cat, const IdemScope *scope, IdemPendingClaim *p
 	idem_note_outcome(scope, IDEM_LOG_EXECUTED, !res->resource_isnull, res->resource_id);
 	if (status == IDEM_STATUS_FAILED_FINAL)
 		idem_stats_count_at_commit(IDEM_KIND_OPERATION, scope->operation, IDEM_STAT_FAILED_FINAL, 1);
+	return expires;
 }
 
 /* ---------- results ---------- */
 
-/* The idem_outcome row of a call. */
+/*
+ * The idem_outcome row of a call: res NULL for a claim (the caller
+ * executes); expires, when the record expires (a claim: when it will if it
+ * succeeds).
+ */
 static Datum
 outcome_datum(const IdemCatalog *cat, FunctionCallInfo fcinfo, bool replayed,
-			  const IdemResult *res)
+			  const IdemResult *res, TimestampTz expires)
 {
+	TupleDesc	desc = idem_catalog_result(cat, fcinfo);
 	Datum		values[OUT_NCOLS] = {0};
 	bool		nulls[OUT_NCOLS];
 
+	if (desc->natts != OUT_NCOLS && desc->natts != OUT_NCOLS_1_3)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's type idem_outcome was altered: it must have %d attributes",
+						OUT_NCOLS),
+				 errhint("Update the extension: ALTER EXTENSION idem UPDATE.")));
 	values[OUT_REPLAYED] = BoolGetDatum(replayed);
 	nulls[OUT_REPLAYED] = false;
 	if (res == NULL)
 	{
-		/* a claim: the caller executes */
-		for (int i = OUT_HTTP; i < OUT_NCOLS; i++)
+		for (int i = OUT_HTTP; i < OUT_EXPIRES; i++)
 			nulls[i] = true;
 	}
 	else
 	{
 		idem_result_values(res, &values[OUT_HTTP], &nulls[OUT_HTTP]);
 	}
-	return HeapTupleGetDatum(heap_form_tuple(idem_catalog_result(cat, fcinfo),
-											 values, nulls));
+	values[OUT_EXPIRES] = TimestampTzGetDatum(expires);
+	nulls[OUT_EXPIRES] = false;
+	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
 /* ---------- SQL functions ---------- */
@@ -169,9 +185,11 @@ idem_begin(PG_FUNCTION_ARGS)
 	if (outcome == IDEM_EXECUTE)
 	{
 		idem_pending_add(&call.scope, call.fingerprint, call.ttl);
-		PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, false, NULL));
+		PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, false, NULL,
+									  idem_record_expiry(IDEM_STATUS_SUCCEEDED, call.now, call.ttl)));
 	}
-	PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, true, &claim.rec.result));
+	PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, true, &claim.rec.result,
+								  claim.rec.expires_at));
 }
 
 /*
@@ -380,7 +398,8 @@ idem_run(PG_FUNCTION_ARGS)
 	if (idem_claim(&claim, &call.cat, &call.scope, call.fingerprint, call.now, &identity) == IDEM_REPLAY)
 	{
 		idem_restore_caller(&identity);
-		PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, true, &claim.rec.result));
+		PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, true, &claim.rec.result,
+									  claim.rec.expires_at));
 	}
 	idem_restore_caller(&identity);
 
@@ -390,6 +409,6 @@ idem_run(PG_FUNCTION_ARGS)
 	status = call_handler(hflinfo, call.request, &res);
 	p->running = false;
 
-	finish_claim(&call.cat, &call.scope, p, status, &res, call.now);
-	PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, false, &res));
+	PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, false, &res,
+								  finish_claim(&call.cat, &call.scope, p, status, &res, call.now)));
 }

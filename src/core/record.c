@@ -352,7 +352,8 @@ idem_record_read(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now
 		text_to_cstring_buffer(DatumGetTextPP(d), rec->request_hash, sizeof(IdemFingerprint));
 		status = TextDatumGetCString(slot_getattr(slot, att[REC_STATUS], &isnull));
 		rec->status = idem_status_from_name(status);
-		rec->expired = DatumGetTimestampTz(slot_getattr(slot, att[REC_EXPIRES], &isnull)) < now;
+		rec->expires_at = DatumGetTimestampTz(slot_getattr(slot, att[REC_EXPIRES], &isnull));
+		rec->expired = rec->expires_at < now;
 
 		d = slot_getattr(slot, att[REC_HTTP], &r->http_isnull);
 		r->http_status = r->http_isnull ? 0 : DatumGetInt32(d);

@@ -42,6 +42,7 @@ typedef struct IdemRecord
 	IdemFingerprint request_hash;
 	IdemStatus	status;
 	bool		expired;		/* expires_at < now */
+	TimestampTz expires_at;
 	IdemResult	result;			/* the stored response, copied */
 	bool		written_here;	/* inserted by this transaction */
 } IdemRecord;
