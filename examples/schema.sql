@@ -36,3 +36,31 @@ BEGIN
     RETURN ROW(201, json_build_object('debitId', debit_id, 'accountId', acct, 'amount', amt, 'balance', bal),
                jsonb_build_object('Location', '/api/debits/' || debit_id), debit_id)::idem_result;
 END $$;
+
+-- POST /api/orders in the examples on the client libraries (clients/): the
+-- order is the application's own row, written by the route's handler in
+-- the transaction of the middleware's claim.
+CREATE TABLE IF NOT EXISTS public.shop_order (
+    id bigserial PRIMARY KEY,
+    owner_id bigint NOT NULL,
+    sku_id bigint NOT NULL,
+    quantity integer NOT NULL CHECK (quantity BETWEEN 1 AND 100),
+    created_at timestamptz NOT NULL DEFAULT now());
+
+-- POST /api/accounts/{id}/debit on the libraries: one debit, or NULL when
+-- the funds are short; an unknown account raises (a 500: nothing stored,
+-- the retry executes afresh).
+CREATE OR REPLACE FUNCTION public.debit_account(acct bigint, amt numeric,
+    OUT debit_id bigint, OUT balance numeric)
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE public.account a SET balance = a.balance - amt WHERE a.id = acct AND a.balance >= amt
+    RETURNING a.balance INTO balance;
+    IF NOT FOUND THEN
+        IF NOT EXISTS (SELECT 1 FROM public.account WHERE id = acct) THEN
+            RAISE EXCEPTION 'account % does not exist', acct;
+        END IF;
+        RETURN;
+    END IF;
+    INSERT INTO public.debit (account_id, amount) VALUES (acct, amt) RETURNING id INTO debit_id;
+END $$;

@@ -1,0 +1,25 @@
+"""idem from Python: the database-side idempotency of the idem PostgreSQL
+extension in a few lines.
+
+    import idem_pg
+    with conn.transaction(), idem_pg.claim(conn, owner, "DEBIT", key, request) as c:
+        if not c.replayed:
+            ...                                   # the work, in the same transaction
+            c.finish(201, {"debited": 100})
+
+Modules: ``core`` (re-exported here), ``errors`` (one exception per
+SQLSTATE), ``tasks`` (long-flow workers), ``http`` (the HTTP contract of
+clients/CONTRACT.md), ``wsgi``, ``asgi`` and ``django`` (its middlewares),
+``fast`` (the optional Redis layer).
+"""
+from .core import Claim, Outcome, RawJson, Submission, begin, claim, consume, emit, finish, run, submit
+from .errors import (IdemError, InFlight, InvalidRequest, KeyReused, LeaseLost, NestedRun, NoClaim, NotAllowed,
+                     ReadOnly, SerializationFailure, UnfinishedClaim, retry_serializable, translate)
+from .tasks import Task, TaskWorker
+
+__version__ = "1.9.0"
+
+__all__ = ["Claim", "Outcome", "RawJson", "Submission", "begin", "claim", "consume", "emit", "finish", "run",
+           "submit", "IdemError", "InFlight", "InvalidRequest", "KeyReused", "LeaseLost", "NestedRun", "NoClaim",
+           "NotAllowed", "ReadOnly", "SerializationFailure", "UnfinishedClaim", "retry_serializable", "translate",
+           "Task", "TaskWorker"]

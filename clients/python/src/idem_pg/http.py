@@ -1,0 +1,469 @@
+"""The HTTP contract (clients/CONTRACT.md), independent of any framework.
+
+The middlewares (``wsgi``, ``asgi``, ``django``) only adapt their
+framework's request and response to ``Exchange`` and call ``handle`` (or
+``handle_async``): the key, the limits, the owner, the fingerprinted
+request, the claim, the replay, the stored headers and the problem+json
+errors are decided here, once.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import email.utils
+import json
+import logging
+import re
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import core
+from .errors import (IdemError, InFlight, InvalidRequest, KeyReused, NotAllowed, ReadOnly,
+                     SerializationFailure)
+
+log = logging.getLogger("idem_pg")
+
+KEY_PATTERN = re.compile(r"^[A-Za-z0-9_-]{16,128}$")     # idem's own key check
+MIB = 1024 * 1024
+
+# never stored nor replayed: hop-by-hop fields (RFC 9110 7.6.1), what the
+# server computes for each answer, and the middleware's own
+HOP_BY_HOP = frozenset(["connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+                        "te", "trailer", "transfer-encoding", "upgrade"])
+NOT_STORED = HOP_BY_HOP | {"date", "content-length", "server", "idempotent-replayed", "idempotency-expires"}
+
+Headers = List[Tuple[str, str]]
+
+
+class Problem(Exception):
+    """An answer of the middleware itself: RFC 9457 problem+json."""
+
+    TITLES = {
+        "key-missing": "Idempotency-Key header required",
+        "key-malformed": "Malformed Idempotency-Key header",
+        "key-reused": "Idempotency key reused with a different request",
+        "in-flight": "A request with this idempotency key is in progress",
+        "read-only": "The service is read-only for now",
+        "forbidden": "Not allowed",
+        "no-owner": "No authenticated owner",
+        "body-too-large": "Request body too large",
+        "body-not-json": "Request body is not valid JSON",
+        "invalid-request": "Invalid request",
+        "retry": "The request raced another; retry it",
+        "internal": "The request could not be completed",
+    }
+
+    def __init__(self, status: int, slug: str, detail: str, headers: Optional[Headers] = None):
+        super().__init__(detail)
+        self.status, self.slug, self.detail = status, slug, detail
+        self.headers = headers or []
+
+    def answer(self, settings: "Settings") -> "Answer":
+        body = json.dumps({"type": "urn:idem:error:" + self.slug, "title": self.TITLES[self.slug],
+                           "status": self.status, "detail": self.detail}).encode()
+        headers = [("Content-Type", "application/problem+json"),
+                   ("Link", '<%s#%s>; rel="describedby"' % (settings.errors_url, self.slug))] + self.headers
+        return Answer(self.status, headers, body)
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: Headers
+    body: bytes
+
+
+@dataclass
+class Route:
+    """A route that is idempotent: its operation, what of the request is
+    fingerprinted (the whole JSON body; a list of its top-level fields; or
+    a function of the body and the path parameters), whether a key is
+    required (else a request without one runs without idem)."""
+    operation: str
+    request: Union[None, Sequence[str], Callable[[Any, Dict[str, str]], Any]] = None
+    key_required: bool = True
+
+    def request_of(self, body: Any, params: Dict[str, str]) -> Any:
+        if self.request is None:
+            return body
+        if callable(self.request):
+            return self.request(body, params)
+        if not isinstance(body, dict):
+            raise Problem(400, "invalid-request", "the body must be a JSON object")
+        return {name: body.get(name) for name in self.request}
+
+
+class Routes:
+    """The routes a middleware applies the contract to, by method and path
+    template ("/api/accounts/{id}/debit": {id} matches one segment)."""
+
+    def __init__(self) -> None:
+        self._routes: List[Tuple[str, re.Pattern, Route]] = []
+
+    def add(self, method: str, template: str, operation: str, **options: Any) -> "Routes":
+        pattern = "^" + re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(template)) + "$"
+        self._routes.append((method.upper(), re.compile(pattern), Route(operation, **options)))
+        return self
+
+    def match(self, method: str, path: str) -> Optional[Tuple[Route, Dict[str, str]]]:
+        for m, pattern, route in self._routes:
+            found = pattern.match(path) if m == method.upper() else None
+            if found:
+                return route, found.groupdict()
+        return None
+
+
+@dataclass
+class Settings:
+    """What every middleware is configured with (clients/CONTRACT.md)."""
+    owner: Callable[[Any], Optional[int]]
+    connection: Any = None                  # () -> context manager of a connection (psycopg_pool's pool.connection)
+    conflict_status: int = 409              # 422: the IETF draft's choice
+    max_body_bytes: int = MIB
+    ttl: core.Ttl = None                    # None: idem.ttl
+    in_flight_retry_after: int = 1
+    read_only_retry_after: int = 5
+    replay_set_cookie: bool = False
+    errors_url: str = "/docs/http-errors"
+    server_prepare: bool = True             # False behind a transaction pooler (PgBouncer)
+    fast: Any = None                        # a FastLayer (idem_pg.fast), or None
+
+    def __post_init__(self) -> None:
+        if self.conflict_status not in (409, 422):
+            raise ValueError("conflict_status must be 409 or 422")
+        if self.fast is not None and getattr(self.fast, "settings", None) is None:
+            self.fast.settings = self
+
+
+@dataclass
+class Context:
+    """What the route's handler gets: the connection of the transaction the
+    claim is in (write the business rows there), and the claim."""
+    conn: Any
+    owner: int
+    operation: str
+    key: str
+    request: Any                            # what was fingerprinted
+    body: Any                               # the parsed JSON body
+    params: Dict[str, str]
+    resource_id: Optional[int] = None       # set it: stored with the record
+
+
+@dataclass
+class Exchange:
+    """A request as the contract needs it, from a middleware."""
+    method: str
+    path: str
+    header: Callable[[str], List[str]]      # all values of a header (lower-case name)
+    content_length: Optional[int]
+    native: Any                             # the framework's request, for the owner function
+
+
+def parse_key(values: List[str]) -> Optional[str]:
+    """The Idempotency-Key: an RFC 8941 sf-string ("..."), or a bare value
+    for compatibility; None when absent.  Problem 400 when malformed."""
+    if not values:
+        return None
+    if len(values) > 1:
+        raise Problem(400, "key-malformed", "send one Idempotency-Key header")
+    value = values[0].strip(" \t")
+    if value.startswith('"'):
+        m = re.fullmatch(r'"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"', value)
+        if not m:
+            raise Problem(400, "key-malformed", "the Idempotency-Key is not a valid structured-field string")
+        value = re.sub(r'\\(["\\])', r"\1", m.group(1))
+    if not KEY_PATTERN.match(value):
+        raise Problem(400, "key-malformed",
+                      "an idempotency key is 16 to 128 characters of A-Z, a-z, 0-9, '_' and '-'")
+    return value
+
+
+def parse_body(raw: bytes) -> Any:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, UnicodeDecodeError):
+        raise Problem(400, "body-not-json", "the request body must be JSON") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+def check_length(length: Optional[int], settings: Settings) -> None:
+    if length is not None and length > settings.max_body_bytes:
+        raise Problem(413, "body-too-large", "the request body is over %d bytes" % settings.max_body_bytes)
+
+
+def stored_headers(headers: Headers, settings: Settings) -> Dict[str, str]:
+    """The response headers kept with the record, lower-cased (values of
+    one name joined by ", "; Set-Cookie lines by a newline, and only when
+    settings.replay_set_cookie)."""
+    connection_named = {v.strip().lower() for n, val in headers if n.lower() == "connection" for v in val.split(",")}
+    kept: Dict[str, str] = {}
+    for name, value in headers:
+        n = name.lower()
+        if n in NOT_STORED or n in connection_named or (n == "set-cookie" and not settings.replay_set_cookie):
+            continue
+        if n in kept:
+            kept[n] += ("\n" if n == "set-cookie" else ", ") + value
+        else:
+            kept[n] = value
+    return kept
+
+
+def replayed_headers(stored: Optional[Mapping[str, str]]) -> Headers:
+    out: Headers = []
+    for name, value in (stored or {}).items():
+        if name.lower() == "set-cookie":
+            out.extend((name, line) for line in value.split("\n"))
+        else:
+            out.append((name, value))
+    return out
+
+
+def http_date(at: Optional[_dt.datetime]) -> Optional[str]:
+    if at is None or at.year > 9999 or at == _dt.datetime.max.replace(tzinfo=at.tzinfo):
+        return None
+    return email.utils.format_datetime(at.astimezone(_dt.timezone.utc), usegmt=True)
+
+
+def problem_of(error: BaseException, settings: Settings) -> Problem:
+    """The answer to an idem error (nothing internal in it: the rest goes
+    to the log, without the key)."""
+    if isinstance(error, Problem):
+        return error
+    if isinstance(error, KeyReused):
+        return Problem(settings.conflict_status, "key-reused",
+                       "this idempotency key was used with a different request; send a new key for a new request")
+    if isinstance(error, InFlight):
+        return Problem(409, "in-flight", "the first request with this key is still being processed; retry later",
+                       [("Retry-After", str(settings.in_flight_retry_after))])
+    if isinstance(error, ReadOnly):
+        return Problem(503, "read-only", "the service cannot take writes now; retry later",
+                       [("Retry-After", str(settings.read_only_retry_after))])
+    if isinstance(error, NotAllowed):
+        return Problem(403, "forbidden", "this request is not allowed for this owner or operation")
+    if isinstance(error, InvalidRequest):
+        return Problem(400, "invalid-request", error.message)
+    if isinstance(error, SerializationFailure):
+        return Problem(503, "retry", "the request raced another one; retry it", [("Retry-After", "0")])
+    log.error("idem_pg: request failed: %s", _describe(error))
+    return Problem(500, "internal", "the request could not be completed")
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, IdemError):
+        return "%s %s" % (error.sqlstate, error.message)
+    return "%s: %s" % (type(error).__name__, error)
+
+
+def _finished(outcome: core.Outcome, expires: Optional[_dt.datetime], replayed: bool,
+              status: int, headers: Headers, body: bytes) -> Answer:
+    out = list(headers) + [("Idempotent-Replayed", "true" if replayed else "false")]
+    date = http_date(expires)
+    if date:
+        out.append(("Idempotency-Expires", date))
+    return Answer(status, out, body)
+
+
+def replay_of(outcome: core.Outcome) -> Answer:
+    body = (outcome.body or "").encode()
+    return _finished(outcome, outcome.expires_at, True, outcome.http_status or 200,
+                     replayed_headers(outcome.headers), body)
+
+
+class _Discard(Exception):
+    """Roll the claim back and send this answer (a 5xx of the handler)."""
+
+    def __init__(self, answer: Answer):
+        super().__init__("discarded")
+        self.answer = answer
+
+
+def _failed(app_answer: Answer, settings: Settings) -> Answer:
+    """A 5xx (or 1xx) of the handler: nothing is stored, the claim rolls
+    back, the key stays retryable.  Its status (and Retry-After) is kept;
+    its body, which may be a framework's error page or worse, is not."""
+    status = app_answer.status if 500 <= app_answer.status <= 599 else 500
+    retry = [(n, v) for n, v in app_answer.headers if n.lower() == "retry-after"]
+    return Problem(status, "internal", "the request could not be completed; nothing was done: retry it",
+                   retry).answer(settings)
+
+
+def _check_json_body(answer: Answer, route: Route) -> Optional[core.RawJson]:
+    if not answer.body:
+        return None
+    try:
+        json.loads(answer.body)
+    except (ValueError, UnicodeDecodeError):
+        log.error("idem_pg: the handler of operation %s answered a body that is not JSON: not stored",
+                  route.operation)
+        raise Problem(500, "internal", "the request could not be completed") from None
+    return core.RawJson(answer.body)
+
+
+@dataclass
+class _Prepared:
+    route: Route
+    key: str
+    owner: int
+    body: Any
+    request: Any
+    params: Dict[str, str]
+    fingerprint: Optional[str] = None
+    marker: Optional[str] = None
+    extra: Headers = field(default_factory=list)
+
+
+def prepare(exchange: Exchange, route: Route, params: Dict[str, str], raw_body: bytes,
+            settings: Settings, key: str) -> _Prepared:
+    """Everything checked before anything is claimed."""
+    if len(raw_body) > settings.max_body_bytes:
+        raise Problem(413, "body-too-large", "the request body is over %d bytes" % settings.max_body_bytes)
+    body = parse_body(raw_body)
+    owner = settings.owner(exchange.native)
+    if owner is None:
+        raise Problem(401, "no-owner", "the request has no authenticated owner")
+    return _Prepared(route, key, int(owner), body, route.request_of(body, params), params)
+
+
+def _settle(p: _Prepared, settings: Settings, db: Any, app_answer: Answer, outcome: core.Outcome,
+            ctx: Context) -> Answer:
+    """After the handler: store its 2xx-4xx answer in its transaction, or
+    discard a 5xx."""
+    if not 200 <= app_answer.status <= 499:
+        raise _Discard(_failed(app_answer, settings))
+    body = _check_json_body(app_answer, p.route)
+    prep = None if settings.server_prepare else False
+    core.finish(db, p.owner, p.route.operation, p.key, app_answer.status, body, ctx.resource_id,
+                stored_headers(app_answer.headers, settings), prep)
+    expires = outcome.expires_at
+    if app_answer.status >= 400:
+        # a 4xx expires after the failure ttl: read what was just stored
+        expires = core.begin(db, p.owner, p.route.operation, p.key, p.request, settings.ttl, prep).expires_at
+    return _finished(outcome, expires, False, app_answer.status, app_answer.headers, app_answer.body)
+
+
+def handle(exchange: Exchange, route: Route, params: Dict[str, str], read_body: Callable[[int], bytes],
+           call: Callable[[Context], Answer], settings: Settings,
+           transaction: Optional[Callable[[], Any]] = None) -> Answer:
+    """The contract around ``call`` (the framework's handler, run with the
+    claim's transaction open), for a synchronous framework.
+    ``transaction()`` is a context manager giving the connection of a new
+    transaction (default: settings.connection() and conn.transaction())."""
+    try:
+        key = parse_key(exchange.header("idempotency-key"))
+        if key is None:
+            if route.key_required:
+                raise Problem(400, "key-missing", "this request needs an Idempotency-Key header")
+            return call(Context(None, 0, route.operation, "", None, None, params))
+        check_length(exchange.content_length, settings)
+        p = prepare(exchange, route, params, read_body(settings.max_body_bytes + 1), settings, key)
+        fast = settings.fast
+        if fast is not None:
+            hit = fast.before(p)
+            if hit is not None:
+                return hit
+        try:
+            answer, outcome = _execute(p, params, call, settings, transaction or _psycopg_transaction(settings))
+            if fast is not None:
+                fast.after(p, answer, outcome)
+            return answer
+        finally:
+            if fast is not None:
+                fast.release(p)
+    except _Discard as d:
+        return d.answer
+    except Exception as e:  # noqa: BLE001 - every error becomes an answer
+        return problem_of(e, settings).answer(settings)
+
+
+def _execute(p: _Prepared, params: Dict[str, str], call: Callable[[Context], Answer], settings: Settings,
+             transaction: Callable[[], Any]) -> Tuple[Answer, core.Outcome]:
+    with transaction() as db:
+        outcome = core.begin(db, p.owner, p.route.operation, p.key, p.request, settings.ttl,
+                             None if settings.server_prepare else False)
+        if outcome.replayed:
+            return replay_of(outcome), outcome
+        ctx = Context(db, p.owner, p.route.operation, p.key, p.request, p.body, params)
+        return _settle(p, settings, db, call(ctx), outcome, ctx), outcome
+
+
+def _psycopg_transaction(settings: Settings) -> Callable[[], Any]:
+    @contextmanager
+    def transaction():
+        if settings.connection is None:
+            raise RuntimeError("idem_pg: the middleware needs settings.connection (e.g. pool.connection)")
+        with settings.connection() as conn:
+            if not settings.server_prepare:
+                conn.prepare_threshold = None
+            with conn.transaction():
+                yield conn
+    return transaction
+
+
+async def handle_async(exchange: Exchange, route: Route, params: Dict[str, str],
+                       read_body: Callable[[int], Awaitable[bytes]],
+                       call: Callable[[Context], Awaitable[Answer]], settings: Settings) -> Answer:
+    """``handle`` for an asynchronous framework (ASGI): settings.connection
+    gives psycopg AsyncConnections (AsyncConnectionPool.connection); the
+    fast layer's calls, short and bounded, run in a thread."""
+    import asyncio
+    try:
+        key = parse_key(exchange.header("idempotency-key"))
+        if key is None:
+            if route.key_required:
+                raise Problem(400, "key-missing", "this request needs an Idempotency-Key header")
+            return await call(Context(None, 0, route.operation, "", None, None, params))
+        check_length(exchange.content_length, settings)
+        p = prepare(exchange, route, params, await read_body(settings.max_body_bytes + 1), settings, key)
+        fast = settings.fast
+        if fast is not None:
+            hit = await asyncio.to_thread(fast.before, p)
+            if hit is not None:
+                return hit
+        try:
+            answer, outcome = await _execute_async(p, params, call, settings)
+            if fast is not None:
+                await asyncio.to_thread(fast.after, p, answer, outcome)
+            return answer
+        finally:
+            if fast is not None:
+                await asyncio.to_thread(fast.release, p)
+    except _Discard as d:
+        return d.answer
+    except Exception as e:  # noqa: BLE001 - every error becomes an answer
+        return problem_of(e, settings).answer(settings)
+
+
+async def _execute_async(p: _Prepared, params: Dict[str, str], call: Callable[[Context], Awaitable[Answer]],
+                         settings: Settings) -> Tuple[Answer, core.Outcome]:
+    from . import aio
+    async with _async_transaction(settings) as db:
+        outcome = await aio.begin(db, p.owner, p.route.operation, p.key, p.request, settings.ttl)
+        if outcome.replayed:
+            return replay_of(outcome), outcome
+        ctx = Context(db, p.owner, p.route.operation, p.key, p.request, p.body, params)
+        app_answer = await call(ctx)
+        if not 200 <= app_answer.status <= 499:
+            raise _Discard(_failed(app_answer, settings))
+        body = _check_json_body(app_answer, p.route)
+        await aio.finish(db, p.owner, p.route.operation, p.key, app_answer.status, body, ctx.resource_id,
+                         stored_headers(app_answer.headers, settings))
+        expires = outcome.expires_at
+        if app_answer.status >= 400:
+            expires = (await aio.begin(db, p.owner, p.route.operation, p.key, p.request, settings.ttl)).expires_at
+        return _finished(outcome, expires, False, app_answer.status, app_answer.headers, app_answer.body), outcome
+
+
+@asynccontextmanager
+async def _async_transaction(settings: Settings):
+    if settings.connection is None:
+        raise RuntimeError("idem_pg: the middleware needs settings.connection (e.g. pool.connection)")
+    async with settings.connection() as conn:
+        if not settings.server_prepare:
+            conn.prepare_threshold = None
+        async with conn.transaction():
+            yield conn

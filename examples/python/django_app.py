@@ -1,0 +1,66 @@
+#!/usr/bin/python3
+"""The article's HTTP API in Django (one file), on idem_pg's Django
+middleware and Django's own database connection (the same routes and
+environment as flask_app.py).  Run: python3 django_app.py"""
+import os
+
+import django
+from django.conf import settings
+from django.db import connection
+from django.http import JsonResponse
+from django.urls import path
+
+settings.configure(
+    DEBUG=False, ALLOWED_HOSTS=["127.0.0.1", "localhost"], ROOT_URLCONF=__name__, SECRET_KEY="example-only",
+    MIDDLEWARE=["idem_pg.django.IdempotencyMiddleware"],
+    DATABASES={"default": {"ENGINE": "django.db.backends.postgresql", "NAME": os.environ.get("PGDATABASE", ""),
+                           "OPTIONS": {"options": os.environ.get("IDEM_PG_OPTIONS", "")}}},
+    IDEM_PG={"OWNER": lambda request: int(request.headers.get("X-Owner-Id", "x"))
+             if request.headers.get("X-Owner-Id", "").isdigit() else None,
+             "CONFLICT_STATUS": int(os.environ.get("IDEM_CONFLICT_STATUS", "409"))})
+django.setup()
+
+from idem_pg.django import context, idempotent  # noqa: E402 - after settings
+
+
+@idempotent("CREATE_ORDER")
+def create_order(request):
+    idem, order = context(request), context(request).body
+    sku, qty = order.get("skuId"), order.get("quantity")
+    if type(sku) is not int or type(qty) is not int or not 1 <= qty <= 100:
+        return JsonResponse({"error": "skuId must be an integer and quantity one from 1 to 100"}, status=400)
+    with connection.cursor() as cur:                     # in the claim's transaction
+        cur.execute("INSERT INTO shop_order (owner_id, sku_id, quantity) VALUES (%s, %s, %s) RETURNING id",
+                    (idem.owner, sku, qty))
+        (order_id,) = cur.fetchone()
+    idem.resource_id = order_id
+    response = JsonResponse({"orderId": order_id, "skuId": sku, "quantity": qty, "status": "CREATED"}, status=201)
+    response["Location"] = "/api/orders/%d" % order_id
+    response.set_cookie("last_order", str(order_id))      # not replayed: Set-Cookie is not stored
+    return response
+
+
+@idempotent("DEBIT", request=lambda body, params: {"account": int(params["account"]),
+                                                    "amount": (body or {}).get("amount")})
+def debit(request, account):
+    idem = context(request)
+    if type(idem.request["amount"]) not in (int, float):
+        return JsonResponse({"error": "amount must be a number"}, status=400)
+    with connection.cursor() as cur:
+        cur.execute("SELECT * FROM debit_account(%s, %s)", (account, idem.request["amount"]))
+        debit_id, balance = cur.fetchone()
+    if debit_id is None:
+        return JsonResponse({"error": "insufficient funds"}, status=422)
+    idem.resource_id = debit_id
+    response = JsonResponse({"debitId": debit_id, "balance": float(balance)}, status=201)
+    response["Location"] = "/api/debits/%d" % debit_id
+    return response
+
+
+urlpatterns = [path("api/orders", create_order), path("api/accounts/<int:account>/debit", debit)]
+
+if __name__ == "__main__":
+    from django.core.servers.basehttp import WSGIServer, run
+    from django.core.wsgi import get_wsgi_application
+    WSGIServer.request_queue_size = 128                 # a burst of clients, not 5
+    run("127.0.0.1", int(os.environ.get("PORT", "8080")), get_wsgi_application(), threading=True)
