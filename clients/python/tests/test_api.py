@@ -1,0 +1,209 @@
+"""idem_pg's API against a real server (the libpq variables name it; a
+database with examples/schema.sql, as test/clients/run.sh makes it)."""
+import datetime
+import threading
+import uuid
+
+import psycopg
+import pytest
+
+import idem_pg
+from idem_pg import errors
+
+
+def new_key():
+    return "py-" + uuid.uuid4().hex
+
+
+@pytest.fixture
+def conn():
+    with psycopg.connect() as c:
+        yield c
+
+
+def test_claim_then_replay(conn):
+    k = new_key()
+    with conn.transaction(), idem_pg.claim(conn, 1, "DEBIT", k, {"account": 7, "amount": 100}) as c:
+        assert not c.replayed
+        assert c.outcome.expires_at > datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=23)
+        c.finish(201, idem_pg.RawJson('{"b":1,  "a":2}'), resource_id=9, headers={"Location": "/debits/9"})
+    # another spelling of the same request replays, byte for byte
+    with conn.transaction(), idem_pg.claim(conn, 1, "DEBIT", k, {"amount": 100, "account": 7.0}) as c:
+        assert c.replayed
+        o = c.outcome
+    assert (o.http_status, o.body, o.headers, o.resource_id) == (201, '{"b":1,  "a":2}', {"Location": "/debits/9"}, 9)
+
+
+def test_claim_not_finished_raises_and_rolls_back(conn):
+    k = new_key()
+    with pytest.raises(idem_pg.NoClaim):
+        with conn.transaction(), idem_pg.claim(conn, 1, "DEBIT", k, {}):
+            pass
+    assert not idem_pg.begin(conn, 1, "DEBIT", k, {}).replayed     # nothing was stored
+    conn.rollback()
+
+
+def test_exceptions_per_sqlstate(conn):
+    k = new_key()
+    with conn.transaction():
+        idem_pg.begin(conn, 1, "DEBIT", k, {"n": 1})
+        idem_pg.finish(conn, 1, "DEBIT", k, 200, {})
+    cases = [
+        (idem_pg.KeyReused, "IK001", lambda: idem_pg.begin(conn, 1, "DEBIT", k, {"n": 2})),
+        (idem_pg.NoClaim, "IK003", lambda: idem_pg.finish(conn, 1, "DEBIT", new_key(), 200, {})),
+        (idem_pg.InvalidRequest, "22023", lambda: idem_pg.begin(conn, 1, "DEBIT", "short", {})),
+        (idem_pg.InvalidRequest, "22023", lambda: idem_pg.begin(conn, 1, "DEBIT", new_key(), {}, ttl=-5)),
+        (idem_pg.InvalidRequest, "22004", lambda: idem_pg.begin(conn, 1, "DEBIT", new_key(), None)),
+    ]
+    for cls, state, call in cases:
+        with pytest.raises(cls) as info:
+            call()
+        assert info.value.sqlstate == state
+        assert isinstance(info.value.__cause__, psycopg.Error)
+        conn.rollback()
+
+
+def test_in_flight_is_ik002():
+    k = new_key()
+    with psycopg.connect() as holder, psycopg.connect() as other:
+        idem_pg.begin(holder, 1, "DEBIT", k, {})
+        other.execute("SET idem.wait_timeout = 0")
+        with pytest.raises(idem_pg.InFlight):
+            idem_pg.begin(other, 1, "DEBIT", k, {})
+        holder.rollback()
+
+
+def test_read_only_is_25006():
+    with psycopg.connect(options="-c default_transaction_read_only=on") as c:
+        k = new_key()
+        assert not idem_pg.begin(c, 1, "DEBIT", k, {}).replayed    # a claim writes nothing yet
+        with pytest.raises(idem_pg.ReadOnly):
+            idem_pg.finish(c, 1, "DEBIT", k, 201, {})
+
+
+def test_not_allowed_is_42501():
+    # the examples' role is bound to owners 1-999999 (test/clients/run.sh)
+    with psycopg.connect(user="shop_app") as c:
+        with pytest.raises(idem_pg.NotAllowed):
+            idem_pg.begin(c, 5000000, "DEBIT", new_key(), {})
+
+
+def test_run_with_a_sql_handler(conn):
+    conn.execute("INSERT INTO account VALUES (9001, 100) ON CONFLICT (id) DO UPDATE SET balance = 100")
+    conn.commit()
+    k = new_key()
+    first = idem_pg.run(conn, 1, "DEBIT", k, {"account": 9001, "amount": 10}, "debit_handler(jsonb)")
+    again = idem_pg.run(conn, 1, "DEBIT", k, {"account": 9001, "amount": 10}, "debit_handler(jsonb)")
+    conn.commit()
+    assert (first.replayed, again.replayed, first.http_status, first.body) == (False, True, 201, again.body)
+    assert first.expires_at == again.expires_at
+    assert conn.execute("SELECT balance FROM account WHERE id = 9001").fetchone()[0] == 90
+
+
+def test_serialization_failure_and_retry_helper():
+    """Two SERIALIZABLE transactions of one key: the loser gets 40001 as
+    SerializationFailure, and retry_serializable's retry replays."""
+    k = new_key()
+    a, b = psycopg.connect(), psycopg.connect()
+    try:
+        for c in (a, b):
+            c.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+            c.execute("SELECT 1")          # the snapshot: taken before the other commits
+        idem_pg.begin(a, 1, "DEBIT", k, {})
+        idem_pg.finish(a, 1, "DEBIT", k, 201, {"ok": True})
+        a.commit()
+        with pytest.raises(idem_pg.SerializationFailure):
+            idem_pg.begin(b, 1, "DEBIT", k, {})
+        b.rollback()
+        # retry_serializable: the first attempt races a real commit of
+        # another key (40001), the second replays it
+        k2 = new_key()
+        attempts = []
+
+        def transaction():
+            attempts.append(1)
+            with b.transaction():
+                b.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+                b.execute("SELECT 1")
+                if len(attempts) == 1:
+                    with a.transaction():
+                        idem_pg.begin(a, 1, "DEBIT", k2, {})
+                        idem_pg.finish(a, 1, "DEBIT", k2, 201, {"ok": True})
+                return idem_pg.begin(b, 1, "DEBIT", k2, {})
+        outcome = idem_pg.retry_serializable(transaction)
+        assert outcome.replayed and len(attempts) == 2
+    finally:
+        a.close()
+        b.close()
+
+
+def test_submit_lease_heartbeat_complete_and_fencing(conn):
+    conn.autocommit = True
+    op = "SHIP_" + uuid.uuid4().hex[:8]
+    k = new_key()
+    s = idem_pg.submit(conn, 1, op, k, {"order": 7}, payload={"priority": "high"})
+    assert (s.replayed, s.status, s.http_status) == (False, "PROCESSING", 202) and s.task_id
+    worker = idem_pg.TaskWorker(op, "w1", lease=30)
+    (task,) = worker.lease(conn, batch=10)
+    assert (task.key, task.request, task.payload, task.attempt) == (k, {"order": 7}, {"priority": "high"}, 1)
+    assert task.heartbeat(conn) > datetime.datetime.now(datetime.timezone.utc)
+    # a transient failure, then a takeover after the lease lapses: the old token is fenced off
+    assert task.fail(conn, {"carrier": "timeout"}) == "FAILED_RETRYABLE"
+    conn.execute("UPDATE idempotency_record SET task_due_at = now() - interval '1 second' WHERE id = %s",
+                 (task.task_id,))
+    (second,) = idem_pg.TaskWorker(op, "w2", lease=30).lease(conn)
+    assert second.token > task.token and second.attempt == 2
+    with pytest.raises(idem_pg.LeaseLost):
+        task.complete(conn, 201, {"tracking": "stale"})
+    with conn.transaction():
+        second.complete(conn, 201, {"tracking": "JD0123"}, resource_id=7)
+    done = idem_pg.submit(conn, 1, op, k, {"order": 7})
+    assert (done.replayed, done.status, done.http_status, done.body) == (True, "SUCCEEDED", 201,
+                                                                       '{"tracking":"JD0123"}')
+
+
+def test_worker_wait_wakes_on_submit():
+    op = "WAKE_" + uuid.uuid4().hex[:8]
+    with psycopg.connect(autocommit=True) as listener, psycopg.connect(autocommit=True) as app:
+        worker = idem_pg.TaskWorker(op, "w1")
+        assert worker.wait(listener, 0.05) is False
+        timer = threading.Timer(0.2, lambda: idem_pg.submit(app, 1, op, new_key(), {}))
+        timer.start()
+        assert worker.wait(listener, 5) is True
+        timer.join()
+        assert len(worker.lease(listener)) == 1
+
+
+def test_outbox_emit_and_inbox_consume(conn):
+    topic = "py-" + uuid.uuid4().hex[:8]
+    with conn.transaction():
+        mid = idem_pg.emit(conn, topic, {"order": 1}, key="order-1", headers={"kind": "created"})
+    assert mid > 0
+    consumer = "billing-" + uuid.uuid4().hex[:6]
+    with conn.transaction():
+        assert idem_pg.consume(conn, consumer, "%s-%d" % (topic, mid)) is True
+    with conn.transaction():
+        assert idem_pg.consume(conn, consumer, "%s-%d" % (topic, mid)) is False
+
+
+def test_prepare_off_never_prepares(conn):
+    """prepare=False (behind a transaction pooler): no server-side
+    statement, where psycopg's default prepares after 5 executions."""
+    def calls(prepare):
+        for _ in range(8):
+            with conn.transaction():
+                k = new_key()
+                idem_pg.begin(conn, 1, "DEBIT", k, {}, prepare=prepare)
+                idem_pg.finish(conn, 1, "DEBIT", k, 201, {}, prepare=prepare)
+        return conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()[0]
+    assert calls(False) == 0
+    assert calls(None) >= 1
+
+
+def test_sqlstate_of_a_wrapped_error():
+    """Django wraps the driver's error: its cause's SQLSTATE counts."""
+    driver = type("DriverError", (Exception,), {"pgcode": "IK002"})("in flight")
+    wrapped = RuntimeError("wrapped")
+    wrapped.__cause__ = driver
+    assert errors.sqlstate_of(wrapped) == "IK002"
+    assert isinstance(errors.translate(wrapped), idem_pg.InFlight)
