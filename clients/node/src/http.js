@@ -1,0 +1,315 @@
+// The HTTP contract (clients/CONTRACT.md) for Express and node:http.
+//
+//   const idem = createIdempotency({ pool, owner: (req) => userIdOf(req) });
+//   app.post('/api/orders', idem.route('CREATE_ORDER'), async (req, res) => {
+//     const { rows } = await req.idem.client.query('INSERT ... RETURNING id', [...]);  // the claim's transaction
+//     req.idem.resourceId = rows[0].id;
+//     res.status(201).json({ orderId: rows[0].id });
+//   });
+//   http.createServer(idem.handler('CREATE_ORDER', {}, async (req, res) => { ... }));   // node:http
+//
+// The handler's answer is buffered and sent once the transaction committed.
+import { begin, finish, IdemError, InFlight, InvalidRequest, KeyReused, NotAllowed, RawJson, ReadOnly,
+  SerializationFailure } from './index.js';
+
+const KEY_PATTERN = /^[A-Za-z0-9_-]{16,128}$/;       // idem's own key check
+const SF_STRING = /^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$/;
+const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection',
+  'te', 'trailer', 'transfer-encoding', 'upgrade'];
+const NOT_STORED = new Set([...HOP_BY_HOP, 'date', 'content-length', 'server', 'idempotent-replayed',
+  'idempotency-expires']);
+const TITLES = {
+  'key-missing': 'Idempotency-Key header required',
+  'key-malformed': 'Malformed Idempotency-Key header',
+  'key-reused': 'Idempotency key reused with a different request',
+  'in-flight': 'A request with this idempotency key is in progress',
+  'read-only': 'The service is read-only for now',
+  forbidden: 'Not allowed',
+  'no-owner': 'No authenticated owner',
+  'body-too-large': 'Request body too large',
+  'body-not-json': 'Request body is not valid JSON',
+  'invalid-request': 'Invalid request',
+  retry: 'The request raced another; retry it',
+  internal: 'The request could not be completed',
+};
+
+export class Problem extends Error {
+  constructor(status, slug, detail, headers = {}) {
+    super(detail);
+    Object.assign(this, { status, slug, detail, headers });
+  }
+
+  answer(settings) {
+    const body = Buffer.from(JSON.stringify({ type: `urn:idem:error:${this.slug}`, title: TITLES[this.slug],
+      status: this.status, detail: this.detail }));
+    return { status: this.status, body, headers: [['content-type', 'application/problem+json'],
+      ['link', `<${settings.errorsUrl}#${this.slug}>; rel="describedby"`], ...Object.entries(this.headers)] };
+  }
+}
+
+const DEFAULTS = {
+  conflictStatus: 409, maxBodyBytes: 1024 * 1024, ttlSeconds: null, inFlightRetryAfter: 1,
+  readOnlyRetryAfter: 5, replaySetCookie: false, errorsUrl: '/docs/http-errors', fast: null,
+  log: (message) => console.error(message),
+};
+
+// The key of the Idempotency-Key header: an RFC 8941 sf-string or a bare
+// value; null when absent; a Problem when malformed.
+export function parseKey(raw) {
+  if (raw === undefined) return null;
+  if (Array.isArray(raw) || raw.includes(',')) throw new Problem(400, 'key-malformed', 'send one Idempotency-Key header');
+  let value = raw.trim();
+  if (value.startsWith('"')) {
+    const m = SF_STRING.exec(value);
+    if (!m) throw new Problem(400, 'key-malformed', 'the Idempotency-Key is not a valid structured-field string');
+    value = m[1].replace(/\\(["\\])/g, '$1');
+  }
+  if (!KEY_PATTERN.test(value)) {
+    throw new Problem(400, 'key-malformed', "an idempotency key is 16 to 128 characters of A-Z, a-z, 0-9, '_' and '-'");
+  }
+  return value;
+}
+
+// The response headers kept with the record: lower-case names, one string
+// each (Set-Cookie lines joined by a newline, and only if allowed).
+export function storedHeaders(headers, settings) {
+  const named = new Set(String(headers.connection ?? '').split(',').map((s) => s.trim().toLowerCase()));
+  const kept = {};
+  for (const [name, value] of Object.entries(headers)) {
+    const n = name.toLowerCase();
+    if (NOT_STORED.has(n) || named.has(n) || (n === 'set-cookie' && !settings.replaySetCookie)) continue;
+    kept[n] = Array.isArray(value) ? value.join(n === 'set-cookie' ? '\n' : ', ') : String(value);
+  }
+  return kept;
+}
+
+export function replayedHeaders(stored) {
+  const out = [];
+  for (const [name, value] of Object.entries(stored ?? {})) {
+    if (name.toLowerCase() === 'set-cookie') out.push([name, value.split('\n')]);
+    else out.push([name, value]);
+  }
+  return out;
+}
+
+export function problemOf(error, settings) {
+  if (error instanceof Problem) return error;
+  if (error instanceof KeyReused) {
+    return new Problem(settings.conflictStatus, 'key-reused',
+      'this idempotency key was used with a different request; send a new key for a new request');
+  }
+  if (error instanceof InFlight) {
+    return new Problem(409, 'in-flight', 'the first request with this key is still being processed; retry later',
+      { 'retry-after': String(settings.inFlightRetryAfter) });
+  }
+  if (error instanceof ReadOnly) {
+    return new Problem(503, 'read-only', 'the service cannot take writes now; retry later',
+      { 'retry-after': String(settings.readOnlyRetryAfter) });
+  }
+  if (error instanceof NotAllowed) return new Problem(403, 'forbidden', 'this request is not allowed for this owner or operation');
+  if (error instanceof InvalidRequest) return new Problem(400, 'invalid-request', error.message);
+  if (error instanceof SerializationFailure) {
+    return new Problem(503, 'retry', 'the request raced another one; retry it', { 'retry-after': '0' });
+  }
+  settings.log(`idem-pg: request failed: ${error instanceof IdemError ? `${error.sqlstate} ` : ''}${error && error.message}`);
+  return new Problem(500, 'internal', 'the request could not be completed');
+}
+
+const httpDate = (d) => (d instanceof Date && Number.isFinite(d.getTime()) ? d.toUTCString() : null);
+
+function finished(expires, replayed, status, headers, body) {
+  const out = [...headers, ['idempotent-replayed', replayed ? 'true' : 'false']];
+  const date = httpDate(expires);
+  if (date) out.push(['idempotency-expires', date]);
+  return { status, headers: out, body };
+}
+
+export const replayOf = (o) => finished(o.expiresAt, true, o.httpStatus ?? 200, replayedHeaders(o.headers),
+  Buffer.from(o.body ?? '', 'utf8'));
+
+// A 5xx of the handler: nothing stored, its status and Retry-After kept, its body not.
+function failed(answer, settings) {
+  const status = answer.status >= 500 && answer.status <= 599 ? answer.status : 500;
+  const retry = answer.headers['retry-after'] !== undefined ? { 'retry-after': String(answer.headers['retry-after']) } : {};
+  return new Problem(status, 'internal', 'the request could not be completed; nothing was done: retry it', retry)
+    .answer(settings);
+}
+
+function readBody(req, limit) {
+  return new Promise((resolve, reject) => {
+    const chunks = [];
+    let size = 0;
+    req.on('data', (c) => {
+      size += c.length;
+      if (size > limit) {
+        req.pause();
+        reject(new Problem(413, 'body-too-large', `the request body is over ${limit} bytes`));
+      } else chunks.push(c);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+// Hold what the handler writes until the transaction has committed.
+function capture(res) {
+  const chunks = [];
+  const original = { writeHead: res.writeHead, write: res.write, end: res.end };
+  let done;
+  const ended = new Promise((resolve) => { done = resolve; });
+  const add = (chunk, enc) => {
+    if (chunk !== undefined && chunk !== null && typeof chunk !== 'function') {
+      chunks.push(Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk, typeof enc === 'string' ? enc : 'utf8'));
+    }
+  };
+  res.writeHead = function writeHead(status, reason, headers) {
+    res.statusCode = status;
+    const h = typeof reason === 'object' ? reason : headers;
+    if (h) for (const [k, v] of Object.entries(h)) res.setHeader(k, v);
+    return res;
+  };
+  res.write = function write(chunk, enc, cb) {
+    add(chunk, enc);
+    (typeof enc === 'function' ? enc : cb)?.();
+    return true;
+  };
+  res.end = function end(chunk, enc, cb) {
+    add(chunk, enc);
+    done();
+    (typeof chunk === 'function' ? chunk : typeof enc === 'function' ? enc : cb)?.();
+    return res;
+  };
+  return {
+    ended,
+    restore() { Object.assign(res, original); },
+    answer() { return { status: res.statusCode, headers: res.getHeaders(), body: Buffer.concat(chunks) }; },
+  };
+}
+
+function send(res, answer) {
+  for (const name of res.getHeaderNames()) res.removeHeader(name);
+  for (const [name, value] of answer.headers) res.setHeader(name, value);
+  res.setHeader('content-length', answer.body.length);
+  res.statusCode = answer.status;
+  res.end(answer.body);
+}
+
+function requestOf(route, body, params) {
+  if (!route.request) return body;
+  if (typeof route.request === 'function') return route.request(body, params);
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw new Problem(400, 'invalid-request', 'the body must be a JSON object');
+  }
+  return Object.fromEntries(route.request.map((f) => [f, body[f] ?? null]));
+}
+
+async function execute(settings, route, p, req, res, next) {
+  const client = await settings.pool.connect();
+  let cap = null;
+  try {
+    await client.query('BEGIN');
+    const scope = { owner: p.owner, operation: route.operation, key: p.key, request: p.request,
+      ttl: settings.ttlSeconds };
+    const o = await begin(client, scope);
+    if (o.replayed) {
+      await client.query('COMMIT');
+      return { answer: replayOf(o), outcome: o };
+    }
+    req.idem = { client, owner: p.owner, operation: route.operation, key: p.key, request: p.request,
+      params: req.params ?? {}, resourceId: null };
+    cap = capture(res);
+    const nextError = new Promise((resolve) => {
+      Promise.resolve(next()).catch((e) => resolve(e));
+    });
+    const error = await Promise.race([cap.ended.then(() => null), nextError]);
+    cap.restore();
+    if (error) throw error;
+    const app = cap.answer();
+    if (app.status < 200 || app.status > 499) throw new Discard(failed(app, settings));
+    if (app.body.length) {
+      try { JSON.parse(app.body.toString('utf8')); } catch {
+        settings.log(`idem-pg: the handler of operation ${route.operation} answered a body that is not JSON: not stored`);
+        throw new Problem(500, 'internal', 'the request could not be completed');
+      }
+    }
+    await finish(client, { ...scope, status: app.status, body: app.body.length ? new RawJson(app.body) : null,
+      resourceId: req.idem.resourceId, headers: storedHeaders(app.headers, settings) });
+    let expires = o.expiresAt;
+    if (app.status >= 400) expires = (await begin(client, scope)).expiresAt;   // a 4xx: the failure ttl's expiry
+    await client.query('COMMIT');
+    const headers = Object.entries(app.headers);
+    return { answer: finished(expires, false, app.status, headers, app.body), outcome: { ...o, expiresAt: expires } };
+  } catch (e) {
+    if (cap) cap.restore();
+    await client.query('ROLLBACK').catch(() => {});
+    throw e;
+  } finally {
+    client.release();
+  }
+}
+
+class Discard extends Error {
+  constructor(answer) { super('discarded'); this.answer = answer; }
+}
+
+async function handle(settings, route, req, res, next) {
+  let p = null;
+  try {
+    const key = parseKey(req.headers['idempotency-key']);
+    if (key === null) {
+      if (route.keyRequired !== false) throw new Problem(400, 'key-missing', 'this request needs an Idempotency-Key header');
+      return next();
+    }
+    const length = Number(req.headers['content-length']);
+    if (length > settings.maxBodyBytes) {
+      throw new Problem(413, 'body-too-large', `the request body is over ${settings.maxBodyBytes} bytes`);
+    }
+    const raw = await readBody(req, settings.maxBodyBytes);
+    let body = null;
+    if (raw.length) {
+      try { body = JSON.parse(raw.toString('utf8')); } catch {
+        throw new Problem(400, 'body-not-json', 'the request body must be JSON');
+      }
+    }
+    req.body = body;
+    req._body = true;                      // body-parser: already read
+    const owner = await settings.owner(req);
+    if (owner === null || owner === undefined) throw new Problem(401, 'no-owner', 'the request has no authenticated owner');
+    p = { key, owner, body, request: requestOf(route, body, req.params ?? {}), route };
+    if (settings.fast) {
+      const hit = await settings.fast.before(p, settings);
+      if (hit) return send(res, hit);
+    }
+    const { answer, outcome } = await execute(settings, route, p, req, res, next);
+    if (settings.fast) await settings.fast.after(p, answer, outcome, settings);
+    return send(res, answer);
+  } catch (e) {
+    if (e instanceof Discard) return send(res, e.answer);
+    const answer = problemOf(e, settings).answer(settings);
+    if (e instanceof Problem && e.status === 413) answer.headers.push(['connection', 'close']);
+    return send(res, answer);
+  } finally {
+    if (settings.fast && p) await settings.fast.release(p);
+  }
+}
+
+// createIdempotency(settings): settings.pool (a pg Pool) and settings.owner
+// (req => owner id, or null) are required; the rest as in CONTRACT.md.
+export function createIdempotency(options) {
+  const settings = { ...DEFAULTS, ...options };
+  if (!settings.pool || typeof settings.owner !== 'function') throw new TypeError('idem-pg: pool and owner are required');
+  if (![409, 422].includes(settings.conflictStatus)) throw new TypeError('idem-pg: conflictStatus must be 409 or 422');
+  return {
+    settings,
+    // Express: app.post(path, idem.route(operation, {request, keyRequired}), handler)
+    route(operation, routeOptions = {}) {
+      const route = { operation, ...routeOptions };
+      return (req, res, next) => { handle(settings, route, req, res, next); };
+    },
+    // node:http: http.createServer(idem.handler(operation, {request, keyRequired}, (req, res) => ...))
+    handler(operation, routeOptions, fn) {
+      const route = { operation, ...routeOptions };
+      return (req, res) => handle(settings, route, req, res, () => fn(req, res));
+    },
+  };
+}

@@ -1,0 +1,182 @@
+// idem from Node: the SQL API of the idem extension on a pg client (or
+// anything with pg's query(text, values)), in the caller's transaction.
+// None of these functions commits or rolls back: the caller's transaction
+// decides, so the business writes and idem's record commit together.
+// int8 values (owner, resource and task ids, tokens) come back as strings,
+// as pg returns them.
+
+export class IdemError extends Error {
+  constructor(message, sqlstate, detail, cause) {
+    super(message, cause ? { cause } : undefined);
+    this.name = new.target.name;
+    this.sqlstate = sqlstate;
+    this.detail = detail;
+  }
+}
+export class KeyReused extends IdemError {}            // IK001
+export class InFlight extends IdemError {}             // IK002
+export class NoClaim extends IdemError {}              // IK003
+export class LeaseLost extends IdemError {}            // IK004
+export class UnfinishedClaim extends IdemError {}      // IK005
+export class NestedRun extends IdemError {}            // IK006
+export class InvalidRequest extends IdemError {}       // 22023, 22004, 22003, 22P02
+export class ReadOnly extends IdemError {}             // 25006
+export class NotAllowed extends IdemError {}           // 42501
+export class SerializationFailure extends IdemError {} // 40001: retry the whole transaction
+
+const BY_STATE = {
+  IK001: KeyReused, IK002: InFlight, IK003: NoClaim, IK004: LeaseLost, IK005: UnfinishedClaim,
+  IK006: NestedRun, 22023: InvalidRequest, 22004: InvalidRequest, 22003: InvalidRequest,
+  '22P02': InvalidRequest, 25006: ReadOnly, 42501: NotAllowed, 40001: SerializationFailure,
+};
+
+// The idem error of a pg error (or the error itself when it has no SQLSTATE).
+export function translate(error) {
+  const state = error && typeof error.code === 'string' && /^[0-9A-Z]{5}$/.test(error.code) ? error.code : null;
+  if (!state) return error;
+  const Cls = BY_STATE[state] || IdemError;
+  return new Cls(error.message, state, error.detail, error);
+}
+
+async function query(db, text, values) {
+  try {
+    return (await db.query(text, values)).rows;
+  } catch (e) {
+    throw translate(e);
+  }
+}
+
+const json = (v) => (v === undefined || v === null ? null
+  : v instanceof RawJson ? v.text : Buffer.isBuffer(v) ? v.toString('utf8') : JSON.stringify(v));
+const ttl = (t) => (t === undefined || t === null ? null : `${Number(t)} seconds`);
+
+// JSON text passed as it is (a response body stored byte for byte).
+export class RawJson {
+  constructor(text) { this.text = Buffer.isBuffer(text) ? text.toString('utf8') : String(text); }
+}
+
+const OUTCOME = 'replayed, http_status, body::text AS body, headers, resource_id, expires_at';
+const outcome = (r) => ({
+  replayed: r.replayed, httpStatus: r.http_status, body: r.body, headers: r.headers,
+  resourceId: r.resource_id, expiresAt: r.expires_at,
+});
+
+// idem_begin: claim the key for this transaction ({replayed: false}), or replay.
+export async function begin(db, { owner, operation, key, request, ttl: t }) {
+  const [r] = await query(db, `SELECT ${OUTCOME} FROM idem_begin($1, $2, $3, $4::jsonb, $5::interval)`,
+    [owner, operation, key, json(request), ttl(t)]);
+  return outcome(r);
+}
+
+// idem_finish: store this transaction's claim's answer (2xx-4xx).
+export async function finish(db, { owner, operation, key, status, body, resourceId, headers }) {
+  await query(db, 'SELECT idem_finish($1, $2, $3, $4, $5::json, $6, $7::jsonb)',
+    [owner, operation, key, status, json(body), resourceId ?? null, headers ? JSON.stringify(headers) : null]);
+}
+
+// idem_run: call the SQL handler (a regprocedure) once per key, or replay.
+export async function run(db, { owner, operation, key, request, handler, ttl: t }) {
+  const [r] = await query(db,
+    `SELECT ${OUTCOME} FROM idem_run($1, $2, $3, $4::jsonb, $5::regprocedure, $6::interval)`,
+    [owner, operation, key, json(request), handler, ttl(t)]);
+  return outcome(r);
+}
+
+// idem_submit: start a long flow, or tell its state.
+export async function submit(db, { owner, operation, key, request, payload, ttl: t }) {
+  const [r] = await query(db, 'SELECT replayed, status, http_status, body::text AS body, headers, resource_id,'
+    + ' task_id FROM idem_submit($1, $2, $3, $4::jsonb, $5::jsonb, $6::interval)',
+  [owner, operation, key, json(request), json(payload), ttl(t)]);
+  return { replayed: r.replayed, status: r.status, httpStatus: r.http_status, body: r.body,
+    headers: r.headers, resourceId: r.resource_id, taskId: r.task_id };
+}
+
+// idem_consume: true the first time the consumer sees the message.
+export async function consume(db, { consumer, messageId, ttl: t }) {
+  const [r] = await query(db, 'SELECT idem_consume($1, $2, $3::interval) AS first', [consumer, messageId, ttl(t)]);
+  return r.first;
+}
+
+// idem_outbox_emit: a message published once this transaction commits; its id.
+export async function emit(db, { topic, payload, key, headers }) {
+  const [r] = await query(db, 'SELECT idem_outbox_emit($1, $2::jsonb, $3, $4::jsonb) AS id',
+    [topic, json(payload), key ?? null, headers ? JSON.stringify(headers) : null]);
+  return r.id;
+}
+
+// claim(db, scope, work): begin; a replay returns its outcome; otherwise
+// work({finish}) runs (in the caller's transaction) and must finish.
+export async function claim(db, scope, work) {
+  const o = await begin(db, scope);
+  if (o.replayed) return o;
+  let finished = null;
+  const c = {
+    outcome: o,
+    async finish(status, body, { resourceId, headers } = {}) {
+      await finish(db, { ...scope, status, body, resourceId, headers });
+      finished = { ...o, httpStatus: status, resourceId: resourceId ?? null, headers: headers ?? null,
+        body: json(body) };
+      return finished;
+    },
+  };
+  await work(c);
+  if (!finished) throw new NoClaim('the claim of the key was not finished: call finish() in the work', 'IK003');
+  return finished;
+}
+
+// Run transaction() (which opens, does and commits one transaction) again
+// on 40001, up to attempts times, with a random backoff in between.
+export async function retrySerializable(transaction, { attempts = 5, baseDelayMs = 10, maxDelayMs = 1000 } = {}) {
+  for (let i = 0; ; i++) {
+    try {
+      return await transaction();
+    } catch (e) {
+      const t = translate(e);
+      if (!(t instanceof SerializationFailure) || i === attempts - 1) throw t;
+      await new Promise((r) => setTimeout(r, Math.random() * Math.min(maxDelayMs, baseDelayMs * 2 ** i)));
+    }
+  }
+}
+
+// A long flow's worker: leases due tasks of one operation; each task
+// carries its fencing token for heartbeat, complete and fail (LeaseLost
+// when it was taken over: nothing changes).
+export class TaskWorker {
+  constructor(operation, worker, { leaseSeconds = 30, bindSession = false } = {}) {
+    Object.assign(this, { operation, worker, leaseSeconds, bindSession });
+  }
+
+  async lease(db, batch = 1) {
+    const rows = await query(db, 'SELECT task_id, owner, key, request, payload, attempt, token, lease_expires_at'
+      + ' FROM idem_lease($1, $2, $3::interval, $4, $5)',
+    [this.operation, this.worker, ttl(this.leaseSeconds), batch, this.bindSession]);
+    return rows.map((r) => new Task(r));
+  }
+}
+
+export class Task {
+  constructor(r) {
+    Object.assign(this, { taskId: r.task_id, owner: r.owner, key: r.key, request: r.request,
+      payload: r.payload, attempt: r.attempt, token: r.token, leaseExpiresAt: r.lease_expires_at });
+  }
+
+  async heartbeat(db, extendSeconds) {
+    const [r] = await query(db, 'SELECT idem_heartbeat($1, $2, $3::interval) AS until',
+      [this.taskId, this.token, ttl(extendSeconds)]);
+    this.leaseExpiresAt = r.until;
+    return r.until;
+  }
+
+  async complete(db, status, body, { resourceId, headers } = {}) {
+    await query(db, 'SELECT idem_complete($1, $2, $3, $4::json, $5, $6::jsonb)',
+      [this.taskId, this.token, status, json(body), resourceId ?? null, headers ? JSON.stringify(headers) : null]);
+  }
+
+  async fail(db, error, retryable = true) {
+    const [r] = await query(db, 'SELECT idem_fail($1, $2, $3::jsonb, $4) AS status',
+      [this.taskId, this.token, json(error), retryable]);
+    return r.status;
+  }
+}
+
+export { createIdempotency } from './http.js';
