@@ -1,0 +1,101 @@
+package idem;
+
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * A long flow's worker: leases the due tasks of one operation; each {@link Task} carries its
+ * fencing token for heartbeat, complete and fail (IK004, {@link IdemException.LeaseLost},
+ * once it was taken over: nothing changes).
+ */
+public final class TaskWorker {
+    private final Idem idem;
+    private final String operation;
+    private final String worker;
+    private final Duration lease;
+    private final boolean bindSession;
+
+    public TaskWorker(Idem idem, String operation, String worker, Duration lease, boolean bindSession) {
+        this.idem = idem;
+        this.operation = operation;
+        this.worker = worker;
+        this.lease = lease;
+        this.bindSession = bindSession;
+    }
+
+    /** A leased task: what the submit stored, and this lease's token. */
+    public record Task(Idem idem, long taskId, long owner, String key, String requestJson, String payloadJson,
+                       int attempt, long token, Instant leaseExpiresAt) {
+        public Instant heartbeat(Connection c, Duration extend) throws SQLException {
+            try (PreparedStatement ps = idem.prepare(c, "SELECT idem_heartbeat(?, ?, ?::interval)")) {
+                ps.setLong(1, taskId);
+                ps.setLong(2, token);
+                ps.setObject(3, Idem.interval(extend));
+                try (ResultSet rs = ps.executeQuery()) {
+                    rs.next();
+                    return rs.getTimestamp(1).toInstant();
+                }
+            } catch (SQLException e) {
+                throw IdemException.of(e);
+            }
+        }
+
+        /** Stores the result (2xx-4xx), in the transaction of the business write. */
+        public void complete(Connection c, int httpStatus, String bodyJson, Long resourceId) throws SQLException {
+            try (PreparedStatement ps = idem.prepare(c, "SELECT idem_complete(?, ?, ?, ?::json, ?)")) {
+                ps.setLong(1, taskId);
+                ps.setLong(2, token);
+                ps.setInt(3, httpStatus);
+                ps.setString(4, bodyJson);
+                ps.setObject(5, resourceId);
+                ps.executeQuery().close();
+            } catch (SQLException e) {
+                throw IdemException.of(e);
+            }
+        }
+
+        /** A failed attempt: "FAILED_RETRYABLE" (due again after a backoff) or "FAILED_FINAL". */
+        public String fail(Connection c, String errorJson, boolean retryable) throws SQLException {
+            try (PreparedStatement ps = idem.prepare(c, "SELECT idem_fail(?, ?, ?::jsonb, ?)")) {
+                ps.setLong(1, taskId);
+                ps.setLong(2, token);
+                ps.setString(3, errorJson);
+                ps.setBoolean(4, retryable);
+                try (ResultSet rs = ps.executeQuery()) {
+                    rs.next();
+                    return rs.getString(1);
+                }
+            } catch (SQLException e) {
+                throw IdemException.of(e);
+            }
+        }
+    }
+
+    /** Up to {@code batch} due tasks, each with a new token. */
+    public List<Task> lease(Connection c, int batch) throws SQLException {
+        try (PreparedStatement ps = idem.prepare(c, "SELECT task_id, owner, key, request::text, payload::text, "
+            + "attempt, token, lease_expires_at FROM idem_lease(?, ?, ?::interval, ?, ?)")) {
+            ps.setString(1, operation);
+            ps.setString(2, worker);
+            ps.setObject(3, Idem.interval(lease));
+            ps.setInt(4, batch);
+            ps.setBoolean(5, bindSession);
+            List<Task> tasks = new ArrayList<>();
+            try (ResultSet rs = ps.executeQuery()) {
+                while (rs.next()) {
+                    tasks.add(new Task(idem, rs.getLong(1), rs.getLong(2), rs.getString(3), rs.getString(4),
+                        rs.getString(5), rs.getInt(6), rs.getLong(7), rs.getTimestamp(8).toInstant()));
+                }
+            }
+            return tasks;
+        } catch (SQLException e) {
+            throw IdemException.of(e);
+        }
+    }
+}

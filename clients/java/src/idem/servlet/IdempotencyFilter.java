@@ -1,0 +1,351 @@
+package idem.servlet;
+
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.time.Instant;
+import java.time.ZoneOffset;
+import java.time.format.DateTimeFormatter;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import idem.Idem;
+import idem.IdemException;
+import jakarta.servlet.Filter;
+import jakarta.servlet.FilterChain;
+import jakarta.servlet.ServletException;
+import jakarta.servlet.ServletRequest;
+import jakarta.servlet.ServletResponse;
+import jakarta.servlet.http.HttpServletRequest;
+import jakarta.servlet.http.HttpServletResponse;
+
+/**
+ * The HTTP contract (clients/CONTRACT.md) as a {@code jakarta.servlet.Filter}: Tomcat 10.1,
+ * Jetty 11+, Spring Boot 3. The routes of {@link Settings} go through idem; the servlet gets
+ * the claim's connection (its transaction) as the request attribute {@link #CONTEXT}, and its
+ * answer is held until the transaction committed.
+ */
+public final class IdempotencyFilter implements Filter {
+    /** The request attribute holding the {@link Settings.Context} of the claim. */
+    public static final String CONTEXT = "idem.context";
+
+    private static final Logger LOG = Logger.getLogger("idem");
+    private static final Pattern KEY = Pattern.compile("^[A-Za-z0-9_-]{16,128}$");
+    private static final Pattern SF_STRING = Pattern.compile("^\"((?:[\\x20\\x21\\x23-\\x5b\\x5d-\\x7e]|\\\\[\"\\\\])*)\"$");
+    private static final Set<String> NOT_STORED = Set.of("connection", "keep-alive", "proxy-authenticate",
+        "proxy-authorization", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "date",
+        "content-length", "server", "idempotent-replayed", "idempotency-expires");
+    private static final DateTimeFormatter HTTP_DATE =
+        DateTimeFormatter.ofPattern("EEE, dd MMM yyyy HH:mm:ss 'GMT'", Locale.US).withZone(ZoneOffset.UTC);
+    private static final Map<String, String> TITLES = Map.ofEntries(
+        Map.entry("key-missing", "Idempotency-Key header required"),
+        Map.entry("key-malformed", "Malformed Idempotency-Key header"),
+        Map.entry("key-reused", "Idempotency key reused with a different request"),
+        Map.entry("in-flight", "A request with this idempotency key is in progress"),
+        Map.entry("read-only", "The service is read-only for now"),
+        Map.entry("forbidden", "Not allowed"),
+        Map.entry("no-owner", "No authenticated owner"),
+        Map.entry("body-too-large", "Request body too large"),
+        Map.entry("body-not-json", "Request body is not valid JSON"),
+        Map.entry("invalid-request", "Invalid request"),
+        Map.entry("retry", "The request raced another; retry it"),
+        Map.entry("internal", "The request could not be completed"));
+
+    private final Settings settings;
+    private final Idem idem;
+
+    public IdempotencyFilter(Settings settings) {
+        this.settings = settings;
+        this.idem = settings.serverPrepare ? new Idem() : new Idem().withoutServerPrepare();
+    }
+
+    /** An answer of the filter itself: RFC 9457 problem+json. */
+    static final class Problem extends Exception {
+        private static final long serialVersionUID = 1L;
+        final int status;
+        final String slug;
+        final Map<String, String> headers = new LinkedHashMap<>();
+
+        Problem(int status, String slug, String detail) {
+            super(detail);
+            this.status = status;
+            this.slug = slug;
+        }
+
+        Problem with(String name, String value) {
+            headers.put(name, value);
+            return this;
+        }
+    }
+
+    /** What is sent: status, headers (lower-case names, each with its values), body. */
+    record Answer(int status, Map<String, List<String>> headers, byte[] body) {
+    }
+
+    @Override
+    public void doFilter(ServletRequest req, ServletResponse res, FilterChain chain) throws IOException, ServletException {
+        HttpServletRequest request = (HttpServletRequest) req;
+        HttpServletResponse response = (HttpServletResponse) res;
+        String path = request.getRequestURI().substring(request.getContextPath().length());
+        Settings.Match match = settings.match(request.getMethod(), path);
+        if (match == null) {
+            chain.doFilter(req, res);
+            return;
+        }
+        Answer answer;
+        try {
+            String key = parseKey(Collections.list(request.getHeaders("Idempotency-Key")));
+            if (key == null) {
+                if (match.route().keyRequired()) {
+                    throw new Problem(400, "key-missing", "this request needs an Idempotency-Key header");
+                }
+                chain.doFilter(req, res);
+                return;
+            }
+            answer = handle(request, response, chain, match, key);
+        } catch (Problem p) {
+            answer = problem(p);
+        }
+        send(response, answer);
+    }
+
+    private Answer handle(HttpServletRequest request, HttpServletResponse response, FilterChain chain,
+                          Settings.Match match, String key) throws Problem {
+        if (request.getContentLengthLong() > settings.maxBodyBytes) {
+            throw new Problem(413, "body-too-large", "the request body is over " + settings.maxBodyBytes + " bytes");
+        }
+        byte[] raw = readBody(request);
+        Long owner;
+        try {
+            owner = settings.owner.ownerOf(request);
+        } catch (Exception e) {
+            owner = null;
+        }
+        if (owner == null) {
+            throw new Problem(401, "no-owner", "the request has no authenticated owner");
+        }
+        String body = raw.length == 0 ? "null" : new String(raw, StandardCharsets.UTF_8);
+        String fingerprinted = match.route().request() == null ? body
+            : match.route().request().select(body, match.params());
+        try (Connection c = settings.dataSource.getConnection()) {
+            c.setAutoCommit(false);
+            try {
+                Answer a = execute(c, request, response, chain, match, key, owner, fingerprinted, raw);
+                c.commit();
+                return a;
+            } catch (Problem | RuntimeException | SQLException | IOException | ServletException e) {
+                c.rollback();
+                throw e;
+            } finally {
+                c.setAutoCommit(true);
+            }
+        } catch (SQLException e) {
+            throw problemOf(e, true);
+        } catch (IOException | ServletException | RuntimeException e) {
+            LOG.log(Level.SEVERE, "idem: the handler of operation " + match.route().operation() + " failed", e);
+            throw new Problem(500, "internal", "the request could not be completed");
+        }
+    }
+
+    private Answer execute(Connection c, HttpServletRequest request, HttpServletResponse response, FilterChain chain,
+                           Settings.Match match, String key, long owner, String fingerprinted, byte[] raw)
+        throws Problem, SQLException, IOException, ServletException {
+        String operation = match.route().operation();
+        Idem.Outcome o;
+        try {
+            o = idem.begin(c, owner, operation, key, fingerprinted, settings.ttl);
+        } catch (IdemException.InvalidRequest e) {
+            if ("22P02".equals(e.getSQLState())) {
+                throw new Problem(400, "body-not-json", "the request body must be JSON");
+            }
+            throw e;
+        }
+        if (o.replayed()) {
+            Map<String, List<String>> h = new LinkedHashMap<>();
+            o.headers().forEach((n, v) -> h.put(n, n.equals("set-cookie") ? List.of(v.split("\n")) : List.of(v)));
+            return finished(o.expiresAt(), true, o.httpStatus(), h,
+                o.body() == null ? new byte[0] : o.body().getBytes(StandardCharsets.UTF_8));
+        }
+        Settings.Context ctx = new Settings.Context(c, owner, operation, key, match.params());
+        request.setAttribute(CONTEXT, ctx);
+        Capture.Response captured = new Capture.Response(response);
+        chain.doFilter(new Capture.Request(request, raw), captured);
+        int status = captured.status;
+        byte[] out = captured.bytes();
+        if (status < 200 || status > 499) {
+            Problem p = new Problem(status >= 500 && status <= 599 ? status : 500, "internal",
+                "the request could not be completed; nothing was done: retry it");
+            if (captured.headers.containsKey("retry-after")) {
+                p.with("retry-after", captured.headers.get("retry-after").get(0));
+            }
+            throw p;
+        }
+        try {
+            idem.finish(c, owner, operation, key, status, out.length == 0 ? null : new String(out, StandardCharsets.UTF_8),
+                ctx.resourceId, stored(captured.headers));
+        } catch (IdemException.InvalidRequest e) {
+            LOG.severe("idem: the handler of operation " + operation + " answered a body that is not JSON: not stored");
+            throw new Problem(500, "internal", "the request could not be completed");
+        }
+        Instant expires = o.expiresAt();
+        if (status >= 400) {                       // a 4xx expires after the failure ttl: read what was stored
+            expires = idem.begin(c, owner, operation, key, fingerprinted, settings.ttl).expiresAt();
+        }
+        return finished(expires, false, status, captured.headers, out);
+    }
+
+    /** The headers kept with the record: one string per name (Set-Cookie lines by a newline, if allowed). */
+    private Map<String, String> stored(Map<String, List<String>> headers) {
+        Set<String> named = new java.util.HashSet<>();
+        for (String v : headers.getOrDefault("connection", List.of())) {
+            for (String n : v.split(",")) {
+                named.add(n.trim().toLowerCase());
+            }
+        }
+        Map<String, String> kept = new LinkedHashMap<>();
+        headers.forEach((n, values) -> {
+            if (NOT_STORED.contains(n) || named.contains(n) || (n.equals("set-cookie") && !settings.replaySetCookie)) {
+                return;
+            }
+            kept.put(n, String.join(n.equals("set-cookie") ? "\n" : ", ", values));
+        });
+        return kept;
+    }
+
+    private static Answer finished(Instant expires, boolean replayed, int status, Map<String, List<String>> headers,
+                                   byte[] body) {
+        Map<String, List<String>> h = new LinkedHashMap<>(headers);
+        h.put("idempotent-replayed", List.of(replayed ? "true" : "false"));
+        if (expires != null) {
+            h.put("idempotency-expires", List.of(HTTP_DATE.format(expires)));
+        }
+        return new Answer(status, h, body);
+    }
+
+    static String parseKey(List<String> values) throws Problem {
+        if (values.isEmpty()) {
+            return null;
+        }
+        if (values.size() > 1 || values.get(0).contains(",")) {
+            throw new Problem(400, "key-malformed", "send one Idempotency-Key header");
+        }
+        String v = values.get(0).strip();
+        if (v.startsWith("\"")) {
+            Matcher m = SF_STRING.matcher(v);
+            if (!m.matches()) {
+                throw new Problem(400, "key-malformed", "the Idempotency-Key is not a valid structured-field string");
+            }
+            v = m.group(1).replaceAll("\\\\([\"\\\\])", "$1");
+        }
+        if (!KEY.matcher(v).matches()) {
+            throw new Problem(400, "key-malformed",
+                "an idempotency key is 16 to 128 characters of A-Z, a-z, 0-9, '_' and '-'");
+        }
+        return v;
+    }
+
+    private byte[] readBody(HttpServletRequest request) throws Problem {
+        try (InputStream in = request.getInputStream()) {
+            ByteArrayOutputStream out = new ByteArrayOutputStream();
+            byte[] buf = new byte[8192];
+            int n;
+            while ((n = in.read(buf)) > 0) {
+                out.write(buf, 0, n);
+                if (out.size() > settings.maxBodyBytes) {
+                    throw new Problem(413, "body-too-large", "the request body is over " + settings.maxBodyBytes + " bytes");
+                }
+            }
+            return out.toByteArray();
+        } catch (IOException e) {
+            throw new Problem(400, "invalid-request", "the request body could not be read");
+        }
+    }
+
+    private Problem problemOf(SQLException e, boolean log) {
+        if (e instanceof IdemException.KeyReused) {
+            return new Problem(settings.conflictStatus, "key-reused",
+                "this idempotency key was used with a different request; send a new key for a new request");
+        }
+        if (e instanceof IdemException.InFlight) {
+            return new Problem(409, "in-flight", "the first request with this key is still being processed; retry later")
+                .with("retry-after", Integer.toString(settings.inFlightRetryAfter));
+        }
+        if (e instanceof IdemException.ReadOnly) {
+            return new Problem(503, "read-only", "the service cannot take writes now; retry later")
+                .with("retry-after", Integer.toString(settings.readOnlyRetryAfter));
+        }
+        if (e instanceof IdemException.NotAllowed) {
+            return new Problem(403, "forbidden", "this request is not allowed for this owner or operation");
+        }
+        if (e instanceof IdemException.InvalidRequest) {
+            return new Problem(400, "invalid-request", e.getMessage());
+        }
+        if (e instanceof IdemException.SerializationFailure) {
+            return new Problem(503, "retry", "the request raced another one; retry it").with("retry-after", "0");
+        }
+        if (log) {
+            LOG.severe("idem: request failed: " + e.getSQLState() + " " + e.getMessage());
+        }
+        return new Problem(500, "internal", "the request could not be completed");
+    }
+
+    private Answer problem(Problem p) {
+        String body = "{\"type\":\"urn:idem:error:" + p.slug + "\",\"title\":\"" + TITLES.get(p.slug)
+            + "\",\"status\":" + p.status + ",\"detail\":" + jsonString(p.getMessage()) + "}";
+        Map<String, List<String>> h = new LinkedHashMap<>();
+        h.put("content-type", List.of("application/problem+json"));
+        h.put("link", List.of("<" + settings.errorsUrl + "#" + p.slug + ">; rel=\"describedby\""));
+        p.headers.forEach((n, v) -> h.put(n, List.of(v)));
+        if (p.status == 413) {
+            h.put("connection", List.of("close"));
+        }
+        return new Answer(p.status, h, body.getBytes(StandardCharsets.UTF_8));
+    }
+
+    static String jsonString(String s) {
+        StringBuilder b = new StringBuilder("\"");
+        for (char ch : s.toCharArray()) {
+            switch (ch) {
+                case '"' -> b.append("\\\"");
+                case '\\' -> b.append("\\\\");
+                case '\n' -> b.append("\\n");
+                default -> {
+                    if (ch < 0x20) {
+                        b.append(String.format("\\u%04x", (int) ch));
+                    } else {
+                        b.append(ch);
+                    }
+                }
+            }
+        }
+        return b.append('"').toString();
+    }
+
+    private static void send(HttpServletResponse response, Answer a) throws IOException {
+        response.reset();
+        response.setStatus(a.status());
+        for (Map.Entry<String, List<String>> e : a.headers().entrySet()) {
+            if (e.getKey().equals("content-length")) {
+                continue;
+            }
+            List<String> values = new ArrayList<>(e.getValue());
+            for (String v : values) {
+                response.addHeader(e.getKey(), v);
+            }
+        }
+        response.setContentLength(a.body().length);
+        response.getOutputStream().write(a.body());
+    }
+}

@@ -1,0 +1,172 @@
+package idem.servlet;
+
+import java.sql.Connection;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import javax.sql.DataSource;
+
+import jakarta.servlet.http.HttpServletRequest;
+
+/**
+ * The filter's settings (clients/CONTRACT.md), built fluently:
+ *
+ * <pre>
+ * Settings s = new Settings(dataSource, req -> ownerOf(req))
+ *     .route("POST", "/api/orders", "CREATE_ORDER")
+ *     .route("POST", "/api/accounts/{id}/debit", "DEBIT",
+ *            (body, params) -> "{\"account\": " + params.get("id") + ", \"body\": " + body + "}")
+ *     .conflictStatus(409);
+ * </pre>
+ */
+public final class Settings {
+    /** The owner a request acts for (its authenticated user), or null: 401. */
+    @FunctionalInterface
+    public interface OwnerResolver {
+        Long ownerOf(HttpServletRequest request) throws Exception;
+    }
+
+    /**
+     * What of a request is fingerprinted, as JSON text: by default the whole body. Given the body
+     * (JSON text, or "null" when empty) and the path template's parameters; PostgreSQL parses it.
+     */
+    @FunctionalInterface
+    public interface RequestSelector {
+        String select(String bodyJson, Map<String, String> params);
+    }
+
+    /** A route the contract applies to. */
+    public record Route(String method, Pattern path, List<String> names, String operation, RequestSelector request,
+                        boolean keyRequired) {
+    }
+
+    /** A matched route and its path parameters. */
+    public record Match(Route route, Map<String, String> params) {
+    }
+
+    final DataSource dataSource;
+    final OwnerResolver owner;
+    final List<Route> routes = new ArrayList<>();
+    int conflictStatus = 409;
+    long maxBodyBytes = 1024 * 1024;
+    Duration ttl;
+    int inFlightRetryAfter = 1;
+    int readOnlyRetryAfter = 5;
+    boolean replaySetCookie;
+    String errorsUrl = "/docs/http-errors";
+    boolean serverPrepare = true;
+
+    public Settings(DataSource dataSource, OwnerResolver owner) {
+        this.dataSource = dataSource;
+        this.owner = owner;
+    }
+
+    public Settings route(String method, String template, String operation) {
+        return route(method, template, operation, null, true);
+    }
+
+    public Settings route(String method, String template, String operation, RequestSelector request) {
+        return route(method, template, operation, request, true);
+    }
+
+    /** A route by method and path template ("/api/accounts/{id}/debit": {id} is one segment). */
+    public Settings route(String method, String template, String operation, RequestSelector request,
+                          boolean keyRequired) {
+        List<String> names = new ArrayList<>();
+        StringBuilder re = new StringBuilder("^");
+        Matcher m = Pattern.compile("\\{(\\w+)\\}").matcher(template);
+        int last = 0;
+        while (m.find()) {
+            re.append(Pattern.quote(template.substring(last, m.start()))).append("([^/]+)");
+            names.add(m.group(1));
+            last = m.end();
+        }
+        re.append(Pattern.quote(template.substring(last))).append("$");
+        routes.add(new Route(method.toUpperCase(), Pattern.compile(re.toString()), names, operation, request,
+            keyRequired));
+        return this;
+    }
+
+    /** 409 (the article) or 422 (the IETF draft) for a key reused with another request. */
+    public Settings conflictStatus(int status) {
+        if (status != 409 && status != 422) {
+            throw new IllegalArgumentException("conflictStatus must be 409 or 422");
+        }
+        conflictStatus = status;
+        return this;
+    }
+
+    public Settings maxBodyBytes(long bytes) {
+        maxBodyBytes = bytes;
+        return this;
+    }
+
+    public Settings ttl(Duration t) {
+        ttl = t;
+        return this;
+    }
+
+    public Settings retryAfter(int inFlightSeconds, int readOnlySeconds) {
+        inFlightRetryAfter = inFlightSeconds;
+        readOnlyRetryAfter = readOnlySeconds;
+        return this;
+    }
+
+    public Settings replaySetCookie(boolean allow) {
+        replaySetCookie = allow;
+        return this;
+    }
+
+    public Settings errorsUrl(String url) {
+        errorsUrl = url;
+        return this;
+    }
+
+    /** false behind a transaction pooler (PgBouncer): idem's statements are never server-prepared. */
+    public Settings serverPrepare(boolean prepare) {
+        serverPrepare = prepare;
+        return this;
+    }
+
+    Match match(String method, String path) {
+        for (Route r : routes) {
+            Matcher m = r.path().matcher(path);
+            if (r.method().equalsIgnoreCase(method) && m.matches()) {
+                Map<String, String> params = new LinkedHashMap<>();
+                for (int i = 0; i < r.names().size(); i++) {
+                    params.put(r.names().get(i), m.group(i + 1));
+                }
+                return new Match(r, params);
+            }
+        }
+        return null;
+    }
+
+    /** What the route's servlet gets, as the request attribute {@link IdempotencyFilter#CONTEXT}. */
+    public static final class Context {
+        public final Connection connection;
+        public final long owner;
+        public final String operation;
+        public final String key;
+        public final Map<String, String> params;
+        Long resourceId;
+
+        Context(Connection connection, long owner, String operation, String key, Map<String, String> params) {
+            this.connection = connection;
+            this.owner = owner;
+            this.operation = operation;
+            this.key = key;
+            this.params = params;
+        }
+
+        /** The resource the request made, stored with the record. */
+        public void resourceId(long id) {
+            resourceId = id;
+        }
+    }
+}

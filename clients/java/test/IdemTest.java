@@ -1,0 +1,181 @@
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.UUID;
+
+import idem.Idem;
+import idem.IdemException;
+import idem.TaskWorker;
+
+/**
+ * The Java API against a real server (PGHOST, PGPORT, PGDATABASE; a superuser PGUSER; the
+ * database of test/clients/run.sh). Prints one "ok - ..." or "not ok - ..." line per check.
+ */
+public final class IdemTest {
+    static int failures;
+
+    static void check(String what, boolean ok, Object detail) {
+        System.out.println((ok ? "ok - java api: " : "not ok - java api: ") + what + (ok ? "" : " (" + detail + ")"));
+        if (!ok) {
+            failures++;
+        }
+    }
+
+    static String key() {
+        return "java-" + UUID.randomUUID().toString().replace("-", "");
+    }
+
+    static Connection connect(String user, String options) throws SQLException {
+        Properties p = new Properties();
+        p.setProperty("user", user);
+        if (options != null) {
+            p.setProperty("options", options);
+        }
+        return DriverManager.getConnection("jdbc:postgresql://" + System.getenv("PGHOST") + ":" + System.getenv("PGPORT")
+            + "/" + System.getenv("PGDATABASE"), p);
+    }
+
+    interface Call {
+        void run() throws SQLException;
+    }
+
+    static String stateOf(Connection c, Call call) throws SQLException {
+        try {
+            call.run();
+            return "no error";
+        } catch (IdemException e) {
+            return e.getClass().getSimpleName() + " " + e.getSQLState();
+        } catch (SQLException e) {
+            return "not translated " + e.getSQLState();
+        } finally {
+            c.rollback();
+        }
+    }
+
+    public static void main(String[] args) throws Exception {
+        Idem idem = new Idem();
+        String superuser = System.getenv("PGUSER");
+        try (Connection c = connect(superuser, null)) {
+            c.setAutoCommit(false);
+            String k = key();
+            Idem.Outcome first = idem.begin(c, 1, "DEBIT", k, "{\"account\": 7, \"amount\": 100}", null);
+            idem.finish(c, 1, "DEBIT", k, 201, "{\"b\":1,  \"a\":2}", 9L, Map.of("location", "/debits/9"));
+            c.commit();
+            Idem.Outcome again = idem.begin(c, 1, "DEBIT", k, "{\"amount\": 100, \"account\": 7.0}", null);
+            c.commit();
+            check("begin claims, finish stores, a repeat in another spelling replays byte for byte",
+                !first.replayed() && again.replayed() && again.httpStatus() == 201
+                    && again.body().equals("{\"b\":1,  \"a\":2}") && again.resourceId() == 9L
+                    && again.headers().equals(Map.of("location", "/debits/9")), again);
+            check("expires_at: the claim's is the stored one, a day ahead",
+                first.expiresAt().equals(again.expiresAt())
+                    && Duration.between(Instant.now(), again.expiresAt()).toHours() == 23, again.expiresAt());
+
+            check("IK001 is KeyReused", stateOf(c, () -> idem.begin(c, 1, "DEBIT", k, "{\"n\": 2}", null))
+                .equals("KeyReused IK001"), "");
+            check("IK003 is NoClaim", stateOf(c, () -> idem.finish(c, 1, "DEBIT", key(), 200, "{}", null, null))
+                .equals("NoClaim IK003"), "");
+            check("22023 is InvalidRequest", stateOf(c, () -> idem.begin(c, 1, "DEBIT", "short", "{}", null))
+                .equals("InvalidRequest 22023"), "");
+            check("a bad JSON request is InvalidRequest 22P02",
+                stateOf(c, () -> idem.begin(c, 1, "DEBIT", key(), "{not json", null)).equals("InvalidRequest 22P02"), "");
+            try (Connection other = connect(superuser, "-c idem.wait_timeout=0")) {
+                other.setAutoCommit(false);
+                String held = key();
+                idem.begin(c, 1, "DEBIT", held, "{}", null);
+                check("IK002 is InFlight", stateOf(other, () -> idem.begin(other, 1, "DEBIT", held, "{}", null))
+                    .equals("InFlight IK002"), "");
+                c.rollback();
+            }
+            try (Connection ro = connect(superuser, "-c default_transaction_read_only=on")) {
+                ro.setAutoCommit(false);
+                String rk = key();
+                check("25006 is ReadOnly", stateOf(ro, () -> {
+                    idem.begin(ro, 1, "DEBIT", rk, "{}", null);
+                    idem.finish(ro, 1, "DEBIT", rk, 201, "{}", null, null);
+                }).equals("ReadOnly 25006"), "");
+            }
+            try (Connection app = connect("shop_app", null)) {
+                app.setAutoCommit(false);
+                check("42501 is NotAllowed (an owner outside idem.allowed_owners)",
+                    stateOf(app, () -> idem.begin(app, 5000000, "DEBIT", key(), "{}", null)).equals("NotAllowed 42501"), "");
+            }
+
+            // idem_run with the SQL handler of examples/schema.sql
+            c.createStatement().execute("INSERT INTO account VALUES (9101, 100) ON CONFLICT (id) DO UPDATE SET balance = 100");
+            c.commit();
+            String rk = key();
+            Idem.Outcome r1 = idem.run(c, 1, "DEBIT", rk, "{\"account\": 9101, \"amount\": 10}", "debit_handler(jsonb)", null);
+            Idem.Outcome r2 = idem.run(c, 1, "DEBIT", rk, "{\"account\": 9101, \"amount\": 10}", "debit_handler(jsonb)", null);
+            c.commit();
+            check("run executes once and replays", !r1.replayed() && r2.replayed() && r1.body().equals(r2.body())
+                && r1.expiresAt().equals(r2.expiresAt()), r2);
+
+            // a long flow: submit, lease, fail, takeover, a stale complete is LeaseLost
+            c.setAutoCommit(true);
+            String op = "SHIP_" + UUID.randomUUID().toString().substring(0, 8);
+            String tk = key();
+            Idem.Submission s = idem.submit(c, 1, op, tk, "{\"order\": 7}", "{\"priority\": \"high\"}", null);
+            TaskWorker.Task t1 = new TaskWorker(idem, op, "w1", Duration.ofSeconds(30), false).lease(c, 10).get(0);
+            String failed = t1.fail(c, "{\"carrier\": \"timeout\"}", true);
+            c.createStatement().execute("UPDATE idempotency_record SET task_due_at = now() - interval '1 second' WHERE id = "
+                + t1.taskId());
+            List<TaskWorker.Task> again2 = new TaskWorker(idem, op, "w2", Duration.ofSeconds(30), false).lease(c, 1);
+            TaskWorker.Task t2 = again2.get(0);
+            String stale;
+            try {
+                t1.complete(c, 201, "{\"tracking\": \"stale\"}", null);
+                stale = "completed";
+            } catch (IdemException.LeaseLost e) {
+                stale = "LeaseLost";
+            }
+            t2.heartbeat(c, null);
+            t2.complete(c, 201, "{\"tracking\": \"JD0123\"}", 7L);
+            Idem.Submission done = idem.submit(c, 1, op, tk, "{\"order\": 7}", null, null);
+            check("submit, lease, fail, takeover with a greater token; the stale complete is LeaseLost; the state replays",
+                s.status().equals("PROCESSING") && failed.equals("FAILED_RETRYABLE") && t2.token() > t1.token()
+                    && stale.equals("LeaseLost") && done.replayed() && done.status().equals("SUCCEEDED")
+                    && done.body().equals("{\"tracking\": \"JD0123\"}"), done);
+
+            // outbox and inbox
+            c.setAutoCommit(false);
+            long id = idem.emit(c, "java-topic", "{\"order\": 1}", "order-1", Map.of("kind", "created"));
+            c.commit();
+            String consumer = "billing-" + UUID.randomUUID().toString().substring(0, 6);
+            boolean once = idem.consume(c, consumer, "java-topic-" + id, null);
+            c.commit();
+            boolean twice = idem.consume(c, consumer, "java-topic-" + id, null);
+            c.commit();
+            check("emit, then consume true once and false for the redelivery", id > 0 && once && !twice, once + " " + twice);
+        }
+
+        // without server-side prepares (a transaction pooler): none made, where pgjdbc's default makes some
+        long off = prepared(new Idem().withoutServerPrepare(), superuser);
+        long on = prepared(idem, superuser);
+        check("withoutServerPrepare() never prepares on the server; the default does after 5 uses",
+            off == 0 && on > 0, off + " / " + on);
+        System.exit(failures == 0 ? 0 : 1);
+    }
+
+    static long prepared(Idem idem, String user) throws SQLException {
+        try (Connection c = connect(user, null)) {
+            c.setAutoCommit(false);
+            for (int i = 0; i < 8; i++) {
+                String k = key();
+                idem.begin(c, 1, "DEBIT", k, "{}", null);
+                idem.finish(c, 1, "DEBIT", k, 201, "{}", null, null);
+                c.commit();
+            }
+            try (ResultSet rs = c.createStatement().executeQuery("SELECT count(*) FROM pg_prepared_statements WHERE statement ~ 'idem_'")) {
+                rs.next();
+                return rs.getLong(1);
+            }
+        }
+    }
+}
