@@ -178,8 +178,12 @@ run_shell_check e2e "$IDEM_ROOT/test/e2e/outbox_inbox.sh" \
 	"outbox -> publishers -> broker -> idem_consume, 10,000 requests, kill -9 of publishers and consumers"
 run_shell_check chaos "$IDEM_ROOT/test/chaos/tasks.sh" \
 	"10,000 tasks, 6 workers leasing with bind_session, kill -9 of two of them, retryable failures"
-run_shell_check examples "$IDEM_ROOT/test/examples/run.sh" \
-	"the HTTP API in Python, Node and Java, a double click in Chromium, the Redis fast layer"
+run_shell_check clients_python "$IDEM_ROOT/test/clients/python.sh" \
+	"the Python library from its wheel: its API, the HTTP contract in Flask, FastAPI and Django, Redis, PgBouncer, a double click in Chromium"
+run_shell_check clients_node "$IDEM_ROOT/test/clients/node.sh" \
+	"the Node library from its npm pack tarball: its API, the HTTP contract in Express and node:http, Redis"
+run_shell_check clients_java "$IDEM_ROOT/test/clients/java.sh" \
+	"the Java library from its jar: its API, the HTTP contract in a servlet Filter on embedded Tomcat 10.1"
 run_shell_check citus "$IDEM_ROOT/test/citus/run.sh" \
 	"Citus 13.2 where it is installed: a coordinator and two workers, idem distributed by owner, every call through the coordinator"
 run_shell_check exporter "$IDEM_ROOT/test/exporter/check_queries.sh" \

@@ -53,4 +53,5 @@ app.post('/api/accounts/:id/debit', idem.route('DEBIT', { request: debitRequest 
   res.status(201).location(`/api/debits/${d.debit_id}`).json({ debitId: d.debit_id, balance: d.balance });
 });
 
+app.use(idem.errorHandler());                         // a handler's error reaches the middleware
 app.listen(Number(process.env.PORT || 8080), '127.0.0.1');

@@ -26,6 +26,7 @@ def owner_of(environ):
 
 
 app = Flask(__name__)
+app.config["PROPAGATE_EXCEPTIONS"] = True    # a failing handler's error reaches the middleware, which answers it
 pool = ConnectionPool(kwargs={"options": os.environ.get("IDEM_PG_OPTIONS", "")}, min_size=2, max_size=8)
 fast = None
 if os.environ.get("REDIS_URL"):

@@ -10,7 +10,7 @@
 //
 // The handler's answer is buffered and sent once the transaction committed.
 import { begin, finish, IdemError, InFlight, InvalidRequest, KeyReused, NotAllowed, RawJson, ReadOnly,
-  SerializationFailure } from './index.js';
+  SerializationFailure, translate } from './index.js';
 
 const KEY_PATTERN = /^[A-Za-z0-9_-]{16,128}$/;       // idem's own key check
 const SF_STRING = /^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$/;
@@ -92,8 +92,21 @@ export function replayedHeaders(stored) {
   return out;
 }
 
+// An error the route's handler raised (node:http's handler, or Express's
+// through errorHandler()).
+class HandlerError extends Error {
+  constructor(error) { super(String(error && error.message)); this.error = error; }
+}
+
 export function problemOf(error, settings) {
   if (error instanceof Problem) return error;
+  if (error instanceof HandlerError) {
+    // of the handler's own errors, a read-only server and a serialization failure have answers of their own
+    const t = translate(error.error);
+    if (t instanceof ReadOnly || t instanceof SerializationFailure) return problemOf(t, settings);
+    settings.log(`idem-pg: the handler failed: ${error.error && error.error.message}`);
+    return new Problem(500, 'internal', 'the request could not be completed');
+  }
   if (error instanceof KeyReused) {
     return new Problem(settings.conflictStatus, 'key-reused',
       'this idempotency key was used with a different request; send a new key for a new request');
@@ -221,9 +234,9 @@ async function execute(settings, route, p, req, res, next) {
     const nextError = new Promise((resolve) => {
       Promise.resolve(next()).catch((e) => resolve(e));
     });
-    const error = await Promise.race([cap.ended.then(() => null), nextError]);
+    const error = await Promise.race([cap.ended.then(() => req.idem.error ?? null), nextError]);
     cap.restore();
-    if (error) throw error;
+    if (error) throw new HandlerError(error);
     const app = cap.answer();
     if (app.status < 200 || app.status > 499) throw new Discard(failed(app, settings));
     if (app.body.length) {
@@ -307,6 +320,16 @@ export function createIdempotency(options) {
       return (req, res, next) => { handle(settings, route, req, res, next); };
     },
     // node:http: http.createServer(idem.handler(operation, {request, keyRequired}, (req, res) => ...))
+    // Express: app.use(idem.errorHandler()) after the routes: a handler's
+    // error then reaches the middleware (a read-only server's is a 503)
+    errorHandler() {
+      return (err, req, res, next) => {
+        if (!req.idem || req.idem.error !== undefined) return next(err);
+        req.idem.error = err;
+        res.statusCode = 500;
+        return res.end();
+      };
+    },
     handler(operation, routeOptions, fn) {
       const route = { operation, ...routeOptions };
       return (req, res) => handle(settings, route, req, res, () => fn(req, res));

@@ -19,7 +19,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequ
 
 from . import core
 from .errors import (IdemError, InFlight, InvalidRequest, KeyReused, NotAllowed, ReadOnly,
-                     SerializationFailure)
+                     SerializationFailure, sqlstate_of, translate)
 
 log = logging.getLogger("idem_pg")
 
@@ -229,11 +229,27 @@ def http_date(at: Optional[_dt.datetime]) -> Optional[str]:
     return email.utils.format_datetime(at.astimezone(_dt.timezone.utc), usegmt=True)
 
 
+class HandlerError(Exception):
+    """An exception the route's handler raised (it reached the middleware)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
 def problem_of(error: BaseException, settings: Settings) -> Problem:
-    """The answer to an idem error (nothing internal in it: the rest goes
-    to the log, without the key)."""
+    """The answer to an error (nothing internal in it: the rest goes to the
+    log, without the key).  Of the handler's own errors only a read-only
+    server (25006) and a serialization failure (40001) have answers of
+    their own; the rest is a 500."""
     if isinstance(error, Problem):
         return error
+    if isinstance(error, HandlerError):
+        state = sqlstate_of(error.error)
+        if state in ("25006", "40001"):
+            return problem_of(translate(error.error), settings)
+        log.error("idem_pg: the handler failed: %s", _describe(error.error))
+        return Problem(500, "internal", "the request could not be completed")
     if isinstance(error, KeyReused):
         return Problem(settings.conflict_status, "key-reused",
                        "this idempotency key was used with a different request; send a new key for a new request")
@@ -388,7 +404,11 @@ def _execute(p: _Prepared, params: Dict[str, str], call: Callable[[Context], Ans
         if outcome.replayed:
             return replay_of(outcome), outcome
         ctx = Context(db, p.owner, p.route.operation, p.key, p.request, p.body, params)
-        return _settle(p, settings, db, call(ctx), outcome, ctx), outcome
+        try:
+            app_answer = call(ctx)
+        except Exception as e:  # noqa: BLE001 - the handler's, answered by problem_of
+            raise HandlerError(e) from e
+        return _settle(p, settings, db, app_answer, outcome, ctx), outcome
 
 
 def _psycopg_transaction(settings: Settings) -> Callable[[], Any]:
@@ -446,7 +466,10 @@ async def _execute_async(p: _Prepared, params: Dict[str, str], call: Callable[[C
         if outcome.replayed:
             return replay_of(outcome), outcome
         ctx = Context(db, p.owner, p.route.operation, p.key, p.request, p.body, params)
-        app_answer = await call(ctx)
+        try:
+            app_answer = await call(ctx)
+        except Exception as e:  # noqa: BLE001 - the handler's, answered by problem_of
+            raise HandlerError(e) from e
         if not 200 <= app_answer.status <= 499:
             raise _Discard(_failed(app_answer, settings))
         body = _check_json_body(app_answer, p.route)

@@ -154,6 +154,13 @@ public final class IdempotencyFilter implements Filter {
         } catch (SQLException e) {
             throw problemOf(e, true);
         } catch (IOException | ServletException | RuntimeException e) {
+            // of the handler's own errors, a read-only server and a serialization failure have answers of their own
+            for (Throwable t = e; t != null; t = t.getCause()) {
+                if (t instanceof SQLException sql && ("25006".equals(sql.getSQLState())
+                    || "40001".equals(sql.getSQLState()))) {
+                    throw problemOf(IdemException.of(sql), false);
+                }
+            }
             LOG.log(Level.SEVERE, "idem: the handler of operation " + match.route().operation() + " failed", e);
             throw new Problem(500, "internal", "the request could not be completed");
         }

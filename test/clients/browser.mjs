@@ -1,8 +1,9 @@
 // A real browser on the example's order page: headless Debian chromium,
-// driven by playwright-core, double-clicks "Submit order".  Prints what the
+// driven by playwright-core, double-clicks "Submit order", then edits the
+// quantity and submits again (a new intent: a new key).  Prints what the
 // page shows, as JSON, and saves a screenshot.
 //
-//   node test/examples/browser.mjs URL SCREENSHOT.png
+//   node test/clients/browser.mjs URL SCREENSHOT.png
 import { chromium } from 'playwright-core';
 
 const [url, shot] = process.argv.slice(2);
@@ -19,9 +20,14 @@ try {
   await page.dblclick('#submit');          // two clicks (and a dblclick event) as a user's double click
   await page.waitForFunction(() => document.querySelectorAll('#log li').length >= 2, null, { timeout: 15000 });
   const key = await page.textContent('#key');
-  const lines = await page.$$eval('#log li', (items) => items.map((i) => ({ cls: i.className, text: i.textContent })));
+  await page.fill('#qty', '3');            // the order edited: a second intent
+  const second = await page.textContent('#key');
+  await page.click('#submit');
+  await page.waitForFunction(() => document.querySelectorAll('#log li').length >= 3, null, { timeout: 15000 });
+  const lines = await page.$$eval('#log li', (items) => items.map((i) => ({ cls: i.className, text: i.textContent,
+    key: i.dataset.key })));
   await page.screenshot({ path: shot, fullPage: true });
-  console.log(JSON.stringify({ key, posts, lines }));
+  console.log(JSON.stringify({ key, second, posts, lines }));
 } finally {
   await browser.close();
 }

@@ -1,0 +1,139 @@
+# test/clients/common.sh: what the client libraries' stages share (sourced
+# by python.sh, node.sh and java.sh).  A throwaway server on loopback TCP
+# with the examples' database (examples/schema.sql), the role the example
+# services connect as (shop_app: idem_grant's app kind, bound to owners
+# 1-999999), services started on free ports and stopped with the script.
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+
+CLIENTS_TEST=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+EXAMPLES=$IDEM_ROOT/examples
+CLIENTS=$IDEM_ROOT/clients
+
+ensure_client_packages() {	# ensure_client_packages PACKAGE...: the Debian packages a stage needs
+	local missing=() p
+	for p in "$@"; do
+		# node and npm may come from elsewhere than Debian (NodeSource's nodejs has npm)
+		case $p in
+		nodejs) command -v node >/dev/null && continue ;;
+		npm) command -v npm >/dev/null && continue ;;
+		esac
+		dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+	done
+	if [ ${#missing[@]} -gt 0 ]; then
+		log "installing ${missing[*]}"
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	fi
+}
+
+free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# the server, the database and the role; the caller's libpq variables then
+# reach it as the superuser (the checks), SERVICE_USER as the services
+start_clients_server() {
+	[ -f "$("$PG_CONFIG" --pkglibdir)/idem.so" ] || build_install
+	local port
+	port=$(free_port)
+	start_server "listen_addresses = '127.0.0.1'" "port = $port" "idem.cleanup_interval = 0" "max_connections = 200"
+	export PGHOST=127.0.0.1 PGPORT=$port PGUSER=postgres PGDATABASE=idem_clients
+	"$PG_BINDIR/createdb" idem_clients
+	"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -f "$EXAMPLES/schema.sql" >/dev/null
+	"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 >/dev/null <<-'SQL'
+		CREATE ROLE shop_app LOGIN;
+		SELECT count(*) FROM idem_grant('shop_app', 'app');
+		GRANT SELECT, INSERT, UPDATE ON shop_order, account, debit TO shop_app;
+		GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO shop_app;
+		GRANT EXECUTE ON FUNCTION debit_account(bigint, numeric) TO shop_app;
+		ALTER ROLE shop_app SET idem.allowed_owners = '1-999999';
+		-- a duplicate waits for its in-flight original 1 s before IK002
+		ALTER DATABASE idem_clients SET idem.wait_timeout = '1s';
+	SQL
+	SERVICE_USER=shop_app
+	trap cleanup_clients EXIT
+}
+
+service_pids=()
+redis_port=
+stop_services() {
+	local pid
+	for pid in "${service_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+	for pid in "${service_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+	service_pids=()
+}
+cleanup_clients() {
+	stop_services
+	[ -n "$redis_port" ] && redis-cli -p "$redis_port" shutdown nosave >/dev/null 2>&1
+	[ -n "${bouncer_pid:-}" ] && kill "$bouncer_pid" 2>/dev/null
+	stop_server
+}
+
+# start_service NAME PORT [ENV=VALUE ...] -- COMMAND...: a service as
+# SERVICE_USER on PORT; waits until it answers
+start_service() {
+	local name=$1 port=$2 envs=()
+	shift 2
+	while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+	shift
+	# exec: $! is then the service itself, which stop_services ends
+	(exec env PGUSER="$SERVICE_USER" PORT="$port" "${envs[@]}" "$@") >>"$IDEM_TMP/$name-$port.log" 2>&1 &
+	service_pids+=($!)
+	local _
+	for _ in $(seq 1 150); do
+		/usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	log "$name on port $port did not start:"
+	cat "$IDEM_TMP/$name-$port.log" >&2
+	return 1
+}
+
+# contract NAME URL OWNER_BASE [MODE ...]: test/clients/contract.py
+contract() { IDEM_RUN=${IDEM_RUN:-$RANDOM$RANDOM} /usr/bin/python3 "$CLIENTS_TEST/contract.py" "$@" || true; }
+
+# the contract of one service: the checks, then a second instance with
+# IDEM_CONFLICT_STATUS=422 on a read-only session
+contract_of() {	# contract_of NAME OWNER_BASE COMMAND...
+	local name=$1 owner=$2 port vport
+	shift 2
+	export IDEM_RUN=$RANDOM$RANDOM
+	port=$(free_port)
+	if start_service "$name" "$port" -- "$@"; then
+		contract "$name" "http://127.0.0.1:$port" "$owner"
+	else
+		echo "not ok - $name: the service starts"
+	fi
+	vport=$(free_port)
+	if start_service "$name" "$vport" IDEM_CONFLICT_STATUS=422 IDEM_PG_OPTIONS="-c default_transaction_read_only=on" -- "$@"; then
+		contract "$name" "http://127.0.0.1:$vport" "$owner" --variant
+	else
+		echo "not ok - $name: the read-only instance starts"
+	fi
+	stop_services
+	unset IDEM_RUN
+}
+
+start_redis() {
+	redis_port=$(free_port)
+	redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes >/dev/null
+}
+
+# fast_layer_of NAME OWNER_BASE COMMAND...: the same service without and
+# with REDIS_URL, and the fast layer's checks (Redis stopped, restarted,
+# flushed, paused; test 5; hot-key replays with and without it)
+fast_layer_of() {
+	local name=$1 owner=$2 plain fast
+	shift 2
+	[ -n "$redis_port" ] || start_redis
+	plain=$(free_port)
+	fast=$(free_port)
+	if start_service "$name" "$plain" -- "$@" &&
+		start_service "$name-fast" "$fast" REDIS_URL="redis://127.0.0.1:$redis_port/0" -- "$@"; then
+		contract "$name-fast" "http://127.0.0.1:$fast" "$owner" --fast "http://127.0.0.1:$plain" "$redis_port"
+	else
+		echo "not ok - $name-fast: the services start"
+	fi
+	stop_services
+}
+
+# tap_lines PREFIX: TAP "ok N - name" / "not ok N - name" lines as this suite's
+tap_lines() { sed -n -E "s/^(not ok|ok) [0-9]+ - (.*)/\1 - $1: \2/p"; }

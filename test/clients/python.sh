@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# The Python library (clients/python) as a user gets it: the wheel built
+# offline (python3 -m build --no-isolation) from a copy of the tree,
+# installed into a fresh venv (--system-site-packages, pip --no-index
+# --no-deps); its API tests (pytest) against a real server; the examples on
+# its three middlewares (Flask/WSGI, FastAPI/ASGI, Django) through the HTTP
+# contract (test/clients/contract.py); the Redis fast layer (Flask); Flask
+# behind PgBouncer in transaction mode with server-side prepares off; the
+# order page's double click in headless Chromium.  One "ok - ..." or
+# "not ok - ..." line per check.
+#
+#   bash test/clients/python.sh          (after the build: test/run_all.sh runs it)
+source "$(dirname "$0")/common.sh"
+
+ensure_client_packages python3-build python3-setuptools python3-wheel python3-venv python3-pip python3-pytest \
+	python3-psycopg python3-psycopg-pool python3-flask python3-fastapi python3-uvicorn python3-django \
+	python3-psycopg2 python3-redis redis-server pgbouncer chromium nodejs npm
+start_clients_server
+
+log "building the wheel"
+cp -r "$CLIENTS/python" "$IDEM_TMP/python-src"
+if ! (cd "$IDEM_TMP/python-src" && /usr/bin/python3 -m build --no-isolation --wheel -o "$IDEM_TMP/dist" . \
+	>"$IDEM_TMP/build.log" 2>&1); then
+	cat "$IDEM_TMP/build.log" >&2
+	echo "not ok - python: the wheel builds"
+	exit 0
+fi
+wheel=$(ls "$IDEM_TMP"/dist/idem_pg-*.whl)
+echo "ok - python: the wheel builds ($(basename "$wheel"))"
+/usr/bin/python3 -m venv --system-site-packages "$IDEM_TMP/venv"
+"$IDEM_TMP/venv/bin/pip" install -q --no-index --no-deps "$wheel"
+PY=$IDEM_TMP/venv/bin/python
+check "python: the wheel installs into a fresh venv, and that is what is imported" "$IDEM_TMP/venv" \
+	"$(cd / && "$PY" -c 'import idem_pg, os; print(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(idem_pg.__file__))))))')"
+
+log "pytest clients/python/tests"
+(cd "$IDEM_TMP" && "$PY" -m pytest -v -p no:cacheprovider "$CLIENTS/python/tests" >"$IDEM_TMP/pytest.log" 2>&1) ||
+	{ log "pytest failed:"; tail -n 40 "$IDEM_TMP/pytest.log" >&2; }
+sed -n -E 's/^[^ ]*::([a-z_0-9]+) (PASSED|FAILED|ERROR).*/\2 \1/p' "$IDEM_TMP/pytest.log" |
+	sed -E 's/^PASSED (.*)/ok - python api: \1/; s/^(FAILED|ERROR) (.*)/not ok - python api: \2/'
+
+owner=1000
+for app in flask_app fastapi_app django_app; do
+	log "the contract: examples/python/$app.py"
+	contract_of "python-${app%_app}" "$owner" "$PY" "$EXAMPLES/python/$app.py"
+	owner=$((owner + 100))
+done
+
+log "the fast layer: examples/python/flask_app.py with Redis"
+fast_layer_of python-flask 5000 "$PY" "$EXAMPLES/python/flask_app.py"
+
+log "behind PgBouncer (transaction pooling, 10 server connections), server-side prepares off"
+bport=$(free_port)
+mkdir -p "$IDEM_TMP/pgbouncer"
+cat >"$IDEM_TMP/pgbouncer/pgbouncer.ini" <<INI
+[databases]
+idem_clients = host=127.0.0.1 port=$PGPORT dbname=idem_clients user=$SERVICE_USER
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $bport
+unix_socket_dir =
+auth_type = any
+pool_mode = transaction
+default_pool_size = 10
+max_client_conn = 200
+ignore_startup_parameters = options
+logfile = $IDEM_TMP/pgbouncer/pgbouncer.log
+pidfile = $IDEM_TMP/pgbouncer/pgbouncer.pid
+INI
+chown -R postgres: "$IDEM_TMP/pgbouncer"
+runuser -u postgres -- pgbouncer "$IDEM_TMP/pgbouncer/pgbouncer.ini" >/dev/null 2>&1 &
+bouncer_pid=$!
+for _ in $(seq 1 50); do
+	"$PG_BINDIR/psql" -X -q -h 127.0.0.1 -p "$bport" -U "$SERVICE_USER" -d idem_clients -c 'SELECT 1' >/dev/null 2>&1 && break
+	sleep 0.1
+done
+port=$(free_port)
+if start_service python-pgbouncer "$port" PGPORT="$bport" IDEM_SERVER_PREPARE=off -- "$PY" "$EXAMPLES/python/flask_app.py"; then
+	contract python-pgbouncer "http://127.0.0.1:$port" 6000
+	check "python-pgbouncer: the service's sessions went through PgBouncer's pool (at most 10 server connections)" yes \
+		"$("$PG_BINDIR/psql" -X -At -c "SELECT CASE WHEN count(*) BETWEEN 1 AND 10 THEN 'yes' ELSE count(*)::text END
+		     FROM pg_stat_activity WHERE usename = '$SERVICE_USER'")"
+else
+	echo "not ok - python-pgbouncer: the service starts behind PgBouncer"
+fi
+stop_services
+kill "$bouncer_pid" 2>/dev/null || true
+bouncer_pid=
+
+log "a double click, then an edited order, in headless Chromium"
+(cd "$CLIENTS_TEST" && npm install --no-audit --no-fund --silent >/dev/null 2>&1) || log "npm install failed in test/clients"
+SHOTS=${IDEM_SCREENSHOT_DIR:-$CLIENTS_TEST/screenshots}
+mkdir -p "$SHOTS"
+port=$(free_port)
+if start_service python-page "$port" -- "$PY" "$EXAMPLES/python/flask_app.py"; then
+	out=$(cd "$CLIENTS_TEST" && node browser.mjs "http://127.0.0.1:$port/" "$SHOTS/double-click.png" 2>"$IDEM_TMP/browser.err") ||
+		{ log "the browser test failed:"; cat "$IDEM_TMP/browser.err" >&2; }
+	echo "# browser: $out"
+	field() { printf '%s' "$out" | /usr/bin/python3 -c "import json, sys; d = json.load(sys.stdin); print($1)" 2>/dev/null; }
+	k=$(field 'd["key"]')
+	k2=$(field 'd["second"]')
+	check "browser: the double click sent two POSTs with one key, the edited order a third with a new key" "201 201 201 new" \
+		"$(field '" ".join(map(str, d["posts"])) + (" new" if d["key"] != d["second"] else " same")')"
+	check "browser: one order for the double click's key" 1 \
+		"$("$PG_BINDIR/psql" -X -At -c "SELECT count(*) FROM idempotency_record r JOIN shop_order o ON o.id = r.resource_id
+		                          WHERE r.owner_id = 7 AND r.idempotency_key = '$k'")"
+	check "browser: the edited order is a second order (quantity 3), not a 409" "1 3" \
+		"$("$PG_BINDIR/psql" -X -At -F ' ' -c "SELECT count(*), max(o.quantity) FROM idempotency_record r
+		     JOIN shop_order o ON o.id = r.resource_id WHERE r.owner_id = 7 AND r.idempotency_key = '$k2'")"
+	# the page lists the answers as they arrive: the replay, woken by the
+	# original's commit, may come in first
+	check "browser: the page shows the first answer and the replayed one (the same order), then the new order" yes \
+		"$(printf '%s' "$out" | /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+first = [l for l in d["lines"] if l["key"] == d["key"]]
+by = {l["cls"]: l["text"] for l in first}
+last = [l for l in d["lines"] if l["key"] == d["second"]]
+ok = (len(first) == 2 and sorted(by) == ["fresh", "replayed"]
+      and by["replayed"] == by["fresh"].replace("201 ", "201 (replayed) ", 1)
+      and len(last) == 1 and last[0]["cls"] == "fresh" and last[0]["text"].startswith("201 "))
+print("yes" if ok else "no: %r" % d["lines"])' 2>&1)"
+	check "browser: a screenshot was saved" yes "$([ -s "$SHOTS/double-click.png" ] && echo yes || echo no)"
+else
+	echo "not ok - browser: the python service starts"
+fi
+stop_services
