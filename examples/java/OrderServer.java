@@ -35,6 +35,31 @@ public final class OrderServer {
         return v == null || v.isEmpty() ? dflt : v;
     }
 
+    /** The order row of the request; null (after a 400) when the request is not a valid order. */
+    static Long placeOrder(Connection c, long owner, String body, HttpServletResponse res)
+        throws IOException, SQLException {
+        try (PreparedStatement ps = c.prepareStatement(
+            "WITH r AS (SELECT ?::jsonb AS j), ok AS (SELECT j FROM r WHERE jsonb_typeof(j->'skuId') = 'number'"
+                + " AND jsonb_typeof(j->'quantity') = 'number' AND (j->>'quantity')::numeric BETWEEN 1 AND 100"
+                + " AND (j->>'quantity')::numeric % 1 = 0 AND (j->>'skuId')::numeric % 1 = 0),"
+                + " o AS (INSERT INTO shop_order (owner_id, sku_id, quantity)"
+                + " SELECT ?, (j->>'skuId')::bigint, (j->>'quantity')::int FROM ok RETURNING *)"
+                + " SELECT id, json_build_object('orderId', id, 'skuId', sku_id, 'quantity', quantity,"
+                + " 'status', 'CREATED')::text FROM o")) {
+            ps.setString(1, body);
+            ps.setLong(2, owner);
+            try (ResultSet rs = ps.executeQuery()) {
+                if (!rs.next()) {
+                    json(res, 400, "{\"error\": \"skuId must be an integer and quantity one from 1 to 100\"}");
+                    return null;
+                }
+                res.setHeader("Location", "/api/orders/" + rs.getLong(1));
+                json(res, 201, rs.getString(2));
+                return rs.getLong(1);
+            }
+        }
+    }
+
     /** POST /api/orders: the order row, in the claim's transaction. */
     static final class Orders extends HttpServlet {
         private static final long serialVersionUID = 1L;
@@ -43,26 +68,32 @@ public final class OrderServer {
         protected void doPost(HttpServletRequest req, HttpServletResponse res) throws IOException {
             Settings.Context idem = (Settings.Context) req.getAttribute(IdempotencyFilter.CONTEXT);
             String body = new String(req.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-            try (PreparedStatement ps = idem.connection.prepareStatement(
-                "WITH r AS (SELECT ?::jsonb AS j), ok AS (SELECT j FROM r WHERE jsonb_typeof(j->'skuId') = 'number'"
-                    + " AND jsonb_typeof(j->'quantity') = 'number' AND (j->>'quantity')::numeric BETWEEN 1 AND 100"
-                    + " AND (j->>'quantity')::numeric % 1 = 0 AND (j->>'skuId')::numeric % 1 = 0),"
-                    + " o AS (INSERT INTO shop_order (owner_id, sku_id, quantity)"
-                    + " SELECT ?, (j->>'skuId')::bigint, (j->>'quantity')::int FROM ok RETURNING *)"
-                    + " SELECT id, json_build_object('orderId', id, 'skuId', sku_id, 'quantity', quantity,"
-                    + " 'status', 'CREATED')::text FROM o")) {
-                ps.setString(1, body);
-                ps.setLong(2, idem.owner);
-                try (ResultSet rs = ps.executeQuery()) {
-                    if (!rs.next()) {
-                        json(res, 400, "{\"error\": \"skuId must be an integer and quantity one from 1 to 100\"}");
-                        return;
-                    }
-                    idem.resourceId(rs.getLong(1));
-                    res.setHeader("Location", "/api/orders/" + rs.getLong(1));
-                    res.addCookie(new Cookie("last_order", Long.toString(rs.getLong(1))));   // not replayed
-                    json(res, 201, rs.getString(2));
+            try {
+                Long id = placeOrder(idem.connection, idem.owner, body, res);
+                if (id != null) {
+                    idem.resourceId(id);
+                    res.addCookie(new Cookie("last_order", Long.toString(id)));   // not replayed
                 }
+            } catch (SQLException e) {
+                throw new IOException(e);
+            }
+        }
+    }
+
+    /** POST /bare/orders (IDEM_BENCH=1): the same order without idem, test/bench/clients_bench.sh's baseline. */
+    static final class Bare extends HttpServlet {
+        private static final long serialVersionUID = 1L;
+        private final transient javax.sql.DataSource ds;
+
+        Bare(javax.sql.DataSource ds) {
+            this.ds = ds;
+        }
+
+        @Override
+        protected void doPost(HttpServletRequest req, HttpServletResponse res) throws IOException {
+            String body = new String(req.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            try (Connection c = ds.getConnection()) {
+                placeOrder(c, Long.parseLong(req.getHeader("X-Owner-Id")), body, res);
             } catch (SQLException e) {
                 throw new IOException(e);
             }
@@ -135,6 +166,9 @@ public final class OrderServer {
         Context ctx = tomcat.addContext("", null);
         Tomcat.addServlet(ctx, "orders", new Orders()).addMapping("/api/orders");
         Tomcat.addServlet(ctx, "debits", new Debits()).addMapping("/api/accounts/*");
+        if (System.getenv("IDEM_BENCH") != null) {
+            Tomcat.addServlet(ctx, "bare", new Bare(ds)).addMapping("/bare/orders");
+        }
         FilterDef def = new FilterDef();
         def.setFilterName("idem");
         def.setFilter(new IdempotencyFilter(settings));

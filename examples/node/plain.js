@@ -41,9 +41,21 @@ const debits = idem.handler('DEBIT', {
   json(res, 201, { debitId: d.debit_id, balance: d.balance }, { location: `/api/debits/${d.debit_id}` });
 });
 
+// the same order without idem (test/bench/clients_bench.sh's baseline)
+async function bare(req, res) {
+  const chunks = [];
+  for await (const c of req) chunks.push(c);
+  const { skuId, quantity } = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  const { rows: [order] } = await pool.query(
+    'INSERT INTO shop_order (owner_id, sku_id, quantity) VALUES ($1, $2, $3) RETURNING id::int',
+    [Number(req.headers['x-owner-id']), skuId, quantity]);
+  json(res, 201, { orderId: order.id, skuId, quantity, status: 'CREATED' });
+}
+
 http.createServer((req, res) => {
   const debit = req.method === 'POST' && DEBIT.exec(req.url);
   if (req.method === 'POST' && req.url === '/api/orders') return orders(req, res);
+  if (process.env.IDEM_BENCH && req.method === 'POST' && req.url === '/bare/orders') return bare(req, res);
   if (debit) {
     req.params = { id: debit[1] };
     return debits(req, res);

@@ -53,5 +53,13 @@ app.post('/api/accounts/:id/debit', idem.route('DEBIT', { request: debitRequest 
   res.status(201).location(`/api/debits/${d.debit_id}`).json({ debitId: d.debit_id, balance: d.balance });
 });
 
+if (process.env.IDEM_BENCH) {               // the same order without idem (test/bench/clients_bench.sh's baseline)
+  app.post('/bare/orders', express.json(), async (req, res) => {
+    const { rows: [order] } = await pool.query(
+      'INSERT INTO shop_order (owner_id, sku_id, quantity) VALUES ($1, $2, $3) RETURNING id::int',
+      [Number(req.headers['x-owner-id']), req.body.skuId, req.body.quantity]);
+    res.status(201).json({ orderId: order.id, skuId: req.body.skuId, quantity: req.body.quantity, status: 'CREATED' });
+  });
+}
 app.use(idem.errorHandler());                         // a handler's error reaches the middleware
 app.listen(Number(process.env.PORT || 8080), '127.0.0.1');

@@ -12,8 +12,9 @@ from django.urls import path
 
 settings.configure(
     DEBUG=False, ALLOWED_HOSTS=["127.0.0.1", "localhost"], ROOT_URLCONF=__name__, SECRET_KEY="example-only",
-    MIDDLEWARE=["idem_pg.django.IdempotencyMiddleware"],
+    MIDDLEWARE=["django.middleware.common.CommonMiddleware", "idem_pg.django.IdempotencyMiddleware"],
     DATABASES={"default": {"ENGINE": "django.db.backends.postgresql", "NAME": os.environ.get("PGDATABASE", ""),
+                           "CONN_MAX_AGE": 60,
                            "OPTIONS": {"options": os.environ.get("IDEM_PG_OPTIONS", "")}}},
     IDEM_PG={"OWNER": lambda request: int(request.headers.get("X-Owner-Id", "x"))
              if request.headers.get("X-Owner-Id", "").isdigit() else None,
@@ -57,10 +58,25 @@ def debit(request, account):
     return response
 
 
+def bare_order(request):
+    """The same order without idem (test/bench/clients_bench.sh's baseline)."""
+    import json
+    order = json.loads(request.body)
+    with connection.cursor() as cur:
+        cur.execute("INSERT INTO shop_order (owner_id, sku_id, quantity) VALUES (%s, %s, %s) RETURNING id",
+                    (int(request.headers["X-Owner-Id"]), order["skuId"], order["quantity"]))
+        (order_id,) = cur.fetchone()
+    return JsonResponse({"orderId": order_id, "skuId": order["skuId"], "quantity": order["quantity"],
+                         "status": "CREATED"}, status=201)
+
+
 urlpatterns = [path("api/orders", create_order), path("api/accounts/<int:account>/debit", debit)]
+if os.environ.get("IDEM_BENCH"):
+    urlpatterns.append(path("bare/orders", bare_order))
 
 if __name__ == "__main__":
-    from django.core.servers.basehttp import WSGIServer, run
+    from django.core.servers.basehttp import WSGIRequestHandler, WSGIServer, run
     from django.core.wsgi import get_wsgi_application
     WSGIServer.request_queue_size = 128                 # a burst of clients, not 5
+    WSGIRequestHandler.disable_nagle_algorithm = True   # headers and body go out as written (keep-alive)
     run("127.0.0.1", int(os.environ.get("PORT", "8080")), get_wsgi_application(), threading=True)

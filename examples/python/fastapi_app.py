@@ -59,6 +59,19 @@ async def debit(account: int, request: Request):
                         {"Location": "/api/debits/%d" % debit_id})
 
 
+if os.environ.get("IDEM_BENCH"):
+    @app.post("/bare/orders")
+    async def bare_order(request: Request):
+        """The same order without idem (test/bench/clients_bench.sh's baseline)."""
+        order = await request.json()
+        async with pool.connection() as conn:
+            cur = await conn.execute("INSERT INTO shop_order (owner_id, sku_id, quantity) VALUES (%s, %s, %s)"
+                                     " RETURNING id", (owner_of(request.scope), order["skuId"], order["quantity"]))
+            (order_id,) = await cur.fetchone()
+        return JSONResponse({"orderId": order_id, "skuId": order["skuId"], "quantity": order["quantity"],
+                             "status": "CREATED"}, 201)
+
+
 if __name__ == "__main__":
     import uvicorn
     uvicorn.run(app, host="127.0.0.1", port=int(os.environ.get("PORT", "8080")), log_level="warning")

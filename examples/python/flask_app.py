@@ -78,6 +78,18 @@ def debit(account):
     return {"debitId": debit_id, "balance": float(balance)}, 201, {"Location": "/api/debits/%d" % debit_id}
 
 
+if os.environ.get("IDEM_BENCH"):
+    @app.post("/bare/orders")
+    def bare_order():
+        """The same order without idem (test/bench/clients_bench.sh's baseline)."""
+        order = request.get_json()
+        with pool.connection() as conn:
+            (order_id,) = conn.execute("INSERT INTO shop_order (owner_id, sku_id, quantity) VALUES (%s, %s, %s)"
+                                       " RETURNING id", (owner_of(request.environ), order["skuId"],
+                                                         order["quantity"])).fetchone()
+        return {"orderId": order_id, "skuId": order["skuId"], "quantity": order["quantity"], "status": "CREATED"}, 201
+
+
 if __name__ == "__main__":
     from werkzeug.serving import run_simple
     run_simple("127.0.0.1", int(os.environ.get("PORT", "8080")), app, threaded=True)

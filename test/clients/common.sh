@@ -137,3 +137,73 @@ fast_layer_of() {
 
 # tap_lines PREFIX: TAP "ok N - name" / "not ok N - name" lines as this suite's
 tap_lines() { sed -n -E "s/^(not ok|ok) [0-9]+ - (.*)/\1 - $1: \2/p"; }
+
+# The libraries built and installed as a user gets them (each prints its
+# ok/not ok line; returns non-zero when it failed).
+
+# build_python_client: the wheel (python3 -m build --no-isolation) from a
+# copy of the tree, installed into a fresh venv; sets PY, the venv's python
+build_python_client() {
+	log "building the wheel"
+	cp -r "$CLIENTS/python" "$IDEM_TMP/python-src"
+	if ! (cd "$IDEM_TMP/python-src" && /usr/bin/python3 -m build --no-isolation --wheel -o "$IDEM_TMP/dist" . \
+		>"$IDEM_TMP/build.log" 2>&1); then
+		cat "$IDEM_TMP/build.log" >&2
+		echo "not ok - python: the wheel builds"
+		return 1
+	fi
+	local wheel
+	wheel=$(ls "$IDEM_TMP"/dist/idem_pg-*.whl)
+	echo "ok - python: the wheel builds ($(basename "$wheel"))"
+	/usr/bin/python3 -m venv --system-site-packages "$IDEM_TMP/venv"
+	"$IDEM_TMP/venv/bin/pip" install -q --no-index --no-deps "$wheel"
+	PY=$IDEM_TMP/venv/bin/python
+}
+
+# build_node_client: npm pack, the tarball installed with its peers into a
+# clean directory with the examples; sets NODE_APP
+build_node_client() {
+	log "npm pack clients/node; npm install into a clean directory"
+	NODE_APP=$IDEM_TMP/node-app
+	mkdir -p "$NODE_APP/test"
+	local tarball
+	if ! tarball=$(cd "$CLIENTS/node" && npm pack --silent --pack-destination "$IDEM_TMP" 2>"$IDEM_TMP/pack.log"); then
+		cat "$IDEM_TMP/pack.log" >&2
+		echo "not ok - node: npm pack"
+		return 1
+	fi
+	echo '{"name": "idem-node-test", "private": true, "type": "module"}' >"$NODE_APP/package.json"
+	if ! (cd "$NODE_APP" && npm install --no-audit --no-fund --silent "$IDEM_TMP/$tarball" pg@^8.13.0 redis@^4.7.0 \
+		express@^5.1.0 >"$IDEM_TMP/npm.log" 2>&1); then
+		cat "$IDEM_TMP/npm.log" >&2
+		echo "not ok - node: the tarball and its peers install"
+		return 1
+	fi
+	echo "ok - node: npm pack makes $tarball, installed with pg, redis and express"
+	cp "$EXAMPLES/node/server.js" "$EXAMPLES/node/plain.js" "$NODE_APP/"
+}
+
+# build_java_client: the jar (javac -Xlint:all -Werror, jar) and the
+# example against it; sets JAVA_BUILD and JAVA_APPCP (the example's classpath)
+build_java_client() {
+	local J=/usr/share/java
+	JAVA_BUILD=$IDEM_TMP/java
+	mkdir -p "$JAVA_BUILD/classes" "$JAVA_BUILD/example"
+	log "javac and jar: clients/java"
+	if ! javac -Xlint:all -Werror -d "$JAVA_BUILD/classes" -cp "$J/postgresql.jar:$J/tomcat10-embed-core.jar" \
+		$(find "$CLIENTS/java/src" -name '*.java') >"$JAVA_BUILD/javac.log" 2>&1 ||
+		! jar --create --file "$JAVA_BUILD/idem-pg-1.9.0.jar" -C "$JAVA_BUILD/classes" . ; then
+		cat "$JAVA_BUILD/javac.log" >&2
+		echo "not ok - java: the jar builds"
+		return 1
+	fi
+	echo "ok - java: the jar builds with -Xlint:all -Werror (idem-pg-1.9.0.jar)"
+	JAVA_JARCP=$JAVA_BUILD/idem-pg-1.9.0.jar:$J/postgresql.jar
+	JAVA_APPCP=$JAVA_BUILD/example:$JAVA_JARCP:$J/tomcat10-embed-core.jar:$J/jakarta-annotation-api.jar
+	if ! javac -Xlint:all -Werror -d "$JAVA_BUILD/example" -cp "$JAVA_APPCP" "$EXAMPLES/java/OrderServer.java" \
+		>"$JAVA_BUILD/javac-ex.log" 2>&1; then
+		cat "$JAVA_BUILD/javac-ex.log" >&2
+		echo "not ok - java: examples/java/OrderServer.java compiles against the jar"
+		return 1
+	fi
+}

@@ -17,19 +17,7 @@ ensure_client_packages python3-build python3-setuptools python3-wheel python3-ve
 	python3-psycopg2 python3-redis redis-server pgbouncer chromium nodejs npm
 start_clients_server
 
-log "building the wheel"
-cp -r "$CLIENTS/python" "$IDEM_TMP/python-src"
-if ! (cd "$IDEM_TMP/python-src" && /usr/bin/python3 -m build --no-isolation --wheel -o "$IDEM_TMP/dist" . \
-	>"$IDEM_TMP/build.log" 2>&1); then
-	cat "$IDEM_TMP/build.log" >&2
-	echo "not ok - python: the wheel builds"
-	exit 0
-fi
-wheel=$(ls "$IDEM_TMP"/dist/idem_pg-*.whl)
-echo "ok - python: the wheel builds ($(basename "$wheel"))"
-/usr/bin/python3 -m venv --system-site-packages "$IDEM_TMP/venv"
-"$IDEM_TMP/venv/bin/pip" install -q --no-index --no-deps "$wheel"
-PY=$IDEM_TMP/venv/bin/python
+build_python_client || exit 0
 check "python: the wheel installs into a fresh venv, and that is what is imported" "$IDEM_TMP/venv" \
 	"$(cd / && "$PY" -c 'import idem_pg, os; print(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(idem_pg.__file__))))))')"
 
