@@ -153,7 +153,7 @@ public final class OrderServer {
             String owner = req.getHeader("X-Owner-Id");
             return owner != null && owner.matches("\\d{1,18}") ? Long.valueOf(owner) : null;
         })
-            .route("POST", "/api/orders", "CREATE_ORDER")
+            .route("POST", "/api/orders", "CREATE_ORDER", Settings.fields("skuId", "quantity"))
             .route("POST", "/api/accounts/{id}/debit", "DEBIT",
                 (body, params) -> "{\"account\": " + params.get("id") + ", \"body\": " + body + "}")
             .conflictStatus(Integer.parseInt(env("IDEM_CONFLICT_STATUS", "409")))

@@ -15,7 +15,7 @@ const json = (res, status, value, headers = {}) => {
   res.end(JSON.stringify(value));
 };
 
-const orders = idem.handler('CREATE_ORDER', {}, async (req, res) => {
+const orders = idem.handler('CREATE_ORDER', { request: ['skuId', 'quantity'] }, async (req, res) => {
   const { skuId, quantity } = req.body ?? {};
   if (!Number.isInteger(skuId) || !Number.isInteger(quantity) || quantity < 1 || quantity > 100) {
     return json(res, 400, { error: 'skuId must be an integer and quantity one from 1 to 100' });

@@ -28,7 +28,7 @@ const idem = createIdempotency({
 });
 
 const app = express();
-app.post('/api/orders', idem.route('CREATE_ORDER'), async (req, res) => {
+app.post('/api/orders', idem.route('CREATE_ORDER', { request: ['skuId', 'quantity'] }), async (req, res) => {
   const { skuId, quantity } = req.body ?? {};
   if (!Number.isInteger(skuId) || !Number.isInteger(quantity) || quantity < 1 || quantity > 100) {
     return res.status(400).json({ error: 'skuId must be an integer and quantity one from 1 to 100' });

@@ -24,7 +24,7 @@ django.setup()
 from idem_pg.django import context, idempotent  # noqa: E402 - after settings
 
 
-@idempotent("CREATE_ORDER")
+@idempotent("CREATE_ORDER", request=["skuId", "quantity"])
 def create_order(request):
     idem, order = context(request), context(request).body
     sku, qty = order.get("skuId"), order.get("quantity")

@@ -20,7 +20,7 @@ pool = AsyncConnectionPool(kwargs={"options": os.environ.get("IDEM_PG_OPTIONS", 
                            open=False)
 app = FastAPI(on_startup=[pool.open], on_shutdown=[pool.close])
 routes = (Routes()
-          .add("POST", "/api/orders", "CREATE_ORDER")
+          .add("POST", "/api/orders", "CREATE_ORDER", request=["skuId", "quantity"])
           .add("POST", "/api/accounts/{id}/debit", "DEBIT",
                request=lambda body, params: {"account": int(params["id"]), "amount": (body or {}).get("amount")}))
 app.add_middleware(IdempotencyMiddleware, routes=routes, settings=Settings(

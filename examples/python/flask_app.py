@@ -35,7 +35,7 @@ if os.environ.get("REDIS_URL"):
     fast = FastLayer(redis.Redis.from_url(os.environ["REDIS_URL"], socket_timeout=0.05,
                                           socket_connect_timeout=0.05))
 routes = (Routes()
-          .add("POST", "/api/orders", "CREATE_ORDER")
+          .add("POST", "/api/orders", "CREATE_ORDER", request=["skuId", "quantity"])
           .add("POST", "/api/accounts/{id}/debit", "DEBIT",
                request=lambda body, params: {"account": int(params["id"]), "amount": (body or {}).get("amount")}))
 app.wsgi_app = IdempotencyMiddleware(app.wsgi_app, routes, Settings(

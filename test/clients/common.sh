@@ -88,14 +88,18 @@ start_service() {
 }
 
 # contract NAME URL OWNER_BASE [MODE ...]: test/clients/contract.py
-contract() { IDEM_RUN=${IDEM_RUN:-$RANDOM$RANDOM} /usr/bin/python3 "$CLIENTS_TEST/contract.py" "$@" || true; }
+# a run's mark in its keys: letters around the digits, so that no log line
+# holds it by chance
+new_run() { echo "run${RANDOM}x${RANDOM}z"; }
+contract() { IDEM_RUN=${IDEM_RUN:-$(new_run)} /usr/bin/python3 "$CLIENTS_TEST/contract.py" "$@" || true; }
 
 # the contract of one service: the checks, then a second instance with
 # IDEM_CONFLICT_STATUS=422 on a read-only session
 contract_of() {	# contract_of NAME OWNER_BASE COMMAND...
 	local name=$1 owner=$2 port vport
 	shift 2
-	export IDEM_RUN=$RANDOM$RANDOM
+	IDEM_RUN=$(new_run)
+	export IDEM_RUN
 	port=$(free_port)
 	if start_service "$name" "$port" -- "$@"; then
 		contract "$name" "http://127.0.0.1:$port" "$owner"
@@ -109,7 +113,16 @@ contract_of() {	# contract_of NAME OWNER_BASE COMMAND...
 		echo "not ok - $name: the read-only instance starts"
 	fi
 	stop_services
+	keys_not_logged "$name"
 	unset IDEM_RUN
+}
+
+# keys_not_logged NAME: no line the services NAME* wrote holds a key the
+# checks sent (each key carries IDEM_RUN)
+keys_not_logged() {
+	local hits
+	hits=$(cat "$IDEM_TMP/$1"-*.log 2>/dev/null | grep -c -- "$IDEM_RUN" || true)
+	check "$1: no log line of the service holds an idempotency key ($(cat "$IDEM_TMP/$1"-*.log 2>/dev/null | wc -l) lines)" 0 "$hits"
 }
 
 start_redis() {
@@ -128,7 +141,12 @@ fast_layer_of() {
 	fast=$(free_port)
 	if start_service "$name" "$plain" -- "$@" &&
 		start_service "$name-fast" "$fast" REDIS_URL="redis://127.0.0.1:$redis_port/0" -- "$@"; then
+		IDEM_RUN=$(new_run)
+		export IDEM_RUN
 		contract "$name-fast" "http://127.0.0.1:$fast" "$owner" --fast "http://127.0.0.1:$plain" "$redis_port"
+		stop_services
+		keys_not_logged "$name-fast"
+		unset IDEM_RUN
 	else
 		echo "not ok - $name-fast: the services start"
 	fi

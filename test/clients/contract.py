@@ -144,6 +144,10 @@ def article_tests():
           (h1.get("idempotency-expires"), h2.get("idempotency-expires")))
     check("one Date and one Content-Length on the replay, its own",
           len(h2.get("date", [])) <= 1 and one(h2, "content-length") == str(len(b2.encode())), h2)
+    # the order route fingerprints skuId and quantity only: another field does not make another request
+    s4, h4, b4 = post("/api/orders", {"skuId": 1001, "quantity": 2, "note": "leave at the door"}, k1, o + 1)
+    check("a field the route does not fingerprint (note) leaves the request the same: a replay",
+          (s4, b4, one(h4, "idempotent-replayed")) == (201, b1, "true"), (s4, b4, h4))
     # the quoted sf-string form and the bare form are the same key
     s3, h3, b3 = order('"%s"' % k1, o + 1)
     check("the key as an RFC 8941 sf-string (quoted) is the same key as the bare form",
@@ -413,6 +417,34 @@ def fast_tests(plain_url, redis_port):
     check("without Redis: one order per key, every caller of a key the same answer", ok_plain, bad_plain[:3])
     check("with Redis stopped, restarted, flushed and paused mid-run: the same", ok_fast, bad_fast[:3])
     check("the fast layer did answer from the cache", hits > 0, hits)
+    # 20 concurrent identical requests through the fast layer: one order; each
+    # of the others a replay of it or a 409 in-flight with Retry-After
+    k20 = key("fast20")
+    results = [None] * 20
+    barrier = threading.Barrier(20)
+
+    def caller(i):
+        barrier.wait()
+        try:
+            results[i] = order(k20, OWNER_BASE + 7, 1003, 1)
+        except OSError as e:
+            results[i] = (0, {}, repr(e))
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    fresh = [r for r in results if r[0] == 201 and one(r[1], "idempotent-replayed") == "false"]
+    others = [r for r in results if r not in fresh]
+    check("with the fast layer, 20 concurrent identical POSTs make one order, answered once as executed",
+          orders_of(OWNER_BASE + 7) == 1 and len(fresh) == 1, (orders_of(OWNER_BASE + 7), len(fresh)))
+    check("and each of the other 19 is a replay of it or a 409 in-flight with Retry-After",
+          all((r[0] == 201 and one(r[1], "idempotent-replayed") == "true" and r[2] == fresh[0][2])
+              or (problem(r, 409, "in-flight") and one(r[1], "retry-after") is not None) for r in others),
+          [(r[0], r[2][:80]) for r in others])
+    print("# %s: of the 19 duplicates, %d replays, %d 409 in-flight" % (
+        NAME, sum(r[0] == 201 for r in others), sum(r[0] == 409 for r in others)))
     # an in-flight key: a duplicate is told "processing" at once by the fast layer
     k = key("flight")
     with psycopg.connect() as holder:

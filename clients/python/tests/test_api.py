@@ -207,3 +207,25 @@ def test_sqlstate_of_a_wrapped_error():
     wrapped.__cause__ = driver
     assert errors.sqlstate_of(wrapped) == "IK002"
     assert isinstance(errors.translate(wrapped), idem_pg.InFlight)
+
+
+def test_http_helpers():
+    """The contract's pure parts: key forms, what a route fingerprints, the stored headers."""
+    from idem_pg.http import Problem, Route, Settings, parse_key, stored_headers
+    k = "8e03978e-40d5-43e8-bc93-6894a57f9324"
+    assert parse_key(['"%s"' % k]) == parse_key([k]) == k and parse_key([]) is None
+    for bad in (['"%s' % k], ["short"], [k, k], ['"a\\x"']):
+        with pytest.raises(Problem):
+            parse_key(bad)
+    body = {"skuId": 1, "quantity": 2, "note": "x"}
+    assert Route("OP").request_of(body, {}) == body                                  # the whole body by default
+    assert Route("OP", ["skuId", "quantity", "gift"]).request_of(body, {}) == {"skuId": 1, "quantity": 2, "gift": None}
+    assert Route("OP", lambda b, p: {"id": p["id"]}).request_of(body, {"id": "7"}) == {"id": "7"}
+    with pytest.raises(Problem):
+        Route("OP", ["skuId"]).request_of([1, 2], {})
+    headers = [("Content-Type", "application/json"), ("Location", "/x"), ("Date", "now"), ("Content-Length", "2"),
+               ("Connection", "keep-alive, X-Hop"), ("X-Hop", "1"), ("Set-Cookie", "a=1"), ("Set-Cookie", "b=2"),
+               ("Vary", "Accept"), ("Vary", "Origin"), ("Transfer-Encoding", "chunked")]
+    assert stored_headers(headers, Settings(owner=None)) == {"content-type": "application/json", "location": "/x",
+                                                             "vary": "Accept, Origin"}
+    assert stored_headers(headers, Settings(owner=None, replay_set_cookie=True))["set-cookie"] == "a=1\nb=2"

@@ -172,6 +172,9 @@ public final class IdempotencyFilter implements Filter {
         String operation = match.route().operation();
         Idem.Outcome o;
         try {
+            if (match.route().request() instanceof Settings.Fields f) {
+                fingerprinted = selectFields(c, fingerprinted, f.names());
+            }
             o = idem.begin(c, owner, operation, key, fingerprinted, settings.ttl);
         } catch (IdemException.InvalidRequest e) {
             if ("22P02".equals(e.getSQLState())) {
@@ -211,6 +214,33 @@ public final class IdempotencyFilter implements Filter {
             expires = idem.begin(c, owner, operation, key, fingerprinted, settings.ttl).expiresAt();
         }
         return finished(expires, false, status, captured.headers, out);
+    }
+
+    /** The fields of a JSON object, picked by PostgreSQL (22P02 for a body that is not JSON). */
+    private String selectFields(Connection c, String body, List<String> names) throws SQLException, Problem {
+        try (java.sql.PreparedStatement ps = idem.serverPrepare() ? c.prepareStatement(FIELDS)
+            : prepareOnce(c, FIELDS)) {
+            ps.setArray(1, c.createArrayOf("text", names.toArray()));
+            ps.setString(2, body);
+            try (java.sql.ResultSet rs = ps.executeQuery()) {
+                rs.next();
+                if (!rs.getBoolean(1)) {
+                    throw new Problem(400, "invalid-request", "the body must be a JSON object");
+                }
+                return rs.getString(2);
+            }
+        } catch (SQLException e) {
+            throw IdemException.of(e);
+        }
+    }
+
+    private static final String FIELDS = "SELECT jsonb_typeof(j) = 'object', "
+        + "(SELECT jsonb_object_agg(f, j -> f) FROM unnest(?::text[]) AS f)::text FROM (SELECT ?::jsonb AS j) r";
+
+    private static java.sql.PreparedStatement prepareOnce(Connection c, String sql) throws SQLException {
+        java.sql.PreparedStatement ps = c.prepareStatement(sql);
+        ps.unwrap(org.postgresql.PGStatement.class).setPrepareThreshold(0);
+        return ps;
     }
 
     /** The headers kept with the record: one string per name (Set-Cookie lines by a newline, if allowed). */

@@ -40,6 +40,22 @@ public final class Settings {
         String select(String bodyJson, Map<String, String> params);
     }
 
+    /**
+     * The selector of some top-level fields of the body (the others do not count): the body must
+     * be a JSON object; a field it lacks counts as null. PostgreSQL picks them.
+     */
+    public record Fields(List<String> names) implements RequestSelector {
+        @Override
+        public String select(String bodyJson, Map<String, String> params) {
+            return bodyJson;                     // the filter selects the fields in its transaction
+        }
+    }
+
+    /** Fingerprint only these top-level fields of the body. */
+    public static RequestSelector fields(String... names) {
+        return new Fields(List.of(names));
+    }
+
     /** A route the contract applies to. */
     public record Route(String method, Pattern path, List<String> names, String operation, RequestSelector request,
                         boolean keyRequired) {
