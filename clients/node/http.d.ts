@@ -36,9 +36,9 @@ export interface RouteOptions {
 }
 export function createIdempotency(settings: Settings): {
   settings: Required<Settings>;
-  route(operation: string, options?: RouteOptions): (req: IncomingMessage, res: ServerResponse, next: () => unknown) => void;
+  route(operation: string | ((req: IncomingMessage) => string | null | Promise<string | null>), options?: RouteOptions): (req: IncomingMessage, res: ServerResponse, next: () => unknown) => void;
   errorHandler(): (err: unknown, req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
-  handler(operation: string, options: RouteOptions,
+  handler(operation: string | ((req: IncomingMessage) => string | null | Promise<string | null>), options: RouteOptions,
     fn: (req: IncomingMessage, res: ServerResponse) => unknown): (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 };
 export function parseKey(raw: string | string[] | undefined): string | null;

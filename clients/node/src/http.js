@@ -265,9 +265,13 @@ class Discard extends Error {
   constructor(answer) { super('discarded'); this.answer = answer; }
 }
 
-async function handle(settings, route, req, res, next) {
+async function handle(settings, declared, req, res, next) {
   let p = null;
   try {
+    // the operation: a name, or a function of the request (null: not idempotent)
+    const operation = typeof declared.operation === 'function' ? await declared.operation(req) : declared.operation;
+    if (operation === null || operation === undefined) return next();
+    const route = { ...declared, operation };
     const key = parseKey(req.headers['idempotency-key']);
     if (key === null) {
       if (route.keyRequired !== false) throw new Problem(400, 'key-missing', 'this request needs an Idempotency-Key header');

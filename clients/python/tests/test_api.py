@@ -211,7 +211,10 @@ def test_sqlstate_of_a_wrapped_error():
 
 def test_http_helpers():
     """The contract's pure parts: key forms, what a route fingerprints, the stored headers."""
-    from idem_pg.http import Problem, Route, Settings, parse_key, stored_headers
+    from idem_pg.http import Problem, Route, Settings, parse_key, resolve, stored_headers
+    by_tenant = Route(lambda req: None if req == "static" else "PAY_" + req)
+    assert resolve(by_tenant, "eu").operation == "PAY_eu" and resolve(by_tenant, "static") is None
+    assert resolve(Route("SHIP"), "any").operation == "SHIP"
     k = "8e03978e-40d5-43e8-bc93-6894a57f9324"
     assert parse_key(['"%s"' % k]) == parse_key([k]) == k and parse_key([]) is None
     for bad in (['"%s' % k], ["short"], [k, k], ['"a\\x"']):

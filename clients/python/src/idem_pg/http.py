@@ -75,11 +75,13 @@ class Answer:
 
 @dataclass
 class Route:
-    """A route that is idempotent: its operation, what of the request is
+    """A route that is idempotent: its operation (a name, or a function of
+    the framework's request returning one, or None for "not idempotent":
+    the request then runs without idem), what of the request is
     fingerprinted (the whole JSON body; a list of its top-level fields; or
     a function of the body and the path parameters), whether a key is
     required (else a request without one runs without idem)."""
-    operation: str
+    operation: Union[str, Callable[[Any], Optional[str]]]
     request: Union[None, Sequence[str], Callable[[Any, Dict[str, str]], Any]] = None
     key_required: bool = True
 
@@ -100,7 +102,8 @@ class Routes:
     def __init__(self) -> None:
         self._routes: List[Tuple[str, re.Pattern, Route]] = []
 
-    def add(self, method: str, template: str, operation: str, **options: Any) -> "Routes":
+    def add(self, method: str, template: str, operation: Union[str, Callable[[Any], Optional[str]]],
+            **options: Any) -> "Routes":
         pattern = "^" + re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(template)) + "$"
         self._routes.append((method.upper(), re.compile(pattern), Route(operation, **options)))
         return self
@@ -157,6 +160,14 @@ class Exchange:
     header: Callable[[str], List[str]]      # all values of a header (lower-case name)
     content_length: Optional[int]
     native: Any                             # the framework's request, for the owner function
+
+
+def resolve(route: Route, native: Any) -> Optional[Route]:
+    """The route with its operation's name (None: not idempotent)."""
+    if not callable(route.operation):
+        return route
+    name = route.operation(native)
+    return None if name is None else Route(name, route.request, route.key_required)
 
 
 def parse_key(values: List[str]) -> Optional[str]:
@@ -370,11 +381,12 @@ def handle(exchange: Exchange, route: Route, params: Dict[str, str], read_body: 
     ``transaction()`` is a context manager giving the connection of a new
     transaction (default: settings.connection() and conn.transaction())."""
     try:
-        key = parse_key(exchange.header("idempotency-key"))
+        route = resolve(route, exchange.native)
+        key = parse_key(exchange.header("idempotency-key")) if route is not None else None
         if key is None:
-            if route.key_required:
+            if route is not None and route.key_required:
                 raise Problem(400, "key-missing", "this request needs an Idempotency-Key header")
-            return call(Context(None, 0, route.operation, "", None, None, params))
+            return call(Context(None, 0, route.operation if route else "", "", None, None, params))
         check_length(exchange.content_length, settings)
         p = prepare(exchange, route, params, read_body(settings.max_body_bytes + 1), settings, key)
         fast = settings.fast
@@ -432,11 +444,12 @@ async def handle_async(exchange: Exchange, route: Route, params: Dict[str, str],
     fast layer's calls, short and bounded, run in a thread."""
     import asyncio
     try:
-        key = parse_key(exchange.header("idempotency-key"))
+        route = resolve(route, exchange.native)
+        key = parse_key(exchange.header("idempotency-key")) if route is not None else None
         if key is None:
-            if route.key_required:
+            if route is not None and route.key_required:
                 raise Problem(400, "key-missing", "this request needs an Idempotency-Key header")
-            return await call(Context(None, 0, route.operation, "", None, None, params))
+            return await call(Context(None, 0, route.operation if route else "", "", None, None, params))
         check_length(exchange.content_length, settings)
         p = prepare(exchange, route, params, await read_body(settings.max_body_bytes + 1), settings, key)
         fast = settings.fast

@@ -40,6 +40,7 @@ import jakarta.servlet.http.HttpServletResponse;
 public final class IdempotencyFilter implements Filter {
     /** The request attribute holding the {@link Settings.Context} of the claim. */
     public static final String CONTEXT = "idem.context";
+    private static final String OPERATION = "idem.operation";
 
     private static final Logger LOG = Logger.getLogger("idem");
     private static final Pattern KEY = Pattern.compile("^[A-Za-z0-9_-]{16,128}$");
@@ -100,10 +101,12 @@ public final class IdempotencyFilter implements Filter {
         HttpServletResponse response = (HttpServletResponse) res;
         String path = request.getRequestURI().substring(request.getContextPath().length());
         Settings.Match match = settings.match(request.getMethod(), path);
-        if (match == null) {
+        String operation = match == null ? null : match.route().operation().operationOf(request);
+        if (operation == null) {
             chain.doFilter(req, res);
             return;
         }
+        request.setAttribute(OPERATION, operation);
         Answer answer;
         try {
             String key = parseKey(Collections.list(request.getHeaders("Idempotency-Key")));
@@ -161,7 +164,7 @@ public final class IdempotencyFilter implements Filter {
                     throw problemOf(IdemException.of(sql), false);
                 }
             }
-            LOG.log(Level.SEVERE, "idem: the handler of operation " + match.route().operation() + " failed", e);
+            LOG.log(Level.SEVERE, "idem: the handler of operation " + request.getAttribute(OPERATION) + " failed", e);
             throw new Problem(500, "internal", "the request could not be completed");
         }
     }
@@ -169,7 +172,7 @@ public final class IdempotencyFilter implements Filter {
     private Answer execute(Connection c, HttpServletRequest request, HttpServletResponse response, FilterChain chain,
                            Settings.Match match, String key, long owner, String fingerprinted, byte[] raw)
         throws Problem, SQLException, IOException, ServletException {
-        String operation = match.route().operation();
+        String operation = (String) request.getAttribute(OPERATION);
         Idem.Outcome o;
         try {
             if (match.route().request() instanceof Settings.Fields f) {

@@ -56,9 +56,15 @@ public final class Settings {
         return new Fields(List.of(names));
     }
 
+    /** The operation of a request: its name, or null when the request is not idempotent (it runs without idem). */
+    @FunctionalInterface
+    public interface OperationResolver {
+        String operationOf(HttpServletRequest request);
+    }
+
     /** A route the contract applies to. */
-    public record Route(String method, Pattern path, List<String> names, String operation, RequestSelector request,
-                        boolean keyRequired) {
+    public record Route(String method, Pattern path, List<String> names, OperationResolver operation,
+                        RequestSelector request, boolean keyRequired) {
     }
 
     /** A matched route and its path parameters. */
@@ -92,6 +98,12 @@ public final class Settings {
 
     /** A route by method and path template ("/api/accounts/{id}/debit": {id} is one segment). */
     public Settings route(String method, String template, String operation, RequestSelector request,
+                          boolean keyRequired) {
+        return route(method, template, req -> operation, request, keyRequired);
+    }
+
+    /** A route whose operation is a function of the request. */
+    public Settings route(String method, String template, OperationResolver operation, RequestSelector request,
                           boolean keyRequired) {
         List<String> names = new ArrayList<>();
         StringBuilder re = new StringBuilder("^");
