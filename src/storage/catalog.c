@@ -121,6 +121,10 @@ catalog_relcache_callback(Datum arg, Oid relid)
 		if (relid == catalog.tables[i].relid || relid == catalog.tables[i].seq ||
 			relid == catalog.tables[i].keyindex)
 			catalog.valid = false;
+	/* a result type altered (ALTER TYPE ... ADD ATTRIBUTE of an update) */
+	for (int i = 0; i < catalog.nentries; i++)
+		if (OidIsValid(catalog.entries[i].result_relid) && relid == catalog.entries[i].result_relid)
+			catalog.valid = false;
 }
 
 /*
@@ -436,9 +440,13 @@ add_entry_point(FunctionCallInfo fcinfo)
 	e = &catalog.entries[catalog.nentries];
 	e->fn_oid = fcinfo->flinfo->fn_oid;
 	e->result = NULL;
+	e->result_relid = InvalidOid;
 	oldcxt = MemoryContextSwitchTo(catalog_cxt);
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) == TYPEFUNC_COMPOSITE)
+	{
 		e->result = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
+		e->result_relid = get_typ_typrelid(tupdesc->tdtypeid);
+	}
 	MemoryContextSwitchTo(oldcxt);
 	catalog.nentries++;
 }

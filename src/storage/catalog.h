@@ -89,6 +89,7 @@ typedef struct IdemEntryPoint
 {
 	Oid			fn_oid;
 	TupleDesc	result;			/* blessed, or NULL if not composite */
+	Oid			result_relid;	/* the composite type's relation */
 } IdemEntryPoint;
 
 typedef struct IdemCatalog
