@@ -122,6 +122,9 @@ INSERT INTO plants VALUES
  ('function idem_fail', 'CREATE FUNCTION idem_fail(bigint, bigint, jsonb, boolean DEFAULT true) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.5'),
  ('function idem_distribute', 'CREATE FUNCTION idem_distribute() RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.6'),
  ('function idem_distribute_node', 'CREATE FUNCTION idem_distribute_node() RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.6'),
+ ('table idem_policy', 'CREATE TABLE idem_policy (id int)', '1.10'),
+ ('view idem_policies', 'CREATE VIEW idem_policies AS SELECT public.pwn() AS x', '1.10'),
+ ('function idem_set_policy', 'CREATE FUNCTION idem_set_policy(text, interval DEFAULT NULL, interval DEFAULT NULL, interval DEFAULT NULL, integer DEFAULT NULL, interval DEFAULT NULL, interval DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.10'),
  ('operators and functions idem compares or calls',
   $p$CREATE FUNCTION evil_cat(text, text) RETURNS text LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN $1 END $$;
      CREATE FUNCTION evil_vc(varchar, varchar) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$;
@@ -150,7 +153,7 @@ ORDER BY s, name;
 SELECT v.version AS from_version, s AS schema, name, pg_temp.attempt(s, stmt, v.version) AS outcome
 FROM plants, (VALUES ('1.0'), ('1.1'), ('1.2'), ('1.3'), ('1.4'), ('1.5')) v(version),
      (VALUES ('regress_evil_schema'), ('public')) w(s)
-WHERE since = 'always' OR since > v.version
+WHERE since = 'always' OR string_to_array(since, '.')::int[] > string_to_array(v.version, '.')::int[]
 ORDER BY v.version, s, name;
 -- nothing was left behind, and regress_evil never became superuser
 SELECT count(*) AS extensions FROM pg_extension WHERE extname = 'idem';

@@ -205,6 +205,22 @@ BEGIN;
 SELECT replayed, expires_at > now() AS expires FROM idem_begin(307, 'DEBIT', 'upgrade-key-0000011', '{}');
 ROLLBACK;
 
+-- From 1.9: no policies before 1.10; after the update idem_set_policy
+-- works and its ttl applies, as on a fresh install.
+DROP EXTENSION idem;
+CREATE EXTENSION idem VERSION '1.9';
+SELECT count(*) AS policy_tables FROM pg_class WHERE relname = 'idem_policy';
+BEGIN;
+SELECT replayed, expires_at = now() + interval '1 day' AS guc_ttl FROM idem_begin(308, 'PAY', 'upgrade-key-0000012', '{}');
+ROLLBACK;
+ALTER EXTENSION idem UPDATE;
+SELECT * FROM pg_temp.catalog_diff();
+SELECT operation, ttl FROM idem_set_policy('PAY', ttl => '30 days');
+BEGIN;
+SELECT replayed, expires_at = now() + interval '30 days' AS policy_ttl FROM idem_begin(308, 'PAY', 'upgrade-key-0000012', '{}');
+ROLLBACK;
+SELECT idem_drop_policy('PAY');
+
 -- a version that does not exist
 ALTER EXTENSION idem UPDATE TO '9.9';
 

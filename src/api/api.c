@@ -102,7 +102,8 @@ finish_claim(const IdemCatalog *cat, const IdemScope *scope, IdemPendingClaim *p
 			 IdemStatus status, IdemResult *res, TimestampTz now)
 {
 	IdemIdentity identity = {0};
-	TimestampTz expires = idem_record_expiry(status, now, p->has_ttl ? &p->ttl : NULL);
+	TimestampTz expires = idem_record_expiry(status, now, p->has_ttl ? &p->ttl : NULL,
+											 scope->operation);
 
 	idem_become_owner(&identity, cat->owner);
 	idem_use_safe_search_path(&identity);
@@ -186,7 +187,8 @@ idem_begin(PG_FUNCTION_ARGS)
 	{
 		idem_pending_add(&call.scope, call.fingerprint, call.ttl);
 		PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, false, NULL,
-									  idem_record_expiry(IDEM_STATUS_SUCCEEDED, call.now, call.ttl)));
+									  idem_record_expiry(IDEM_STATUS_SUCCEEDED, call.now, call.ttl,
+														 call.scope.operation)));
 	}
 	PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, true, &claim.rec.result,
 								  claim.rec.expires_at));

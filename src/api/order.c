@@ -230,7 +230,7 @@ order_execute(OrderCall *call, const IdemScope *scope, const char *fingerprint)
 	res.body_isnull = true;
 	res.headers_isnull = true;
 	idem_record_insert(call->cat, scope, fingerprint, IDEM_STATUS_SUCCEEDED, &res,
-					   call->now, idem_record_expiry(IDEM_STATUS_SUCCEEDED, call->now, NULL),
+					   call->now, idem_record_expiry(IDEM_STATUS_SUCCEEDED, call->now, NULL, scope->operation),
 					   &biz, NULL);
 	call->values[RES_HTTP] = Int32GetDatum(ORDER_HTTP_CREATED);
 	call->nulls[RES_HTTP] = false;

@@ -52,6 +52,7 @@
 #include "pending.h"
 #include "claim.h"
 #include "notify.h"
+#include "policy.h"
 #include "stats.h"
 #include "task.h"
 #include "task_int.h"
@@ -70,7 +71,7 @@ enum
 /* GUC variables */
 static int	idem_retry_base = 1000;		/* ms */
 static int	idem_retry_max = 3600 * 1000;	/* ms */
-int			idem_max_attempts = 10;
+static int	idem_max_attempts = 10;
 
 /* The operations this transaction submitted tasks of: NOTIFY idem_tasks. */
 #define SUBMITTED_OPS 16
@@ -402,15 +403,29 @@ idem_submit(PG_FUNCTION_ARGS)
 						 claim.rec.is_task, &claim.rec.result);
 }
 
+/* The attempts a task of operation may fail: its policy's, else idem.max_attempts. */
+int
+idem_task_max_attempts(const char *operation)
+{
+	const IdemPolicy *policy = idem_policy_of(operation);
+
+	return policy && policy->max_attempts > 0 ? policy->max_attempts : idem_max_attempts;
+}
+
 /*
- * The wait before attempt `attempt` + 1: full jitter, a uniform random time
- * up to idem.retry_base * 2^(attempt - 1), capped by idem.retry_max.
+ * The wait before attempt `attempt` + 1 of a task of operation: full
+ * jitter, a uniform random time up to retry_base * 2^(attempt - 1), capped
+ * by retry_max (the operation's policy's, else idem.retry_base and
+ * idem.retry_max).
  */
 int64
-idem_task_backoff_usecs(int32 attempt)
+idem_task_backoff_usecs(int32 attempt, const char *operation)
 {
-	double		bound_ms = (double) idem_retry_base * ldexp(1.0, Min(Max(attempt - 1, 0), 62));
+	const IdemPolicy *policy = idem_policy_of(operation);
+	int			base = policy && policy->retry_base_ms > 0 ? policy->retry_base_ms : idem_retry_base;
+	int			max = policy && policy->retry_max_ms > 0 ? policy->retry_max_ms : idem_retry_max;
+	double		bound_ms = (double) base * ldexp(1.0, Min(Max(attempt - 1, 0), 62));
 
-	bound_ms = Min(bound_ms, (double) idem_retry_max);
+	bound_ms = Min(bound_ms, (double) max);
 	return (int64) (pg_prng_double(&pg_global_prng_state) * bound_ms * 1000.0);
 }

@@ -198,7 +198,7 @@ finish_task(HolderCall *hc, IdemStatus status)
 		ttl = DatumGetIntervalP(TR_VALUE(tr, REC_TASK_TTL));
 	TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
 	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(hc->now));
-	TR_SET(tr, REC_EXPIRES, TimestampTzGetDatum(idem_record_expiry(status, hc->now, ttl)));
+	TR_SET(tr, REC_EXPIRES, TimestampTzGetDatum(idem_record_expiry(status, hc->now, ttl, hc->operation)));
 	TR_CLEAR(tr, REC_TASK_DUE);
 	TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
 	TR_CLEAR(tr, REC_TASK_SESSION);
@@ -272,7 +272,7 @@ fail_retryable(HolderCall *hc, int32 attempts)
 
 	TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(IDEM_STATUS_FAILED_RETRYABLE)));
 	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(hc->now));
-	TR_SET(tr, REC_TASK_DUE, TimestampTzGetDatum(hc->now + idem_task_backoff_usecs(attempts)));
+	TR_SET(tr, REC_TASK_DUE, TimestampTzGetDatum(hc->now + idem_task_backoff_usecs(attempts, hc->operation)));
 	TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
 	TR_CLEAR(tr, REC_TASK_SESSION);
 	return IDEM_STATUS_FAILED_RETRYABLE;
@@ -320,7 +320,7 @@ idem_fail(PG_FUNCTION_ARGS)
 	begin_holder_call(&hc, fcinfo, PG_GETARG_INT64(0), PG_GETARG_INT64(1));
 	attempts = DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS));
 	TR_SET(tr, REC_TASK_LAST_ERROR, JsonbPGetDatum(error));
-	if (retryable && attempts < idem_max_attempts)
+	if (retryable && attempts < idem_task_max_attempts(hc.operation))
 		status = fail_retryable(&hc, attempts);
 	else
 		status = fail_final(&hc, error);

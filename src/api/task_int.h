@@ -22,7 +22,7 @@
 #define TASK_HTTP_FAILED		500
 
 /* GUC: attempts after which idem_fail is final (task.c) */
-extern int	idem_max_attempts;
+
 
 /* the sequence of fencing tokens, once task_relations() has looked it up */
 extern Oid	idem_task_token_seq;
@@ -56,7 +56,8 @@ extern void task_record_take(TaskRecord *tr, TupleTableSlot *locked);
 extern void task_record_put(TaskRecord *tr, int col, Datum d, bool isnull);
 extern void task_record_write(TaskRecord *tr, TupleTableSlot *locked);
 extern void task_record_close(TaskRecord *tr);
-extern int64 idem_task_backoff_usecs(int32 attempt);
+extern int64 idem_task_backoff_usecs(int32 attempt, const char *operation);
+extern int	idem_task_max_attempts(const char *operation);
 
 /* task_sessions.c */
 extern uint64 idem_task_session_id(void);

@@ -32,6 +32,7 @@
 
 #include "idem.h"
 #include "key.h"
+#include "policy.h"
 #include "stats.h"
 #include "util.h"
 
@@ -525,13 +526,20 @@ idem_key_locktag(LOCKTAG *tag, const IdemScope *scope)
 						 IDEM_LOCK_CLASS_KEY);
 }
 
-/* How long a duplicate waits: idem.wait_timeout, or lock_timeout if shorter. */
+/*
+ * How long a duplicate waits: the operation's policy's wait_timeout, else
+ * idem.wait_timeout (a consumer's: idem.wait_timeout); lock_timeout if
+ * shorter.
+ */
 static int
-key_wait_ms(void)
+key_wait_ms(IdemStatKind kind, const char *name)
 {
-	if (LockTimeout > 0 && LockTimeout < idem_wait_timeout)
+	const IdemPolicy *policy = kind == IDEM_KIND_OPERATION ? idem_policy_of(name) : NULL;
+	int			wait = policy && policy->wait_timeout_ms >= 0 ? policy->wait_timeout_ms : idem_wait_timeout;
+
+	if (LockTimeout > 0 && LockTimeout < wait)
 		return LockTimeout;
-	return idem_wait_timeout;
+	return wait;
 }
 
 /*
@@ -547,7 +555,7 @@ key_wait_ms(void)
  * slow path.
  */
 static bool
-bounded_wait(const LOCKTAG *tag, TransactionId xid)
+bounded_wait(const LOCKTAG *tag, TransactionId xid, int wait_ms)
 {
 	MemoryContext callercxt = CurrentMemoryContext;
 	ResourceOwner callerowner = CurrentResourceOwner;
@@ -562,7 +570,7 @@ bounded_wait(const LOCKTAG *tag, TransactionId xid)
 	{
 		ResourceOwner subowner = CurrentResourceOwner;
 
-		LockTimeout = key_wait_ms();
+		LockTimeout = wait_ms;
 		if (tag == NULL)
 			XactLockTableWait(xid, NULL, NULL, XLTW_None);
 		else
@@ -617,6 +625,7 @@ idem_lock_key(const LOCKTAG *tag, IdemStatKind kind, const char *name)
 {
 	ResourceOwner callerowner = CurrentResourceOwner;
 	LockAcquireResult got;
+	int			wait_ms;
 
 	CurrentResourceOwner = CurTransactionResourceOwner;
 	got = LockAcquire(tag, ExclusiveLock, false, true);
@@ -624,9 +633,10 @@ idem_lock_key(const LOCKTAG *tag, IdemStatKind kind, const char *name)
 	if (got != LOCKACQUIRE_NOT_AVAIL)
 		return true;
 	idem_stats_count(kind, name, IDEM_STAT_WAITS, 1);
-	if (key_wait_ms() <= 0)
+	wait_ms = key_wait_ms(kind, name);
+	if (wait_ms <= 0)
 		return false;
-	return bounded_wait(tag, InvalidTransactionId);
+	return bounded_wait(tag, InvalidTransactionId, wait_ms);
 }
 
 /*
@@ -656,12 +666,15 @@ idem_unlock_key(const LOCKTAG *tag)
 bool
 idem_wait_for_xact(TransactionId xid, IdemStatKind kind, const char *name)
 {
+	int			wait_ms;
+
 	if (!TransactionIdIsInProgress(xid))
 		return true;
 	idem_stats_count(kind, name, IDEM_STAT_WAITS, 1);
-	if (key_wait_ms() <= 0)
+	wait_ms = key_wait_ms(kind, name);
+	if (wait_ms <= 0)
 		return false;
-	return bounded_wait(NULL, xid);
+	return bounded_wait(NULL, xid, wait_ms);
 }
 
 /*
@@ -713,8 +726,9 @@ idem_report_in_flight(const IdemScope *scope, IdemInFlight why)
 			(errcode(ERRCODE_IDEM_IN_FLIGHT),
 			 errmsg("a request with this idempotency key is still being processed"),
 			 why == IDEM_IN_FLIGHT_WAITED ?
-			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": the first request has not finished within %d ms (idem.wait_timeout, or lock_timeout if shorter).",
-					   scope->owner, scope->operation, scope->key, key_wait_ms()) :
+			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": the first request has not finished within %d ms (the operation's wait_timeout or idem.wait_timeout, or lock_timeout if shorter).",
+					   scope->owner, scope->operation, scope->key,
+					   key_wait_ms(IDEM_KIND_OPERATION, scope->operation)) :
 			 why == IDEM_IN_FLIGHT_RECORDED ?
 			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": the first request is recorded as still processing.",
 					   scope->owner, scope->operation, scope->key) :

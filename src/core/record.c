@@ -43,6 +43,7 @@
 
 #include "idem.h"
 #include "compat.h"
+#include "policy.h"
 #include "record.h"
 
 /* GUC variables */
@@ -143,16 +144,27 @@ idem_ttl_arg(FunctionCallInfo fcinfo, int argno, TimestampTz now)
 }
 
 /*
- * When a record written now with status expires: a finished record after
- * ttl (idem.ttl if NULL), a deterministic failure after idem.failure_ttl.
+ * When a record of operation finished now with status expires: a success
+ * after the call's ttl, else the operation's policy's, else idem.ttl; a
+ * deterministic failure after the policy's failure_ttl, else
+ * idem.failure_ttl.
  */
 TimestampTz
-idem_record_expiry(IdemStatus status, TimestampTz now, const Interval *ttl)
+idem_record_expiry(IdemStatus status, TimestampTz now, const Interval *ttl,
+				   const char *operation)
 {
+	const IdemPolicy *policy = idem_policy_of(operation);
+
 	if (status == IDEM_STATUS_FAILED_FINAL)
+	{
+		if (policy && policy->has_failure_ttl)
+			return idem_timestamp_plus(now, &policy->failure_ttl);
 		return now + (TimestampTz) idem_failure_ttl * USECS_PER_SEC;
+	}
 	if (ttl != NULL)
 		return idem_timestamp_plus(now, ttl);
+	if (policy && policy->has_ttl)
+		return idem_timestamp_plus(now, &policy->ttl);
 	return now + (TimestampTz) idem_ttl * USECS_PER_SEC;
 }
 

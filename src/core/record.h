@@ -86,7 +86,8 @@ extern IdemStatus idem_result_make(IdemResult *res, bool http_isnull, int32 http
 								   bool body_isnull, Datum body, bool headers_isnull,
 								   Datum headers, bool resource_isnull, int64 resource_id);
 extern void idem_result_values(const IdemResult *res, Datum *values, bool *nulls);
-extern TimestampTz idem_record_expiry(IdemStatus status, TimestampTz now, const Interval *ttl);
+extern TimestampTz idem_record_expiry(IdemStatus status, TimestampTz now, const Interval *ttl,
+									  const char *operation);
 extern TimestampTz idem_timestamp_plus(TimestampTz now, const Interval *ttl);
 extern TimestampTz idem_plus_positive(TimestampTz now, const Interval *iv, const char *what);
 extern TimestampTz idem_check_ttl(const Interval *ttl, TimestampTz now);

@@ -7,6 +7,13 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_extension.h"
+#include "utils/fmgroids.h"
+
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 
@@ -73,4 +80,32 @@ idem_quoted_schema(Oid nspid)
 	if (name == NULL)
 		elog(ERROR, "idem: schema %u does not exist", nspid);
 	return pstrdup(quote_identifier(name));
+}
+
+/*
+ * The schema and the owner of the extension idem in this database, from
+ * its pg_extension row; false when it is not installed.
+ */
+bool
+idem_extension_row(Oid *nspid, Oid *owner)
+{
+	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	bool		found;
+
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+				CStringGetDatum("idem"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	found = HeapTupleIsValid(tuple);
+	if (found)
+	{
+		*nspid = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
+		*owner = ((Form_pg_extension) GETSTRUCT(tuple))->extowner;
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
 }

@@ -16,5 +16,6 @@ extern SPIPlanPtr idem_prepare_kept(const char *sql, int nargs, Oid *argtypes);
 extern void idem_free_kept(SPIPlanPtr *plan);
 extern Oid	idem_extension_schema(FunctionCallInfo fcinfo);
 extern char *idem_quoted_schema(Oid nspid);
+extern bool idem_extension_row(Oid *nspid, Oid *owner);
 
 #endif							/* IDEM_UTIL_H */

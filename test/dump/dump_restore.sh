@@ -17,6 +17,7 @@ for db in $src $dst; do "$PG_BINDIR/dropdb" --if-exists "$db" 2>/dev/null; done
 q $src "CREATE EXTENSION idem"
 q $src "SELECT count(*) FROM (SELECT idem_create_order(9, 'dump-key-' || lpad(i::text, 10, '0'), i, 1)
         FROM generate_series(1, 25) i) s" >/dev/null
+q $src "SELECT idem_set_policy('PAY', ttl => '30 days', max_attempts => 3)" >/dev/null
 before=$(q $src "SELECT md5(string_agg(r::text, ',' ORDER BY r.id)) FROM idempotency_record r")
 orders_before=$(q $src "SELECT md5(string_agg(o::text, ',' ORDER BY o.id)) FROM purchase_order o")
 
@@ -32,6 +33,10 @@ check "a retry after the restore replays" "t" \
 	"$(q $dst "SELECT replayed FROM idem_create_order(9, 'dump-key-0000000007', 7, 1)")"
 check "a new key after the restore gets the next order id" "26" \
 	"$(q $dst "SELECT order_id FROM idem_create_order(9, 'dump-key-after-restore', 1, 1)")"
+check "policies survive pg_dump and restore" "PAY|30 days|3" \
+	"$(q $dst "SELECT operation, ttl, max_attempts FROM idem_policies")"
+check "the restored policy applies" "t" \
+	"$(q $dst "BEGIN; SELECT expires_at = now() + interval '30 days' FROM idem_begin(9, 'PAY', 'dump-pay-key-00000001', '{}'); ROLLBACK;" | head -n 1)"
 
 rm -f "$dump"
 for db in $src $dst; do "$PG_BINDIR/dropdb" "$db"; done

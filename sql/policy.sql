@@ -1,0 +1,122 @@
+-- Per-operation policy (1.10): idem_set_policy, idem_drop_policy,
+-- idem_policies; precedence (a call's argument > the policy > the GUC);
+-- omitted arguments left unchanged, NULL back to the GUC; who may set.
+SET client_min_messages = warning;
+
+-- nothing set: the GUCs
+SELECT count(*) AS policies FROM idem_policies;
+
+-- a 30-day payment key beside the default 1-day one
+SELECT operation, ttl, failure_ttl, wait_timeout, max_attempts, retry_base, retry_max
+FROM idem_set_policy('PAY', ttl => '30 days', failure_ttl => '1 hour');
+BEGIN;
+SELECT replayed, expires_at = now() + interval '30 days' AS policy_ttl
+FROM idem_begin(1, 'PAY', 'policy-key-000000001', '{}');
+SELECT idem_finish(1, 'PAY', 'policy-key-000000001', 201, '{}');
+SELECT replayed, expires_at = now() + interval '1 day' AS guc_ttl
+FROM idem_begin(1, 'ORDER', 'policy-key-000000002', '{}');
+SELECT idem_finish(1, 'ORDER', 'policy-key-000000002', 201, '{}');
+-- the call's own ttl comes first
+SELECT replayed, expires_at = now() + interval '2 hours' AS call_ttl
+FROM idem_begin(1, 'PAY', 'policy-key-000000003', '{}', '2 hours');
+SELECT idem_finish(1, 'PAY', 'policy-key-000000003', 201, '{}');
+-- a 4xx: the policy's failure_ttl
+SELECT replayed FROM idem_begin(1, 'PAY', 'policy-key-000000004', '{}');
+SELECT idem_finish(1, 'PAY', 'policy-key-000000004', 402, '{"error": "declined"}');
+COMMIT;
+SELECT idempotency_key, status, expires_at - created_at AS lifetime FROM idempotency_record
+WHERE idempotency_key LIKE 'policy-key-%' ORDER BY idempotency_key;
+
+-- idem_create_order and idem_run take the policy of their operation too
+SELECT (idem_set_policy('CREATE_ORDER', ttl => '3 hours')).operation;
+SELECT order_id > 0 AS ordered FROM idem_create_order(2, 'policy-order-key-0001', 5, 1);
+SELECT expires_at - created_at AS lifetime FROM idempotency_record
+WHERE idempotency_key = 'policy-order-key-0001';
+
+-- omitted: unchanged; NULL: back to the GUC
+SELECT operation, ttl, failure_ttl FROM idem_set_policy('PAY', failure_ttl => NULL);
+SELECT operation, ttl, failure_ttl, wait_timeout FROM idem_set_policy('PAY', wait_timeout => '250 ms');
+SELECT operation, ttl, failure_ttl, wait_timeout, max_attempts, retry_base, retry_max
+FROM idem_policies ORDER BY operation;
+
+-- bad values: 22023 (or 22004 for a NULL operation), nothing written
+SELECT idem_set_policy('PAY', ttl => '0 seconds');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT idem_set_policy('PAY', ttl => '31 days');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT idem_set_policy('PAY', failure_ttl => '-1 minute');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT idem_set_policy('PAY', wait_timeout => '-1 second');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT idem_set_policy('PAY', max_attempts => 0);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT idem_set_policy('PAY', retry_base => '0 seconds');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT idem_set_policy('PAY', retry_max => '30 days');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT idem_set_policy('bad operation!', ttl => '1 hour');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT idem_set_policy(NULL, ttl => '1 hour');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT operation, ttl, failure_ttl, wait_timeout FROM idem_policies WHERE operation = 'PAY';
+
+-- tasks: the policy's max_attempts and backoff
+SELECT (idem_set_policy('SHIP', max_attempts => 2, retry_base => '1 hour', retry_max => '2 hours')).operation;
+SELECT replayed FROM idem_submit(3, 'SHIP', 'policy-task-key-00001', '{}');
+SELECT attempt, (SELECT idem_fail(task_id, token, '{"e": 1}')) AS first_failure
+FROM idem_lease('SHIP', 'w1');
+SELECT task_due_at - now() BETWEEN interval '0' AND interval '1 hour' AS backoff_within_retry_base
+FROM idempotency_record WHERE idempotency_key = 'policy-task-key-00001';
+UPDATE idempotency_record SET task_due_at = now() WHERE idempotency_key = 'policy-task-key-00001';
+SELECT attempt, (SELECT idem_fail(task_id, token, '{"e": 2}')) AS second_failure
+FROM idem_lease('SHIP', 'w1');
+
+-- who may set: a superuser or the extension's owner; pg_monitor reads
+CREATE ROLE regress_policy_user;
+CREATE ROLE regress_policy_monitor IN ROLE pg_monitor;
+GRANT USAGE ON SCHEMA public TO regress_policy_user;
+SET ROLE regress_policy_user;
+SELECT idem_set_policy('PAY', ttl => '1 hour');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+RESET ROLE;
+-- EXECUTE granted is not enough: only the owner or a superuser
+GRANT EXECUTE ON FUNCTION idem_set_policy(text, interval, interval, interval, integer, interval, interval),
+    idem_drop_policy(text) TO regress_policy_user;
+SET ROLE regress_policy_user;
+SELECT idem_set_policy('PAY', ttl => '1 hour');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT idem_drop_policy('PAY');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM idem_policies;
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM idem_policy;
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SET ROLE regress_policy_monitor;
+SELECT count(*) AS monitor_reads FROM idem_policies;
+RESET ROLE;
+
+-- drop: the GUC again
+SELECT idem_drop_policy('PAY') AS dropped, idem_drop_policy('PAY') AS again;
+BEGIN;
+SELECT replayed, expires_at = now() + interval '1 day' AS guc_ttl
+FROM idem_begin(1, 'PAY', 'policy-key-000000005', '{}');
+ROLLBACK;
+
+-- a write of the table by hand invalidates the cached copy too
+UPDATE idem_policy SET ttl = '5 hours' WHERE operation = 'CREATE_ORDER';
+SELECT order_id > 0 AS ordered FROM idem_create_order(2, 'policy-order-key-0002', 5, 1);
+SELECT expires_at - created_at AS lifetime FROM idempotency_record
+WHERE idempotency_key = 'policy-order-key-0002';
+
+-- from PL/pgSQL too; every setting omitted: a policy that changes nothing
+DO $$ BEGIN PERFORM idem_set_policy('PAY', ttl => '2 days'); PERFORM idem_set_policy('PAY'); END $$;
+SELECT operation, ttl, failure_ttl, wait_timeout FROM idem_policies WHERE operation = 'PAY';
+
+REVOKE EXECUTE ON FUNCTION idem_set_policy(text, interval, interval, interval, integer, interval, interval),
+    idem_drop_policy(text) FROM regress_policy_user;
+REVOKE USAGE ON SCHEMA public FROM regress_policy_user;
+DROP ROLE regress_policy_user, regress_policy_monitor;
+TRUNCATE idem_policy;
+SELECT count(*) AS policies FROM idem_policies;
+RESET client_min_messages;

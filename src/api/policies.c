@@ -1,0 +1,231 @@
+/*-------------------------------------------------------------------------
+ *
+ * policies.c
+ *	  idem_set_policy and idem_drop_policy (1.10): per-operation settings
+ *	  kept in idem_policy, and the trigger that tells every backend the
+ *	  table changed (src/core/policy.c keeps each backend's copy).
+ *
+ *	  idem_set_policy tells an omitted argument (unchanged) from an
+ *	  explicit NULL (back to the GUC): an omitted one is its default, a
+ *	  call of a marker function (idem_policy_unchanged_*()), which the
+ *	  call's expression still shows.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "commands/trigger.h"
+#include "executor/spi.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "nodes/primnodes.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+
+#include "idem.h"
+#include "key.h"
+#include "policy.h"
+#include "record.h"
+#include "util.h"
+
+PG_FUNCTION_INFO_V1(idem_set_policy);
+PG_FUNCTION_INFO_V1(idem_drop_policy);
+PG_FUNCTION_INFO_V1(idem_policy_unchanged);
+PG_FUNCTION_INFO_V1(idem_policy_changed);
+
+/* The settings of idem_set_policy, in argument order after operation. */
+#define POLICY_NARGS 6
+static const char *const setting_names[POLICY_NARGS] = {
+	"ttl", "failure_ttl", "wait_timeout", "max_attempts", "retry_base", "retry_max"
+};
+
+/* SQL: idem_policy_unchanged_*(): the default of an omitted argument (NULL). */
+Datum
+idem_policy_unchanged(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_NULL();
+}
+
+/* SQL: the statement trigger of idem_policy: every backend reads it anew. */
+Datum
+idem_policy_changed(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("idem_policy_changed() must be called as a trigger")));
+	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigdata->tg_relation));
+	return PointerGetDatum(NULL);
+}
+
+/*
+ * Only a superuser or the extension's owner (or a member of its role) sets
+ * or drops policies: 42501.  Returns the extension's schema.
+ */
+static Oid
+check_policy_admin(const char *what)
+{
+	Oid			nspid = InvalidOid;
+	Oid			owner = InvalidOid;
+
+	if (!idem_extension_row(&nspid, &owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the extension idem is not installed in this database")));
+	if (!superuser() && !has_privs_of_role(GetUserId(), owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to %s an idem policy", what),
+				 errhint("Only a superuser or the owner of the extension idem may.")));
+	return nspid;
+}
+
+/* Was argument argno left out of the call (its default, the marker)? */
+static bool
+omitted(FunctionCallInfo fcinfo, int argno)
+{
+	FuncExpr   *call = (FuncExpr *) fcinfo->flinfo->fn_expr;
+	Node	   *arg;
+	char	   *name;
+
+	if (call == NULL || !IsA(call, FuncExpr) || list_length(call->args) <= argno)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("idem_set_policy must be called from SQL")));
+	arg = (Node *) list_nth(call->args, argno);
+	if (!IsA(arg, FuncExpr))
+		return false;
+	name = get_func_name(((FuncExpr *) arg)->funcid);
+	return name != NULL && strncmp(name, "idem_policy_unchanged_", 22) == 0 &&
+		get_func_namespace(((FuncExpr *) arg)->funcid) == get_func_namespace(fcinfo->flinfo->fn_oid);
+}
+
+/* 22023 unless setting i's value is one idem can use. */
+static void
+check_setting(int i, Datum value)
+{
+	if (i == 3)
+	{
+		if (DatumGetInt32(value) < 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("max_attempts must be at least 1"),
+					 errdetail("The call has max_attempts %d.", DatumGetInt32(value))));
+		return;
+	}
+	if (i == 0 || i == 1)
+	{
+		TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+		if (idem_plus_positive(now, DatumGetIntervalP(value), setting_names[i]) - now >
+			(int64) idem_max_ttl * USECS_PER_SEC)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s must not exceed idem.max_ttl (%d seconds)", setting_names[i], idem_max_ttl),
+					 errdetail("The call has %s %s.", setting_names[i],
+							   DatumGetCString(DirectFunctionCall1(interval_out, value)))));
+		return;
+	}
+	{
+		Interval   *iv = DatumGetIntervalP(value);
+		TimestampTz now = GetCurrentTransactionStartTimestamp();
+		TimestampTz at = idem_timestamp_plus(now, iv);
+
+		if (at < now || (i != 2 && at == now) || at - now > (int64) INT_MAX * 1000)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s must be %s and under %d milliseconds", setting_names[i],
+							i == 2 ? "zero or positive" : "positive", INT_MAX),
+					 errdetail("The call has %s %s.", setting_names[i],
+							   DatumGetCString(DirectFunctionCall1(interval_out, value)))));
+	}
+}
+
+/*
+ * SQL: idem_set_policy(operation, ttl, failure_ttl, wait_timeout,
+ * max_attempts, retry_base, retry_max) returns idem_policy: the
+ * operation's policy after the change.
+ */
+Datum
+idem_set_policy(PG_FUNCTION_ARGS)
+{
+	Oid			nsp = check_policy_admin("set");
+	char	   *operation;
+	char	   *nspname;
+	StringInfoData sql;
+	Oid			types[1 + 2 * POLICY_NARGS];
+	Datum		values[1 + 2 * POLICY_NARGS];
+	char		nulls[1 + 2 * POLICY_NARGS];
+	HeapTupleHeader result;
+
+	idem_check_not_null(fcinfo, 0, "operation");
+	operation = TextDatumGetCString(PG_GETARG_DATUM(0));
+	idem_check_operation(operation, strlen(operation));
+	types[0] = TEXTOID;
+	values[0] = PG_GETARG_DATUM(0);
+	nulls[0] = ' ';
+	for (int i = 0; i < POLICY_NARGS; i++)
+	{
+		bool		keep = omitted(fcinfo, i + 1);
+
+		types[1 + i] = i == 3 ? INT4OID : INTERVALOID;
+		nulls[1 + i] = (keep || PG_ARGISNULL(i + 1)) ? 'n' : ' ';
+		values[1 + i] = nulls[1 + i] == 'n' ? (Datum) 0 : PG_GETARG_DATUM(i + 1);
+		if (nulls[1 + i] == ' ')
+			check_setting(i, values[1 + i]);
+		types[1 + POLICY_NARGS + i] = BOOLOID;
+		values[1 + POLICY_NARGS + i] = BoolGetDatum(keep);
+		nulls[1 + POLICY_NARGS + i] = ' ';
+	}
+
+	nspname = idem_quoted_schema(nsp);
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "INSERT INTO %s.idem_policy AS p (operation", nspname);
+	for (int i = 0; i < POLICY_NARGS; i++)
+		appendStringInfo(&sql, ", %s", setting_names[i]);
+	appendStringInfoString(&sql, ", updated_at) VALUES ($1");
+	for (int i = 0; i < POLICY_NARGS; i++)
+		appendStringInfo(&sql, ", $%d", i + 2);
+	appendStringInfoString(&sql, ", pg_catalog.now()) ON CONFLICT (operation) DO UPDATE SET updated_at = pg_catalog.now()");
+	for (int i = 0; i < POLICY_NARGS; i++)
+		appendStringInfo(&sql, ", %s = CASE WHEN $%d THEN p.%s ELSE excluded.%s END",
+						 setting_names[i], i + 2 + POLICY_NARGS, setting_names[i], setting_names[i]);
+	appendStringInfoString(&sql, " RETURNING p.*");
+
+	SPI_connect();
+	if (SPI_execute_with_args(sql.data, 1 + 2 * POLICY_NARGS, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING ||
+		SPI_processed != 1)
+		elog(ERROR, "idem: could not write the policy of operation %s", operation);
+	result = SPI_returntuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
+	SPI_finish();
+	PG_RETURN_HEAPTUPLEHEADER(result);
+}
+
+/* SQL: idem_drop_policy(operation) returns whether it had one. */
+Datum
+idem_drop_policy(PG_FUNCTION_ARGS)
+{
+	Oid			nsp = check_policy_admin("drop");
+	StringInfoData sql;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {PG_GETARG_DATUM(0)};
+	bool		dropped;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "DELETE FROM %s.idem_policy WHERE operation = $1",
+					 idem_quoted_schema(nsp));
+	SPI_connect();
+	if (SPI_execute_with_args(sql.data, 1, types, values, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "idem: could not drop the policy");
+	dropped = SPI_processed > 0;
+	SPI_finish();
+	PG_RETURN_BOOL(dropped);
+}

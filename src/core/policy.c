@@ -1,0 +1,177 @@
+/*-------------------------------------------------------------------------
+ *
+ * policy.c
+ *	  Per-operation policy: the rows of idem_policy, kept per backend in a
+ *	  hash table by operation, loaded on first use and again after a
+ *	  relcache invalidation of the table, which every write of it sends
+ *	  (its statement trigger, idem_policy_changed()).  A call's path is one
+ *	  hash lookup; the table is read only after it changed.
+ *
+ *	  A database without the table (idem before 1.10) has no policies.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "idem.h"
+#include "compat.h"
+#include "policy.h"
+#include "util.h"
+
+typedef struct PolicyEntry
+{
+	char		operation[IDEM_OPERATION_MAX_LEN + 1];	/* the hash key */
+	IdemPolicy	policy;
+} PolicyEntry;
+
+static HTAB *policies = NULL;
+static bool policies_stale = true;
+static Oid	policy_relid = InvalidOid;
+static bool callback_registered = false;
+
+/*
+ * The table changed, or, while there is none (idem before 1.10), any
+ * relation did: it may be the table an update just made.
+ */
+static void
+policy_relcache_callback(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == policy_relid || !OidIsValid(policy_relid))
+		policies_stale = true;
+}
+
+/* An interval as whole milliseconds (months and days at 30 and 1 days). */
+int
+idem_interval_ms(const Interval *iv)
+{
+	double		ms = ((double) iv->month * DAYS_PER_MONTH + iv->day) * (double) SECS_PER_DAY * 1000.0 +
+		(double) iv->time / 1000.0;
+
+	return ms >= (double) PG_INT32_MAX ? PG_INT32_MAX : ms <= 0 ? 0 : (int) ms;
+}
+
+/* The column `name` of the row, or NULL. */
+static Datum
+column(HeapTuple tuple, TupleDesc desc, const char *name, bool *isnull)
+{
+	for (int i = 0; i < desc->natts; i++)
+		if (!TupleDescAttr(desc, i)->attisdropped &&
+			strcmp(NameStr(TupleDescAttr(desc, i)->attname), name) == 0)
+			return heap_getattr(tuple, i + 1, desc, isnull);
+	*isnull = true;
+	return (Datum) 0;
+}
+
+static void
+load_row(HeapTuple tuple, TupleDesc desc)
+{
+	bool		isnull;
+	Datum		d = column(tuple, desc, "operation", &isnull);
+	char	   *op;
+	PolicyEntry *e;
+	bool		found;
+
+	if (isnull)
+		return;
+	op = TextDatumGetCString(d);
+	if (strlen(op) > IDEM_OPERATION_MAX_LEN)
+		return;
+	e = hash_search(policies, op, HASH_ENTER, &found);
+	memset(&e->policy, 0, sizeof(IdemPolicy));
+	e->policy.wait_timeout_ms = -1;
+	d = column(tuple, desc, "ttl", &isnull);
+	if ((e->policy.has_ttl = !isnull))
+		e->policy.ttl = *DatumGetIntervalP(d);
+	d = column(tuple, desc, "failure_ttl", &isnull);
+	if ((e->policy.has_failure_ttl = !isnull))
+		e->policy.failure_ttl = *DatumGetIntervalP(d);
+	d = column(tuple, desc, "wait_timeout", &isnull);
+	if (!isnull)
+		e->policy.wait_timeout_ms = idem_interval_ms(DatumGetIntervalP(d));
+	d = column(tuple, desc, "max_attempts", &isnull);
+	if (!isnull)
+		e->policy.max_attempts = Max(DatumGetInt32(d), 1);
+	d = column(tuple, desc, "retry_base", &isnull);
+	if (!isnull)
+		e->policy.retry_base_ms = Max(idem_interval_ms(DatumGetIntervalP(d)), 1);
+	d = column(tuple, desc, "retry_max", &isnull);
+	if (!isnull)
+		e->policy.retry_max_ms = Max(idem_interval_ms(DatumGetIntervalP(d)), 1);
+}
+
+/* Read every row of idem_policy (as stored: no permission applies here). */
+static void
+load_policies(void)
+{
+	HASHCTL		ctl = {0};
+	Oid			nspid = InvalidOid;
+	Oid			owner;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tuple;
+	Snapshot	snapshot;
+
+	if (policies != NULL)
+		hash_destroy(policies);
+	ctl.keysize = IDEM_OPERATION_MAX_LEN + 1;
+	ctl.entrysize = sizeof(PolicyEntry);
+	ctl.hcxt = TopMemoryContext;
+	policies = hash_create("idem policies", 16, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(policy_relcache_callback, (Datum) 0);
+		callback_registered = true;
+	}
+	/* stale from here on only if the table changes after this read */
+	policies_stale = false;
+	policy_relid = idem_extension_row(&nspid, &owner) ? get_relname_relid("idem_policy", nspid) : InvalidOid;
+	if (!OidIsValid(policy_relid))
+		return;
+
+	PG_TRY();
+	{
+		rel = table_open(policy_relid, AccessShareLock);
+		snapshot = RegisterSnapshot(GetLatestSnapshot());
+		scan = table_beginscan(rel, snapshot, 0, NULL);
+		while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+			load_row(tuple, RelationGetDescr(rel));
+		table_endscan(scan);
+		UnregisterSnapshot(snapshot);
+		table_close(rel, AccessShareLock);
+	}
+	PG_CATCH();
+	{
+		policies_stale = true;	/* read it again next time */
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+}
+
+/* The policy of operation, or NULL when it has none. */
+const IdemPolicy *
+idem_policy_of(const char *operation)
+{
+	PolicyEntry *e;
+
+	if (policies_stale || policies == NULL)
+	{
+		if (!IsTransactionState())
+			return NULL;
+		load_policies();
+	}
+	e = hash_search(policies, operation, HASH_FIND, NULL);
+	return e ? &e->policy : NULL;
+}

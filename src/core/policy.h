@@ -1,0 +1,31 @@
+/*-------------------------------------------------------------------------
+ *
+ * policy.h
+ *	  Per-operation policy (idem_policy, 1.10): what an operation's row
+ *	  overrides of the GUCs, read once per backend and again only after
+ *	  the table changed.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef IDEM_POLICY_H
+#define IDEM_POLICY_H
+
+#include "datatype/timestamp.h"
+
+/* An operation's policy; an unset setting defers to its GUC. */
+typedef struct IdemPolicy
+{
+	bool		has_ttl;
+	Interval	ttl;
+	bool		has_failure_ttl;
+	Interval	failure_ttl;
+	int			wait_timeout_ms;	/* -1: unset */
+	int			max_attempts;		/* 0: unset */
+	int			retry_base_ms;		/* 0: unset */
+	int			retry_max_ms;		/* 0: unset */
+} IdemPolicy;
+
+extern const IdemPolicy *idem_policy_of(const char *operation);
+extern int	idem_interval_ms(const Interval *iv);
+
+#endif							/* IDEM_POLICY_H */

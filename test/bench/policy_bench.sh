@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# What per-operation policies cost on a call's path (1.10): the generic
+# API's replay (idem_begin of a finished key) and fresh call (idem_begin +
+# idem_finish of a new key, in one transaction), with idem_policy empty and
+# with 200 policies, the benched operation's among them (its ttl: every
+# fresh call takes it from the backend's copy).  pgbench -M prepared -c 4
+# -j 2, the two configurations interleaved per repetition in one server;
+# prints TPS and the per-repetition ratios (with policies / without).
+#
+#   IDEM_BENCH_SECONDS=5 IDEM_BENCH_REPS=3 bash test/bench/policy_bench.sh
+source "$(dirname "$0")/../lib.sh"
+
+SECONDS_PER_RUN=${IDEM_BENCH_SECONDS:-5}
+REPS=${IDEM_BENCH_REPS:-3}
+ensure_packages
+build_install
+start_bench_server
+sql -c "CREATE EXTENSION idem"
+sql -c "SELECT count(*) FROM generate_series(1, 1000) i,
+	LATERAL public.idem_begin(1, 'BENCH', 'replay-' || lpad(i::text, 12, '0'), '{}') b,
+	LATERAL public.idem_finish(1, 'BENCH', 'replay-' || lpad(i::text, 12, '0'), 201, '{}')" >/dev/null
+
+cat >"$IDEM_TMP/replay.pgbench" <<'SQL'
+\set i random(1, 1000)
+SELECT replayed FROM public.idem_begin(1, 'BENCH', 'replay-' || lpad(:i::text, 12, '0'), '{}');
+SQL
+cat >"$IDEM_TMP/fresh.pgbench" <<'SQL'
+\set r random(1, 1000000000000)
+BEGIN;
+SELECT replayed FROM public.idem_begin(:client_id, 'BENCH', 'fresh-' || :client_id || '-' || lpad(:r::text, 13, '0'), '{}');
+SELECT public.idem_finish(:client_id, 'BENCH', 'fresh-' || :client_id || '-' || lpad(:r::text, 13, '0'), 201, '{}');
+COMMIT;
+SQL
+
+tps() {	# tps SCRIPT
+	"$PG_BINDIR/pgbench" -n -M prepared -c 4 -j 2 -T "$SECONDS_PER_RUN" -f "$IDEM_TMP/$1.pgbench" "$DB" 2>"$IDEM_TMP/pgbench.err" |
+		sed -n 's/^tps = \([0-9.]*\).*/\1/p'
+}
+with_policies() {
+	sql -q -c "SELECT count(*) FROM generate_series(1, 199) i, LATERAL public.idem_set_policy('OP_' || i, ttl => '2 days')" \
+		-c "SELECT public.idem_set_policy('BENCH', ttl => '3 days')" >/dev/null
+}
+without_policies() { sql -q -c "TRUNCATE public.idem_policy"; }
+trap 'cat "$IDEM_TMP/pgbench.err" >&2; stop_server' EXIT
+
+for what in replay fresh; do
+	none=() some=()
+	for r in $(seq 1 "$REPS"); do
+		# the order alternates: neither configuration always runs first
+		if [ $((r % 2)) -eq 1 ]; then
+			without_policies
+			none+=("$(tps "$what")")
+			with_policies
+			some+=("$(tps "$what")")
+		else
+			with_policies
+			some+=("$(tps "$what")")
+			without_policies
+			none+=("$(tps "$what")")
+		fi
+	done
+	echo "$what: without policies ${none[*]} tps; with 200 policies ${some[*]} tps; ratios $(per_repetition_ratios "${some[*]}" "${none[*]}")"
+done
