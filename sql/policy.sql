@@ -71,6 +71,56 @@ UPDATE idempotency_record SET task_due_at = now() WHERE idempotency_key = 'polic
 SELECT attempt, (SELECT idem_fail(task_id, token, '{"e": 2}')) AS second_failure
 FROM idem_lease('SHIP', 'w1');
 
+-- key_format and reject_weak_keys: what an operation's keys must look like
+SELECT operation, key_format, reject_weak_keys
+FROM idem_set_policy('CHARGE', key_format => 'uuid', reject_weak_keys => true);
+BEGIN;
+-- a UUID in either case is one key (kept in lower case)
+SELECT replayed FROM idem_begin(4, 'CHARGE', '8E03978E-40D5-43E8-BC93-6894A57F9324', '{}');
+SELECT idem_finish(4, 'CHARGE', '8e03978e-40d5-43e8-bc93-6894a57f9324', 201, '{}');
+SELECT replayed FROM idem_begin(4, 'CHARGE', '8e03978e-40d5-43e8-bc93-6894A57F9324', '{}');
+COMMIT;
+SELECT idempotency_key FROM idempotency_record WHERE operation = 'CHARGE';
+SELECT replayed FROM idem_begin(4, 'CHARGE', 'order-7-retry-0000001', '{}');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT replayed FROM idem_begin(4, 'CHARGE', '8e03978e-40d5-43e8-bc93-6894a57f932', '{}');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT replayed FROM idem_begin(4, 'CHARGE', '8e03978e_40d5_43e8_bc93_6894a57f9324', '{}');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT replayed FROM idem_submit(4, 'CHARGE', 'not-a-uuid-0000000001', '{}');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT operation, key_format FROM idem_set_policy('CHARGE', key_format => 'ulid');
+BEGIN;
+SELECT replayed FROM idem_begin(4, 'CHARGE', '01jz3k9v4s6t8w0xyz12ab34cd', '{}');
+SELECT idem_finish(4, 'CHARGE', '01JZ3K9V4S6T8W0XYZ12AB34CD', 201, '{}');
+COMMIT;
+SELECT count(*) AS ulid_records FROM idempotency_record WHERE idempotency_key = '01JZ3K9V4S6T8W0XYZ12AB34CD';
+SELECT replayed FROM idem_begin(4, 'CHARGE', '01JZ3K9V4S6T8W0XYZ12AB34CU', '{}');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT replayed FROM idem_begin(4, 'CHARGE', '81JZ3K9V4S6T8W0XYZ12AB34CD', '{}');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+-- reject_weak_keys alone: all digits, or fewer than 8 distinct characters
+SELECT operation, key_format, reject_weak_keys FROM idem_set_policy('CHARGE', key_format => NULL);
+SELECT replayed FROM idem_begin(4, 'CHARGE', '1733059200123456', '{}');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT replayed FROM idem_begin(4, 'CHARGE', 'abababababababab', '{}');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT replayed FROM idem_begin(4, 'CHARGE', 'k7Qp2xZ9mB4vN8rT', '{}');
+ROLLBACK;
+SELECT idem_set_policy('CHARGE', key_format => 'hex');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+-- idem_create_order's operation too
+SELECT operation, reject_weak_keys FROM idem_set_policy('CREATE_ORDER', reject_weak_keys => true);
+SELECT order_id FROM idem_create_order(2, '2026120100000001', 5, 1);
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT operation, reject_weak_keys FROM idem_set_policy('CREATE_ORDER', reject_weak_keys => NULL);
+-- other operations keep the token rule
+BEGIN;
+SELECT replayed FROM idem_begin(4, 'REFUND', '1733059200123456', '{}');
+ROLLBACK;
+SELECT idem_drop_policy('CHARGE');
+
 -- who may set: a superuser or the extension's owner; pg_monitor reads
 CREATE ROLE regress_policy_user;
 CREATE ROLE regress_policy_monitor IN ROLE pg_monitor;
@@ -80,7 +130,7 @@ SELECT idem_set_policy('PAY', ttl => '1 hour');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 RESET ROLE;
 -- EXECUTE granted is not enough: only the owner or a superuser
-GRANT EXECUTE ON FUNCTION idem_set_policy(text, interval, interval, interval, integer, interval, interval),
+GRANT EXECUTE ON FUNCTION idem_set_policy(text, interval, interval, interval, integer, interval, interval, text, boolean),
     idem_drop_policy(text) TO regress_policy_user;
 SET ROLE regress_policy_user;
 SELECT idem_set_policy('PAY', ttl => '1 hour');
@@ -113,7 +163,7 @@ WHERE idempotency_key = 'policy-order-key-0002';
 DO $$ BEGIN PERFORM idem_set_policy('PAY', ttl => '2 days'); PERFORM idem_set_policy('PAY'); END $$;
 SELECT operation, ttl, failure_ttl, wait_timeout FROM idem_policies WHERE operation = 'PAY';
 
-REVOKE EXECUTE ON FUNCTION idem_set_policy(text, interval, interval, interval, integer, interval, interval),
+REVOKE EXECUTE ON FUNCTION idem_set_policy(text, interval, interval, interval, integer, interval, interval, text, boolean),
     idem_drop_policy(text) FROM regress_policy_user;
 REVOKE USAGE ON SCHEMA public FROM regress_policy_user;
 DROP ROLE regress_policy_user, regress_policy_monitor;

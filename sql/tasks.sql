@@ -258,6 +258,14 @@ SELECT operation, calls, executed, replayed, conflicts, in_flight, leases, takeo
        stale_tokens, retries, failed_final
 FROM idem_stats WHERE datname = current_database() AND operation IN ('SHIP', 'BATCH', 'BACKOFF') ORDER BY operation;
 
+-- A finished task keeps nothing of its request and payload (1.10): the
+-- worker needs them no more; the fingerprint stays for the replays.
+SELECT status, count(*) AS finished_tasks,
+       count(*) FILTER (WHERE task_request IS NOT NULL OR task_payload IS NOT NULL) AS keeping_request,
+       count(*) FILTER (WHERE request_hash IS NULL) AS without_fingerprint
+FROM idempotency_record WHERE task_attempts IS NOT NULL AND status IN ('SUCCEEDED', 'FAILED_FINAL')
+GROUP BY status ORDER BY status;
+
 -- Nobody but the administrator's grantees may call them.
 SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') AS public_may
 FROM pg_proc p WHERE p.proname IN ('idem_submit', 'idem_lease', 'idem_heartbeat', 'idem_complete', 'idem_fail')

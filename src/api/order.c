@@ -328,6 +328,7 @@ order_args(FunctionCallInfo fcinfo, IdemScope *scope, OrderCall *call)
 	scope->key = text_to_cstring(key);
 	scope->key_text = PointerGetDatum(key);
 	idem_check_key(scope->key, VARSIZE_ANY_EXHDR(key));
+	idem_check_key_policy(scope);
 	call->owner = scope->owner;
 	call->sku = PG_GETARG_INT64(2);
 	call->qty = PG_GETARG_INT32(3);

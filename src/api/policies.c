@@ -40,9 +40,13 @@ PG_FUNCTION_INFO_V1(idem_policy_unchanged);
 PG_FUNCTION_INFO_V1(idem_policy_changed);
 
 /* The settings of idem_set_policy, in argument order after operation. */
-#define POLICY_NARGS 6
+#define POLICY_NARGS 8
 static const char *const setting_names[POLICY_NARGS] = {
-	"ttl", "failure_ttl", "wait_timeout", "max_attempts", "retry_base", "retry_max"
+	"ttl", "failure_ttl", "wait_timeout", "max_attempts", "retry_base", "retry_max",
+	"key_format", "reject_weak_keys"
+};
+static const Oid setting_types[POLICY_NARGS] = {
+	INTERVALOID, INTERVALOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, TEXTOID, BOOLOID
 };
 
 /* SQL: idem_policy_unchanged_*(): the default of an omitted argument (NULL). */
@@ -112,6 +116,21 @@ omitted(FunctionCallInfo fcinfo, int argno)
 static void
 check_setting(int i, Datum value)
 {
+	if (i == 6)
+	{
+		bool		ok;
+		char	   *name = TextDatumGetCString(value);
+
+		(void) idem_key_format_from_name(name, &ok);
+		if (!ok)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("key_format must be 'token', 'uuid' or 'ulid'"),
+					 errdetail("The call has key_format \"%s\".", name)));
+		return;
+	}
+	if (i == 7)
+		return;
 	if (i == 3)
 	{
 		if (DatumGetInt32(value) < 1)
@@ -176,7 +195,7 @@ idem_set_policy(PG_FUNCTION_ARGS)
 	{
 		bool		keep = omitted(fcinfo, i + 1);
 
-		types[1 + i] = i == 3 ? INT4OID : INTERVALOID;
+		types[1 + i] = setting_types[i];
 		nulls[1 + i] = (keep || PG_ARGISNULL(i + 1)) ? 'n' : ' ';
 		values[1 + i] = nulls[1 + i] == 'n' ? (Datum) 0 : PG_GETARG_DATUM(i + 1);
 		if (nulls[1 + i] == ' ')

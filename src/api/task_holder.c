@@ -187,7 +187,7 @@ end_holder_call(HolderCall *hc)
 	task_record_close(&hc->rec);
 }
 
-/* The task is over: nothing more to lease. */
+/* The task is over: nothing more to lease, and nothing of the request to keep. */
 static void
 finish_task(HolderCall *hc, IdemStatus status)
 {
@@ -202,6 +202,9 @@ finish_task(HolderCall *hc, IdemStatus status)
 	TR_CLEAR(tr, REC_TASK_DUE);
 	TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
 	TR_CLEAR(tr, REC_TASK_SESSION);
+	/* no worker needs them any more: the request's fingerprint stays (1.10) */
+	TR_CLEAR(tr, REC_TASK_REQUEST);
+	TR_CLEAR(tr, REC_TASK_PAYLOAD);
 }
 
 /* SQL: idem_heartbeat(task_id, token, extend) returns the new lease_expires_at. */

@@ -16,6 +16,8 @@
  */
 #include "postgres.h"
 
+#include <ctype.h>
+
 #include <limits.h>
 
 #include "access/xact.h"
@@ -402,6 +404,90 @@ idem_check_key(const char *key, int len)
 	}
 }
 
+/* 22023 for a key its operation's key_format or reject_weak_keys refuses. */
+static void
+refuse_key(const IdemScope *scope, const char *why, const char *hint)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("idempotency key %s", why),
+			 errdetail("Operation %s requires it (idem_set_policy).", scope->operation),
+			 errhint("%s", hint)));
+}
+
+/*
+ * The key checks of the operation's policy (1.10), after idem_check_key:
+ * key_format 'uuid' (8-4-4-4-12 hex digits, any version) or 'ulid' (26
+ * Crockford base32 characters), either case, the key then kept in one case
+ * (a UUID in lower case, a ULID in upper case) so that two spellings of one
+ * identifier are one key; reject_weak_keys refuses all-digit keys
+ * (timestamps, ids) and keys of fewer than 8 distinct characters.
+ */
+void
+idem_check_key_policy(IdemScope *scope)
+{
+	const IdemPolicy *policy = idem_policy_of(scope->operation);
+	char	   *k;
+	int			len;
+	bool		changed = false;
+
+	if (policy == NULL || (policy->key_format == IDEM_KEY_TOKEN && !policy->reject_weak_keys))
+		return;
+	k = pstrdup(scope->key);
+	len = strlen(k);
+	if (policy->key_format == IDEM_KEY_UUID)
+	{
+		for (int i = 0; i < len; i++)
+		{
+			bool		hyphen = (i == 8 || i == 13 || i == 18 || i == 23);
+
+			if (len != 36 || (hyphen ? k[i] != '-' : !isxdigit((unsigned char) k[i])))
+				refuse_key(scope, "must be a UUID",
+						   "Send a UUID (8-4-4-4-12 hexadecimal digits), e.g. 8e03978e-40d5-43e8-bc93-6894a57f9324.");
+			if (k[i] >= 'A' && k[i] <= 'F')
+			{
+				k[i] += 'a' - 'A';
+				changed = true;
+			}
+		}
+	}
+	else if (policy->key_format == IDEM_KEY_ULID)
+	{
+		for (int i = 0; i < len; i++)
+		{
+			char		c = k[i] >= 'a' && k[i] <= 'z' ? k[i] - ('a' - 'A') : k[i];
+
+			if (len != 26 || !((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z')) ||
+				c == 'I' || c == 'L' || c == 'O' || c == 'U' || (i == 0 && c > '7'))
+				refuse_key(scope, "must be a ULID",
+						   "Send a ULID (26 Crockford base32 characters), e.g. 01JZ3K9V4S6T8W0XYZ12AB34CD.");
+			changed |= c != k[i];
+			k[i] = c;
+		}
+	}
+	if (policy->reject_weak_keys)
+	{
+		bool		seen[128] = {0};
+		int			distinct = 0;
+		bool		digits = true;
+
+		for (int i = 0; i < len; i++)
+		{
+			digits &= k[i] >= '0' && k[i] <= '9';
+			distinct += !seen[(unsigned char) k[i] & 127];
+			seen[(unsigned char) k[i] & 127] = true;
+		}
+		if (digits || distinct < 8)
+			refuse_key(scope, digits ? "is weak: only digits" : "is weak: fewer than 8 distinct characters",
+					   "Do not use timestamps or ids as keys: send a UUID or a ULID, one per business intent.");
+	}
+	if (changed)
+	{
+		scope->key = k;
+		scope->key_text = PointerGetDatum(cstring_to_text(k));
+	}
+}
+
 /*
  * Check a name (an operation, a topic, a consumer): 1 to maxlen characters
  * from [A-Za-z0-9_.:-].  Like the key, it is never echoed when invalid.
@@ -488,6 +574,7 @@ idem_scope_init(IdemScope *scope, int64 owner, Datum operation_text, Datum key_t
 	scope->key = text_to_cstring(key);
 	idem_check_key(scope->key, VARSIZE_ANY_EXHDR(key));
 	scope->key_text = PointerGetDatum(key);
+	idem_check_key_policy(scope);
 }
 
 /*

@@ -48,6 +48,7 @@ extern void idem_key_init(void);
 extern void idem_check_owner(int64 owner);
 extern void idem_check_operation_allowed(const char *operation);
 extern void idem_check_key(const char *key, int len);
+extern void idem_check_key_policy(IdemScope *scope);
 extern void idem_check_name(const char *what, const char *name, int len, int maxlen);
 extern void idem_check_operation(const char *operation, int len);
 extern void idem_check_printable(const char *what, const char *s, int len, int maxlen);

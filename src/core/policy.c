@@ -63,6 +63,19 @@ idem_interval_ms(const Interval *iv)
 	return ms >= (double) PG_INT32_MAX ? PG_INT32_MAX : ms <= 0 ? 0 : (int) ms;
 }
 
+/* The key format of its name ("token", "uuid", "ulid"); *ok false for another. */
+IdemKeyFormat
+idem_key_format_from_name(const char *name, bool *ok)
+{
+	*ok = true;
+	if (strcmp(name, "uuid") == 0)
+		return IDEM_KEY_UUID;
+	if (strcmp(name, "ulid") == 0)
+		return IDEM_KEY_ULID;
+	*ok = strcmp(name, "token") == 0;
+	return IDEM_KEY_TOKEN;
+}
+
 /* The column `name` of the row, or NULL. */
 static Datum
 column(HeapTuple tuple, TupleDesc desc, const char *name, bool *isnull)
@@ -110,6 +123,15 @@ load_row(HeapTuple tuple, TupleDesc desc)
 	d = column(tuple, desc, "retry_max", &isnull);
 	if (!isnull)
 		e->policy.retry_max_ms = Max(idem_interval_ms(DatumGetIntervalP(d)), 1);
+	d = column(tuple, desc, "key_format", &isnull);
+	if (!isnull)
+	{
+		bool		ok;
+
+		e->policy.key_format = idem_key_format_from_name(TextDatumGetCString(d), &ok);
+	}
+	d = column(tuple, desc, "reject_weak_keys", &isnull);
+	e->policy.reject_weak_keys = !isnull && DatumGetBool(d);
 }
 
 /* Read every row of idem_policy (as stored: no permission applies here). */

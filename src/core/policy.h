@@ -12,6 +12,14 @@
 
 #include "datatype/timestamp.h"
 
+/* What an operation's keys must look like (key_format). */
+typedef enum IdemKeyFormat
+{
+	IDEM_KEY_TOKEN = 0,			/* [A-Za-z0-9_-]{16,128}: every key */
+	IDEM_KEY_UUID,				/* 8-4-4-4-12 hex digits, any version */
+	IDEM_KEY_ULID				/* 26 Crockford base32 characters */
+} IdemKeyFormat;
+
 /* An operation's policy; an unset setting defers to its GUC. */
 typedef struct IdemPolicy
 {
@@ -23,9 +31,12 @@ typedef struct IdemPolicy
 	int			max_attempts;		/* 0: unset */
 	int			retry_base_ms;		/* 0: unset */
 	int			retry_max_ms;		/* 0: unset */
+	IdemKeyFormat key_format;
+	bool		reject_weak_keys;
 } IdemPolicy;
 
 extern const IdemPolicy *idem_policy_of(const char *operation);
 extern int	idem_interval_ms(const Interval *iv);
+extern IdemKeyFormat idem_key_format_from_name(const char *name, bool *ok);
 
 #endif							/* IDEM_POLICY_H */
