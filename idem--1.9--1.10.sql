@@ -18,6 +18,7 @@ CREATE TABLE @extschema@.idem_policy (
     max_attempts  integer,
     retry_base    interval,
     retry_max     interval,
+    redact        text[],
     key_format    text CHECK (key_format OPERATOR(pg_catalog.=) ANY (ARRAY['token', 'uuid', 'ulid']::text[])),
     reject_weak_keys boolean,
     updated_at    timestamptz NOT NULL DEFAULT pg_catalog.now()
@@ -38,6 +39,8 @@ CREATE FUNCTION @extschema@.idem_policy_unchanged_interval() RETURNS interval
 LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
 CREATE FUNCTION @extschema@.idem_policy_unchanged_integer() RETURNS integer
 LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
+CREATE FUNCTION @extschema@.idem_policy_unchanged_textarray() RETURNS text[]
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
 CREATE FUNCTION @extschema@.idem_policy_unchanged_text() RETURNS text
 LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
 CREATE FUNCTION @extschema@.idem_policy_unchanged_boolean() RETURNS boolean
@@ -54,6 +57,7 @@ CREATE FUNCTION @extschema@.idem_set_policy(
     max_attempts integer DEFAULT @extschema@.idem_policy_unchanged_integer(),
     retry_base interval DEFAULT @extschema@.idem_policy_unchanged_interval(),
     retry_max interval DEFAULT @extschema@.idem_policy_unchanged_interval(),
+    redact text[] DEFAULT @extschema@.idem_policy_unchanged_textarray(),
     key_format text DEFAULT @extschema@.idem_policy_unchanged_text(),
     reject_weak_keys boolean DEFAULT @extschema@.idem_policy_unchanged_boolean())
 RETURNS @extschema@.idem_policy
@@ -65,13 +69,13 @@ LANGUAGE C VOLATILE STRICT AS 'MODULE_PATHNAME', 'idem_drop_policy';
 
 -- the markers return NULL and stay callable by PUBLIC: a caller's
 -- idem_set_policy fails on its own check (42501), with its own message
-REVOKE ALL ON FUNCTION @extschema@.idem_set_policy(text, interval, interval, interval, integer, interval, interval, text, boolean),
+REVOKE ALL ON FUNCTION @extschema@.idem_set_policy(text, interval, interval, interval, integer, interval, interval, text[], text, boolean),
     @extschema@.idem_drop_policy(text) FROM PUBLIC;
 
 -- the policies, readable by pg_monitor
 CREATE VIEW @extschema@.idem_policies AS
     SELECT operation, ttl, failure_ttl, wait_timeout, max_attempts, retry_base, retry_max,
-           key_format, reject_weak_keys, updated_at
+           redact, key_format, reject_weak_keys, updated_at
     FROM @extschema@.idem_policy;
 REVOKE ALL ON @extschema@.idem_policies FROM PUBLIC;
 GRANT SELECT ON @extschema@.idem_policies TO pg_monitor;

@@ -124,7 +124,7 @@ INSERT INTO plants VALUES
  ('function idem_distribute_node', 'CREATE FUNCTION idem_distribute_node() RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.6'),
  ('table idem_policy', 'CREATE TABLE idem_policy (id int)', '1.10'),
  ('view idem_policies', 'CREATE VIEW idem_policies AS SELECT public.pwn() AS x', '1.10'),
- ('function idem_set_policy', 'CREATE FUNCTION idem_set_policy(text, interval DEFAULT NULL, interval DEFAULT NULL, interval DEFAULT NULL, integer DEFAULT NULL, interval DEFAULT NULL, interval DEFAULT NULL, text DEFAULT NULL, boolean DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.10'),
+ ('function idem_set_policy', 'CREATE FUNCTION idem_set_policy(text, interval DEFAULT NULL, interval DEFAULT NULL, interval DEFAULT NULL, integer DEFAULT NULL, interval DEFAULT NULL, interval DEFAULT NULL, text[] DEFAULT NULL, text DEFAULT NULL, boolean DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.10'),
  ('operators and functions idem compares or calls',
   $p$CREATE FUNCTION evil_cat(text, text) RETURNS text LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN $1 END $$;
      CREATE FUNCTION evil_vc(varchar, varchar) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$;

@@ -22,6 +22,7 @@
 #include "miscadmin.h"
 #include "nodes/primnodes.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -40,13 +41,13 @@ PG_FUNCTION_INFO_V1(idem_policy_unchanged);
 PG_FUNCTION_INFO_V1(idem_policy_changed);
 
 /* The settings of idem_set_policy, in argument order after operation. */
-#define POLICY_NARGS 8
+#define POLICY_NARGS 9
 static const char *const setting_names[POLICY_NARGS] = {
 	"ttl", "failure_ttl", "wait_timeout", "max_attempts", "retry_base", "retry_max",
-	"key_format", "reject_weak_keys"
+	"redact", "key_format", "reject_weak_keys"
 };
 static const Oid setting_types[POLICY_NARGS] = {
-	INTERVALOID, INTERVALOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, TEXTOID, BOOLOID
+	INTERVALOID, INTERVALOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, TEXTARRAYOID, TEXTOID, BOOLOID
 };
 
 /* SQL: idem_policy_unchanged_*(): the default of an omitted argument (NULL). */
@@ -112,11 +113,43 @@ omitted(FunctionCallInfo fcinfo, int argno)
 		get_func_namespace(((FuncExpr *) arg)->funcid) == get_func_namespace(fcinfo->flinfo->fn_oid);
 }
 
+/* 22023 unless every element of redact is a JSON Pointer to a member. */
+static void
+check_redact(ArrayType *pointers)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (ARR_NDIM(pointers) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("redact must be a one-dimensional array of JSON Pointers")));
+	deconstruct_array(pointers, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+	{
+		const char *error = "a JSON Pointer must not be NULL";
+
+		if (!nulls[i])
+			(void) idem_json_pointer_path(TextDatumGetCString(elems[i]), &error);
+		if (error != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("redact must hold JSON Pointers (RFC 6901) to members, such as '/card/number'"),
+					 errdetail("Element %d: %s.", i + 1, error)));
+	}
+}
+
 /* 22023 unless setting i's value is one idem can use. */
 static void
 check_setting(int i, Datum value)
 {
 	if (i == 6)
+	{
+		check_redact(DatumGetArrayTypeP(value));
+		return;
+	}
+	if (i == 7)
 	{
 		bool		ok;
 		char	   *name = TextDatumGetCString(value);
@@ -129,7 +162,7 @@ check_setting(int i, Datum value)
 					 errdetail("The call has key_format \"%s\".", name)));
 		return;
 	}
-	if (i == 7)
+	if (i == 8)
 		return;
 	if (i == 3)
 	{

@@ -32,6 +32,7 @@
 #include "citus.h"
 #include "key.h"
 #include "stats.h"
+#include "policy.h"
 #include "task_int.h"
 #include "util.h"
 
@@ -257,8 +258,10 @@ idem_complete(PG_FUNCTION_ARGS)
 	begin_holder_call(&hc, fcinfo, PG_GETARG_INT64(0), PG_GETARG_INT64(1));
 	finish_task(&hc, status);
 	TR_SET(tr, REC_HTTP, Int32GetDatum(res.http_status));
-	task_record_put(tr, REC_BODY, res.body, res.body_isnull);
-	task_record_put(tr, REC_HEADERS, res.headers, res.headers_isnull);
+	task_record_put(tr, REC_BODY, res.body_isnull ? res.body : idem_redact_json(hc.operation, res.body),
+					res.body_isnull);
+	task_record_put(tr, REC_HEADERS, res.headers_isnull ? res.headers : idem_redact_jsonb(hc.operation, res.headers),
+					res.headers_isnull);
 	task_record_put(tr, REC_RESOURCE, Int64GetDatum(res.resource_id), res.resource_isnull);
 	end_holder_call(&hc);
 	if (status == IDEM_STATUS_FAILED_FINAL)
@@ -295,7 +298,8 @@ fail_final(HolderCall *hc, Jsonb *error)
 	appendStringInfoString(&body, "{\"error\": ");
 	(void) JsonbToCString(&body, &error->root, VARSIZE(error));
 	appendStringInfoChar(&body, '}');
-	TR_SET(tr, REC_BODY, PointerGetDatum(cstring_to_text_with_len(body.data, body.len)));
+	TR_SET(tr, REC_BODY, idem_redact_json(hc->operation,
+										  PointerGetDatum(cstring_to_text_with_len(body.data, body.len))));
 	TR_CLEAR(tr, REC_HEADERS);
 	TR_CLEAR(tr, REC_RESOURCE);
 	return IDEM_STATUS_FAILED_FINAL;

@@ -17,7 +17,10 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/jsonb.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -38,6 +41,7 @@ typedef struct PolicyEntry
 } PolicyEntry;
 
 static HTAB *policies = NULL;
+static MemoryContext policy_cxt = NULL;	/* the entries and their redact paths */
 static bool policies_stale = true;
 static Oid	policy_relid = InvalidOid;
 static bool callback_registered = false;
@@ -88,6 +92,122 @@ column(HeapTuple tuple, TupleDesc desc, const char *name, bool *isnull)
 	return (Datum) 0;
 }
 
+/*
+ * The text[] path (for jsonb's #- operator) of an RFC 6901 JSON Pointer:
+ * "/card/number" is {card,number}, "~1" stands for "/" and "~0" for "~".
+ * NULL, with *error set, for what is no pointer to a member ("" is the
+ * whole document).
+ */
+Datum
+idem_json_pointer_path(const char *pointer, const char **error)
+{
+	int			n = 0;
+	Datum	   *segs = palloc(sizeof(Datum) * (strlen(pointer) + 1));
+	StringInfoData seg;
+	const char *p = pointer;
+
+	*error = NULL;
+	if (*p != '/')
+	{
+		*error = *p ? "a JSON Pointer starts with \"/\"" : "the empty JSON Pointer is the whole document";
+		return (Datum) 0;
+	}
+	initStringInfo(&seg);
+	for (p++;; p++)
+	{
+		if (*p == '/' || *p == '\0')
+		{
+			segs[n++] = PointerGetDatum(cstring_to_text_with_len(seg.data, seg.len));
+			resetStringInfo(&seg);
+			if (*p == '\0')
+				break;
+		}
+		else if (*p == '~')
+		{
+			if (p[1] != '0' && p[1] != '1')
+			{
+				*error = "\"~\" must be followed by 0 or 1 in a JSON Pointer";
+				return (Datum) 0;
+			}
+			appendStringInfoChar(&seg, p[1] == '0' ? '~' : '/');
+			p++;
+		}
+		else
+			appendStringInfoChar(&seg, *p);
+	}
+	return PointerGetDatum(construct_array(segs, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+/* The policy's redact pointers, as paths in policy_cxt (bad ones skipped). */
+static void
+load_redact(IdemPolicy *policy, ArrayType *pointers)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	MemoryContext old;
+
+	deconstruct_array(pointers, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	old = MemoryContextSwitchTo(policy_cxt);
+	policy->redact_paths = palloc(sizeof(Datum) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		const char *error;
+		Datum		path;
+
+		if (nulls[i])
+			continue;
+		path = idem_json_pointer_path(TextDatumGetCString(elems[i]), &error);
+		if (error == NULL)
+			policy->redact_paths[policy->nredact++] = path;
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * A jsonb value without the members the operation's policy redacts; the
+ * same Datum when there is nothing to remove (*removed false).
+ */
+static Datum
+redact(const IdemPolicy *policy, Datum jsonb, bool *removed)
+{
+	Datum		out = jsonb;
+
+	for (int i = 0; i < policy->nredact; i++)
+		out = DirectFunctionCall2(jsonb_delete_path, out, policy->redact_paths[i]);
+	*removed = !DatumGetBool(DirectFunctionCall2(jsonb_eq, out, jsonb));
+	return *removed ? out : jsonb;
+}
+
+/* A stored json body (text) without the redacted members: the same text, byte for byte, if none is there. */
+Datum
+idem_redact_json(const char *operation, Datum json_text)
+{
+	const IdemPolicy *policy = idem_policy_of(operation);
+	Datum		jb;
+	bool		removed;
+
+	if (policy == NULL || policy->nredact == 0)
+		return json_text;
+	jb = DirectFunctionCall1(jsonb_in, CStringGetDatum(TextDatumGetCString(json_text)));
+	jb = redact(policy, jb, &removed);
+	if (!removed)
+		return json_text;
+	return CStringGetTextDatum(DatumGetCString(DirectFunctionCall1(jsonb_out, jb)));
+}
+
+/* A stored jsonb (headers, the order's response) without the redacted members. */
+Datum
+idem_redact_jsonb(const char *operation, Datum jsonb)
+{
+	const IdemPolicy *policy = idem_policy_of(operation);
+	bool		removed;
+
+	if (policy == NULL || policy->nredact == 0)
+		return jsonb;
+	return redact(policy, jsonb, &removed);
+}
+
 static void
 load_row(HeapTuple tuple, TupleDesc desc)
 {
@@ -132,6 +252,9 @@ load_row(HeapTuple tuple, TupleDesc desc)
 	}
 	d = column(tuple, desc, "reject_weak_keys", &isnull);
 	e->policy.reject_weak_keys = !isnull && DatumGetBool(d);
+	d = column(tuple, desc, "redact", &isnull);
+	if (!isnull)
+		load_redact(&e->policy, DatumGetArrayTypeP(d));
 }
 
 /* Read every row of idem_policy (as stored: no permission applies here). */
@@ -146,11 +269,13 @@ load_policies(void)
 	HeapTuple	tuple;
 	Snapshot	snapshot;
 
-	if (policies != NULL)
-		hash_destroy(policies);
+	if (policy_cxt == NULL)
+		policy_cxt = AllocSetContextCreate(TopMemoryContext, "idem policies", ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(policy_cxt);
+	policies = NULL;
 	ctl.keysize = IDEM_OPERATION_MAX_LEN + 1;
 	ctl.entrysize = sizeof(PolicyEntry);
-	ctl.hcxt = TopMemoryContext;
+	ctl.hcxt = policy_cxt;
 	policies = hash_create("idem policies", 16, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
 	if (!callback_registered)
 	{

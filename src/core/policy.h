@@ -33,10 +33,15 @@ typedef struct IdemPolicy
 	int			retry_max_ms;		/* 0: unset */
 	IdemKeyFormat key_format;
 	bool		reject_weak_keys;
+	int			nredact;		/* redact's JSON Pointers, as text[] paths */
+	Datum	   *redact_paths;
 } IdemPolicy;
 
 extern const IdemPolicy *idem_policy_of(const char *operation);
 extern int	idem_interval_ms(const Interval *iv);
 extern IdemKeyFormat idem_key_format_from_name(const char *name, bool *ok);
+extern Datum idem_json_pointer_path(const char *pointer, const char **error);
+extern Datum idem_redact_json(const char *operation, Datum json_text);
+extern Datum idem_redact_jsonb(const char *operation, Datum jsonb);
 
 #endif							/* IDEM_POLICY_H */

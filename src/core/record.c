@@ -482,12 +482,13 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	idem_row_set(&record, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
 	if (!res->http_isnull)
 		idem_row_set(&record, REC_HTTP, Int32GetDatum(res->http_status));
+	/* without what the operation's policy redacts (1.10) */
 	if (!res->snapshot_isnull)
-		idem_row_set(&record, REC_RESPONSE, res->snapshot);
+		idem_row_set(&record, REC_RESPONSE, idem_redact_jsonb(scope->operation, res->snapshot));
 	if (!res->body_isnull)
-		idem_row_set(&record, REC_BODY, res->body);
+		idem_row_set(&record, REC_BODY, idem_redact_json(scope->operation, res->body));
 	if (!res->headers_isnull)
-		idem_row_set(&record, REC_HEADERS, res->headers);
+		idem_row_set(&record, REC_HEADERS, idem_redact_jsonb(scope->operation, res->headers));
 	if (!res->resource_isnull)
 		idem_row_set(&record, REC_RESOURCE, Int64GetDatum(res->resource_id));
 	idem_row_set(&record, REC_CREATED, TimestampTzGetDatum(now));
