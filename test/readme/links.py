@@ -7,7 +7,8 @@ import re
 import sys
 
 root = sys.argv[1]
-pages = ['README.md', 'CHANGELOG.md', 'test/README.md', 'examples/README.md'] + \
+pages = ['README.md', 'CHANGELOG.md', 'test/README.md', 'examples/README.md', 'clients/CONTRACT.md',
+         'clients/python/README.md', 'clients/node/README.md', 'clients/java/README.md'] + \
     sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, 'docs', '*.md')))
 
 
