@@ -13,10 +13,9 @@
  */
 #include "postgres.h"
 
-#include "access/heapam.h"
+#include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
-#include "access/tableam.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
@@ -265,7 +264,7 @@ load_policies(void)
 	Oid			nspid = InvalidOid;
 	Oid			owner;
 	Relation	rel;
-	TableScanDesc scan;
+	SysScanDesc scan;
 	HeapTuple	tuple;
 	Snapshot	snapshot;
 
@@ -292,10 +291,11 @@ load_policies(void)
 	{
 		rel = table_open(policy_relid, AccessShareLock);
 		snapshot = RegisterSnapshot(GetLatestSnapshot());
-		scan = table_beginscan(rel, snapshot, 0, NULL);
-		while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+		/* a heap scan without an index, the same call on every major */
+		scan = systable_beginscan(rel, InvalidOid, false, snapshot, 0, NULL);
+		while ((tuple = systable_getnext(scan)) != NULL)
 			load_row(tuple, RelationGetDescr(rel));
-		table_endscan(scan);
+		systable_endscan(scan);
 		UnregisterSnapshot(snapshot);
 		table_close(rel, AccessShareLock);
 	}
