@@ -120,6 +120,27 @@ def expires_ok(h, seconds=86400, slack=120):
     return value.endswith(" GMT") and seconds - slack < delta <= seconds + 1
 
 
+def at_once(n, request):
+    """n threads send request() at the same moment; their answers (a
+    connection error as status 0)."""
+    results = [None] * n
+    barrier = threading.Barrier(n)
+
+    def caller(i):
+        barrier.wait()
+        try:
+            results[i] = request()
+        except OSError as e:
+            results[i] = (0, {}, repr(e))
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
 def article_tests():
     o = OWNER_BASE
     # 1. one key, the same request twice in a row: one effect
@@ -160,21 +181,7 @@ def article_tests():
 
     # 2. one key, 20 concurrent callers: one effect, the same answer for all
     k2 = key("t2")
-    results = [None] * 20
-    barrier = threading.Barrier(20)
-
-    def caller(i):
-        barrier.wait()
-        try:
-            results[i] = order(k2, o + 2, 1002, 1)
-        except OSError as e:
-            results[i] = (0, {}, repr(e))
-
-    threads = [threading.Thread(target=caller, args=(i,)) for i in range(20)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = at_once(20, lambda: order(k2, o + 2, 1002, 1))
     check("test 2: 20 concurrent identical POSTs make one order", orders_of(o + 2) == 1, orders_of(o + 2))
     check("test 2: 20 responses 201 with 20 identical bodies",
           {r[0] for r in results} == {201} and len({r[2] for r in results}) == 1,
@@ -420,21 +427,7 @@ def fast_tests(plain_url, redis_port):
     # 20 concurrent identical requests through the fast layer: one order; each
     # of the others a replay of it or a 409 in-flight with Retry-After
     k20 = key("fast20")
-    results = [None] * 20
-    barrier = threading.Barrier(20)
-
-    def caller(i):
-        barrier.wait()
-        try:
-            results[i] = order(k20, OWNER_BASE + 7, 1003, 1)
-        except OSError as e:
-            results[i] = (0, {}, repr(e))
-
-    threads = [threading.Thread(target=caller, args=(i,)) for i in range(20)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = at_once(20, lambda: order(k20, OWNER_BASE + 7, 1003, 1))
     fresh = [r for r in results if r[0] == 201 and one(r[1], "idempotent-replayed") == "false"]
     others = [r for r in results if r not in fresh]
     check("with the fast layer, 20 concurrent identical POSTs make one order, answered once as executed",
