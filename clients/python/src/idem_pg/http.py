@@ -14,7 +14,7 @@ import json
 import logging
 import re
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import core
@@ -286,7 +286,7 @@ def _describe(error: BaseException) -> str:
     return "%s: %s" % (type(error).__name__, error)
 
 
-def _finished(outcome: core.Outcome, expires: Optional[_dt.datetime], replayed: bool,
+def _finished(expires: Optional[_dt.datetime], replayed: bool,
               status: int, headers: Headers, body: bytes) -> Answer:
     out = list(headers) + [("Idempotent-Replayed", "true" if replayed else "false")]
     date = http_date(expires)
@@ -297,7 +297,7 @@ def _finished(outcome: core.Outcome, expires: Optional[_dt.datetime], replayed: 
 
 def replay_of(outcome: core.Outcome) -> Answer:
     body = (outcome.body or "").encode()
-    return _finished(outcome, outcome.expires_at, True, outcome.http_status or 200,
+    return _finished(outcome.expires_at, True, outcome.http_status or 200,
                      replayed_headers(outcome.headers), body)
 
 
@@ -341,14 +341,12 @@ class _Prepared:
     params: Dict[str, str]
     fingerprint: Optional[str] = None
     marker: Optional[str] = None
-    extra: Headers = field(default_factory=list)
 
 
 def prepare(exchange: Exchange, route: Route, params: Dict[str, str], raw_body: bytes,
             settings: Settings, key: str) -> _Prepared:
     """Everything checked before anything is claimed."""
-    if len(raw_body) > settings.max_body_bytes:
-        raise Problem(413, "body-too-large", "the request body is over %d bytes" % settings.max_body_bytes)
+    check_length(len(raw_body), settings)
     body = parse_body(raw_body)
     owner = settings.owner(exchange.native)
     if owner is None:
@@ -356,13 +354,19 @@ def prepare(exchange: Exchange, route: Route, params: Dict[str, str], raw_body: 
     return _Prepared(route, key, int(owner), body, route.request_of(body, params), params)
 
 
+def _storable(p: _Prepared, settings: Settings, app_answer: Answer) -> Optional[core.RawJson]:
+    """The handler's answer's body as idem_finish stores it; a 5xx is
+    discarded (_Discard), a body that is not JSON is a 500."""
+    if not 200 <= app_answer.status <= 499:
+        raise _Discard(_failed(app_answer, settings))
+    return _check_json_body(app_answer, p.route)
+
+
 def _settle(p: _Prepared, settings: Settings, db: Any, app_answer: Answer, outcome: core.Outcome,
             ctx: Context) -> Answer:
     """After the handler: store its 2xx-4xx answer in its transaction, or
     discard a 5xx."""
-    if not 200 <= app_answer.status <= 499:
-        raise _Discard(_failed(app_answer, settings))
-    body = _check_json_body(app_answer, p.route)
+    body = _storable(p, settings, app_answer)
     prep = None if settings.server_prepare else False
     core.finish(db, p.owner, p.route.operation, p.key, app_answer.status, body, ctx.resource_id,
                 stored_headers(app_answer.headers, settings), prep)
@@ -370,7 +374,7 @@ def _settle(p: _Prepared, settings: Settings, db: Any, app_answer: Answer, outco
     if app_answer.status >= 400:
         # a 4xx expires after the failure ttl: read what was just stored
         expires = core.begin(db, p.owner, p.route.operation, p.key, p.request, settings.ttl, prep).expires_at
-    return _finished(outcome, expires, False, app_answer.status, app_answer.headers, app_answer.body)
+    return _finished(expires, False, app_answer.status, app_answer.headers, app_answer.body)
 
 
 def handle(exchange: Exchange, route: Route, params: Dict[str, str], read_body: Callable[[int], bytes],
@@ -483,15 +487,13 @@ async def _execute_async(p: _Prepared, params: Dict[str, str], call: Callable[[C
             app_answer = await call(ctx)
         except Exception as e:  # noqa: BLE001 - the handler's, answered by problem_of
             raise HandlerError(e) from e
-        if not 200 <= app_answer.status <= 499:
-            raise _Discard(_failed(app_answer, settings))
-        body = _check_json_body(app_answer, p.route)
+        body = _storable(p, settings, app_answer)
         await aio.finish(db, p.owner, p.route.operation, p.key, app_answer.status, body, ctx.resource_id,
                          stored_headers(app_answer.headers, settings))
         expires = outcome.expires_at
         if app_answer.status >= 400:
             expires = (await aio.begin(db, p.owner, p.route.operation, p.key, p.request, settings.ttl)).expires_at
-        return _finished(outcome, expires, False, app_answer.status, app_answer.headers, app_answer.body), outcome
+        return _finished(expires, False, app_answer.status, app_answer.headers, app_answer.body), outcome
 
 
 @asynccontextmanager
