@@ -5,14 +5,14 @@ OBJS = src/idem.o \
 	src/storage/util.o src/storage/identity.o src/storage/rowwrite.o src/storage/catalog.o \
 	src/citus/citus_meta.o src/citus/citus.o \
 	src/runtime/stats.o src/runtime/notify.o \
-	src/core/policy.o src/core/jcs.o src/core/fingerprint.o src/core/key.o src/core/record.o \
+	src/core/policy.o src/core/jcs.o src/core/fingerprint.o src/core/key.o src/core/record.o src/core/history.o \
 	src/core/claim.o src/core/pending.o src/core/call.o \
 	src/runtime/cleanup.o src/runtime/worker.o \
 	src/api/order.o src/api/api.o src/api/outbox.o src/api/inbox.o \
 	src/api/policies.o src/api/task.o src/api/task_sessions.o src/api/task_lease.o src/api/task_holder.o
 
 EXTENSION = idem
-DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql idem--1.2--1.3.sql idem--1.3--1.4.sql idem--1.4--1.5.sql idem--1.5--1.6.sql idem--1.6--1.7.sql idem--1.7--1.8.sql idem--1.8--1.9.sql idem--1.9--1.10.sql
+DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql idem--1.2--1.3.sql idem--1.3--1.4.sql idem--1.4--1.5.sql idem--1.5--1.6.sql idem--1.6--1.7.sql idem--1.7--1.8.sql idem--1.8--1.9.sql idem--1.9--1.10.sql idem--1.10--1.11.sql
 
 IDEM_SRC_DIRS = src src/storage src/citus src/runtime src/core src/api
 PG_CPPFLAGS = $(addprefix -I$(srcdir)/,$(IDEM_SRC_DIRS))
@@ -21,7 +21,7 @@ PG_CPPFLAGS = $(addprefix -I$(srcdir)/,$(IDEM_SRC_DIRS))
 # not stop a user's make install; the test command builds with COPT=-Werror.
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter
 
-REGRESS = jcs jcs_numbers encoding order cleanup writes api policy tasks distribute outbox inbox health stats owners operations grant hijack scripts rename tempschema security upgrade
+REGRESS = jcs jcs_numbers encoding order cleanup writes api policy retention headers tasks distribute outbox inbox health stats owners operations grant hijack scripts rename tempschema security upgrade
 REGRESS_OPTS = --load-extension=idem --load-extension=pgcrypto
 
 ISOLATION = claim-race-2 claim-race-3 in-flight-timeout policy-invalidation repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint bypass-writer api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race inbox-race stats-waits task-lease-race task-submit-race task-takeover

@@ -107,7 +107,7 @@ DROP TABLE inbox_trigger_log;
 DROP FUNCTION inbox_trigger();
 
 -- Not for PUBLIC: granted by the administrator.
-SELECT has_function_privilege('public', 'idem_consume(text, text, interval)', 'EXECUTE') AS public_may,
+SELECT has_function_privilege('public', 'idem_consume(text, text, interval, bigint)', 'EXECUTE') AS public_may,
        has_table_privilege('public', 'idem_inbox', 'SELECT') AS public_reads_inbox;
 
 DROP TABLE effect;

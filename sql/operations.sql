@@ -21,15 +21,15 @@ RESET idem.allowed_operations;
 CREATE ROLE regress_idem_shipper LOGIN;
 GRANT EXECUTE ON FUNCTION idem_create_order(bigint, text, bigint, integer),
     idem_begin(bigint, text, text, jsonb, interval),
-    idem_finish(bigint, text, text, integer, json, bigint, jsonb),
+    idem_finish(bigint, text, text, integer, json, bigint, jsonb, json),
     idem_run(bigint, text, text, jsonb, regprocedure, interval),
     idem_submit(bigint, text, text, jsonb, jsonb, interval),
     idem_lease(text, text, interval, integer, boolean),
     idem_heartbeat(bigint, bigint, interval),
-    idem_complete(bigint, bigint, integer, json, bigint, jsonb),
+    idem_complete(bigint, bigint, integer, json, bigint, jsonb, json),
     idem_fail(bigint, bigint, jsonb, boolean),
     idem_outbox_emit(text, jsonb, text, jsonb),
-    idem_consume(text, text, interval)
+    idem_consume(text, text, interval, bigint)
     TO regress_idem_shipper;
 CREATE FUNCTION ops_handler(request jsonb) RETURNS idem_result
 LANGUAGE sql AS $$ SELECT ROW(200, '{}', NULL, NULL)::idem_result $$;

@@ -24,7 +24,7 @@ CREATE ROLE regress_idem_other;
 GRANT regress_idem_other TO regress_idem_t7;
 GRANT EXECUTE ON FUNCTION idem_create_order(bigint, text, bigint, integer),
     idem_begin(bigint, text, text, jsonb, interval),
-    idem_finish(bigint, text, text, integer, json, bigint, jsonb),
+    idem_finish(bigint, text, text, integer, json, bigint, jsonb, json),
     idem_run(bigint, text, text, jsonb, regprocedure, interval)
     TO regress_idem_t7, regress_idem_other;
 CREATE SCHEMA regress_t7_schema AUTHORIZATION regress_idem_t7;
@@ -92,7 +92,7 @@ DROP FUNCTION regress_t7_schema.unbind(), ok_handler(jsonb);
 DROP SCHEMA regress_t7_schema;
 REVOKE ALL ON FUNCTION idem_create_order(bigint, text, bigint, integer),
     idem_begin(bigint, text, text, jsonb, interval),
-    idem_finish(bigint, text, text, integer, json, bigint, jsonb),
+    idem_finish(bigint, text, text, integer, json, bigint, jsonb, json),
     idem_run(bigint, text, text, jsonb, regprocedure, interval)
     FROM regress_idem_t7, regress_idem_other;
 DROP ROLE regress_idem_t7;

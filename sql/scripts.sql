@@ -125,6 +125,13 @@ INSERT INTO plants VALUES
  ('table idem_policy', 'CREATE TABLE idem_policy (id int)', '1.10'),
  ('view idem_policies', 'CREATE VIEW idem_policies AS SELECT public.pwn() AS x', '1.10'),
  ('function idem_set_policy', 'CREATE FUNCTION idem_set_policy(text, interval DEFAULT NULL, interval DEFAULT NULL, interval DEFAULT NULL, integer DEFAULT NULL, interval DEFAULT NULL, interval DEFAULT NULL, text[] DEFAULT NULL, text DEFAULT NULL, boolean DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.10'),
+ ('table idem_history', 'CREATE TABLE idem_history (id int)', '1.11'),
+ ('index name idem_history_key', 'CREATE TABLE evil_t6 (a int); CREATE INDEX idem_history_key ON evil_t6 (a)', '1.11'),
+ ('view idem_audit', 'CREATE VIEW idem_audit AS SELECT public.pwn() AS x', '1.11'),
+ ('type idem_response', 'CREATE TYPE idem_response AS (http_status integer)', '1.11'),
+ ('function idem_audit_entries', 'CREATE FUNCTION idem_audit_entries() RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.11'),
+ ('function idem_forget_owner', 'CREATE FUNCTION idem_forget_owner(bigint, integer DEFAULT 10000, integer DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.11'),
+ ('function idem_finish of 1.11', 'CREATE FUNCTION idem_finish(bigint, text, text, integer, json, bigint DEFAULT NULL, jsonb DEFAULT NULL, json DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.11'),
  ('operators and functions idem compares or calls',
   $p$CREATE FUNCTION evil_cat(text, text) RETURNS text LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN $1 END $$;
      CREATE FUNCTION evil_vc(varchar, varchar) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$;

@@ -82,14 +82,14 @@ CREATE TRIGGER audit_row AFTER INSERT OR UPDATE OR DELETE ON idempotency_record
 CREATE TRIGGER audit_row AFTER INSERT OR UPDATE OR DELETE ON idem_inbox
     FOR EACH ROW EXECUTE FUNCTION public.audit_row();
 GRANT EXECUTE ON FUNCTION idem_outbox_fetch(text, integer, interval), idem_outbox_ack(bigint[]),
-    idem_outbox_emit(text, jsonb, text, jsonb), idem_consume(text, text, interval),
+    idem_outbox_emit(text, jsonb, text, jsonb), idem_consume(text, text, interval, bigint),
     idem_begin(bigint, text, text, jsonb, interval),
-    idem_finish(bigint, text, text, integer, json, bigint, jsonb),
+    idem_finish(bigint, text, text, integer, json, bigint, jsonb, json),
     idem_run(bigint, text, text, jsonb, regprocedure, interval),
     idem_submit(bigint, text, text, jsonb, jsonb, interval),
     idem_lease(text, text, interval, integer, boolean),
     idem_heartbeat(bigint, bigint, interval),
-    idem_complete(bigint, bigint, integer, json, bigint, jsonb),
+    idem_complete(bigint, bigint, integer, json, bigint, jsonb, json),
     idem_fail(bigint, bigint, jsonb, boolean),
     idem_cleanup_expired(integer, integer) TO regress_idem_pub;
 CREATE FUNCTION public.pub_handler(request jsonb) RETURNS idem_result LANGUAGE sql

@@ -188,7 +188,7 @@ ALTER EXTENSION idem UPDATE;
 SELECT * FROM pg_temp.catalog_diff();
 CREATE ROLE regress_idem_upgraded;
 SELECT privilege, object FROM idem_grant('regress_idem_upgraded', 'consumer');
-SELECT has_function_privilege('regress_idem_upgraded', 'idem_consume(text, text, interval)', 'EXECUTE') AS consumes;
+SELECT has_function_privilege('regress_idem_upgraded', 'idem_consume(text, text, interval, bigint)', 'EXECUTE') AS consumes;
 SELECT count(*) FROM idem_revoke('regress_idem_upgraded', 'consumer');
 DROP ROLE regress_idem_upgraded;
 
@@ -220,6 +220,38 @@ BEGIN;
 SELECT replayed, expires_at = now() + interval '30 days' AS policy_ttl FROM idem_begin(308, 'PAY', 'upgrade-key-0000012', '{}');
 ROLLBACK;
 SELECT idem_drop_policy('PAY');
+
+-- From 1.10: idem_finish, idem_complete and idem_consume get new
+-- signatures in 1.11 (header_list json, owner bigint), and keep the
+-- EXECUTE grants they had; idem_set_policy of 1.10 (no audit_ttl) still
+-- works with the new library until the update; idem_outcome gets
+-- header_list; records get fingerprint_version.
+DROP EXTENSION idem;
+CREATE EXTENSION idem VERSION '1.10';
+CREATE ROLE regress_idem_upgraded;
+SELECT count(*) > 0 AS granted FROM idem_grant('regress_idem_upgraded', 'app');
+GRANT EXECUTE ON FUNCTION idem_complete(bigint, bigint, integer, json, bigint, jsonb) TO regress_idem_upgraded WITH GRANT OPTION;
+SELECT operation, ttl, key_format FROM idem_set_policy('PAY', ttl => '2 days', key_format => 'uuid');
+BEGIN;
+SELECT replayed, expires_at = now() + interval '2 days' AS policy_ttl FROM idem_begin(309, 'PAY', '0b2c2d3e-0000-4000-8000-000000000001', '{}');
+SELECT idem_finish(309, 'PAY', '0b2c2d3e-0000-4000-8000-000000000001', 201, '{"id": 1}', NULL, '{"X-A": "1"}');
+COMMIT;
+ALTER EXTENSION idem UPDATE;
+SELECT p.oid::regprocedure AS function,
+       has_function_privilege('regress_idem_upgraded', p.oid, 'EXECUTE') AS executes,
+       has_function_privilege('regress_idem_upgraded', p.oid, 'EXECUTE WITH GRANT OPTION') AS grants,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_executes
+FROM pg_proc p WHERE proname IN ('idem_finish', 'idem_complete', 'idem_consume') ORDER BY 1::text;
+SELECT operation, ttl, key_format, audit_ttl, reuse_after_expiry FROM idem_policies;
+-- the record of 1.10 replays, with its headers in both forms
+SELECT replayed, http_status, body, headers, header_list FROM idem_begin(309, 'PAY', '0b2c2d3e-0000-4000-8000-000000000001', '{}');
+SELECT fingerprint_version FROM idempotency_record WHERE owner_id = 309;
+SELECT idem_drop_policy('PAY');
+SELECT count(*) FROM idem_revoke('regress_idem_upgraded', 'app');
+REVOKE ALL ON FUNCTION idem_complete(bigint, bigint, integer, json, bigint, jsonb, json) FROM regress_idem_upgraded CASCADE;
+DROP ROLE regress_idem_upgraded;
+-- the grants gone, the update is a fresh install
+SELECT * FROM pg_temp.catalog_diff();
 
 -- a version that does not exist
 ALTER EXTENSION idem UPDATE TO '9.9';

@@ -20,7 +20,10 @@
 #include "storage/lwlock.h"
 #include "utils/guc.h"
 
+#include "fingerprint.h"
+#include "history.h"
 #include "inbox.h"
+#include "policy.h"
 #include "order.h"
 #include "outbox.h"
 #include "pending.h"
@@ -76,6 +79,9 @@ _PG_init(void)
 {
 	idem_key_init();
 	idem_record_init();
+	idem_history_init();
+	idem_policy_init();
+	idem_fingerprint_init();
 	idem_worker_define_gucs();
 	idem_stats_define_gucs();
 	idem_order_init();

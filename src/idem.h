@@ -48,6 +48,7 @@
 #define ERRCODE_IDEM_STALE_TOKEN		MAKE_SQLSTATE('I','K','0','0','4')
 #define ERRCODE_IDEM_UNFINISHED_CLAIM	MAKE_SQLSTATE('I','K','0','0','5')
 #define ERRCODE_IDEM_KEY_RUNNING		MAKE_SQLSTATE('I','K','0','0','6')
+#define ERRCODE_IDEM_KEY_EXPIRED		MAKE_SQLSTATE('I','K','0','0','7')
 
 /*
  * The status column of idempotency_record.  A record is written finished

@@ -52,14 +52,17 @@ PG_FUNCTION_INFO_V1(idem_run);
 
 /*
  * The columns of idem_outcome, what idem_begin and idem_run return
- * (HTTP..RESOURCE: idem_result_values()).  expires_at came with 1.9: a
- * database still on an older version has the first OUT_NCOLS_1_3.
+ * (HTTP..RESOURCE: idem_result_values()).  expires_at came with 1.9,
+ * header_list with 1.11: a database still on an older version has the
+ * first OUT_NCOLS_1_3 or OUT_NCOLS_1_9.
  */
 enum
 {
-	OUT_REPLAYED, OUT_HTTP, OUT_BODY, OUT_HEADERS, OUT_RESOURCE, OUT_EXPIRES, OUT_NCOLS
+	OUT_REPLAYED, OUT_HTTP, OUT_BODY, OUT_HEADERS, OUT_RESOURCE, OUT_EXPIRES, OUT_HEADER_LIST,
+	OUT_NCOLS
 };
 #define OUT_NCOLS_1_3 OUT_EXPIRES
+#define OUT_NCOLS_1_9 OUT_HEADER_LIST
 
 /* The attributes of idem_result, what a handler returns (1-based). */
 enum
@@ -141,7 +144,7 @@ outcome_datum(const IdemCatalog *cat, FunctionCallInfo fcinfo, bool replayed,
 	Datum		values[OUT_NCOLS] = {0};
 	bool		nulls[OUT_NCOLS];
 
-	if (desc->natts != OUT_NCOLS && desc->natts != OUT_NCOLS_1_3)
+	if (desc->natts != OUT_NCOLS && desc->natts != OUT_NCOLS_1_9 && desc->natts != OUT_NCOLS_1_3)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("idem's type idem_outcome was altered: it must have %d attributes",
@@ -149,6 +152,7 @@ outcome_datum(const IdemCatalog *cat, FunctionCallInfo fcinfo, bool replayed,
 				 errhint("Update the extension: ALTER EXTENSION idem UPDATE.")));
 	values[OUT_REPLAYED] = BoolGetDatum(replayed);
 	nulls[OUT_REPLAYED] = false;
+	nulls[OUT_HEADER_LIST] = true;
 	if (res == NULL)
 	{
 		for (int i = OUT_HTTP; i < OUT_EXPIRES; i++)
@@ -157,6 +161,7 @@ outcome_datum(const IdemCatalog *cat, FunctionCallInfo fcinfo, bool replayed,
 	else
 	{
 		idem_result_values(res, &values[OUT_HTTP], &nulls[OUT_HTTP]);
+		values[OUT_HEADER_LIST] = idem_result_header_list(res, &nulls[OUT_HEADER_LIST]);
 	}
 	values[OUT_EXPIRES] = TimestampTzGetDatum(expires);
 	nulls[OUT_EXPIRES] = false;
@@ -213,7 +218,9 @@ finished_here(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now)
 
 /*
  * SQL: idem_finish(owner, operation, key, http_status, body, resource_id,
- * headers) returns void.  Stores the result of this transaction's claim.
+ * headers, header_list) returns void.  Stores the result of this
+ * transaction's claim.  header_list (json, 1.11) keeps the headers as
+ * given; headers is their jsonb form.
  */
 Datum
 idem_finish(PG_FUNCTION_ARGS)
@@ -231,6 +238,8 @@ idem_finish(PG_FUNCTION_ARGS)
 						 PG_ARGISNULL(4), PG_GETARG_DATUM(4),
 						 PG_ARGISNULL(6), PG_GETARG_DATUM(6),
 						 PG_ARGISNULL(5), PG_ARGISNULL(5) ? 0 : PG_GETARG_INT64(5));
+	if (PG_NARGS() > 7 && !PG_ARGISNULL(7))
+		idem_result_set_header_list(&res, PG_GETARG_DATUM(7));
 	/* on Citus, the claim is held where idem_begin ran: on the owner's node */
 	cat = *idem_catalog(fcinfo);
 	if (!idem_citus_route(&cat, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID))
@@ -254,8 +263,27 @@ idem_finish(PG_FUNCTION_ARGS)
 }
 
 /*
- * Check that handler is handler(jsonb) returns idem_result: 42883 for
- * another signature, 42804 for another return type.
+ * idem_response (1.11), the type a handler returns for headers in json
+ * form, in the schema of idem_result; InvalidOid before 1.11.
+ */
+static Oid
+response_type(Oid result_type)
+{
+	HeapTuple	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(result_type));
+	Oid			nspid;
+
+	if (!HeapTupleIsValid(tup))
+		return InvalidOid;
+	nspid = ((Form_pg_type) GETSTRUCT(tup))->typnamespace;
+	ReleaseSysCache(tup);
+	return GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum("idem_response"),
+						   ObjectIdGetDatum(nspid));
+}
+
+/*
+ * Check that handler is handler(jsonb) returns idem_result (or
+ * idem_response): 42883 for another signature, 42804 for another return
+ * type.
  */
 static void
 check_handler(Oid handler, Oid result_type)
@@ -275,10 +303,11 @@ check_handler(Oid handler, Oid result_type)
 				 errmsg("handler %s must be a function of one argument of type jsonb",
 						format_procedure(handler)),
 				 errhint("Declare it as FUNCTION name(request jsonb) RETURNS idem_result.")));
-	if (proc->prorettype != result_type || proc->proretset)
+	if ((proc->prorettype != result_type && proc->prorettype != response_type(result_type)) ||
+		proc->proretset)
 		ereport(ERROR,
 				(errcode(ERRCODE_DATATYPE_MISMATCH),
-				 errmsg("handler %s must return idem_result, not %s",
+				 errmsg("handler %s must return idem_result or idem_response, not %s",
 						format_procedure(handler),
 						proc->proretset ? "a set" : format_type_be(proc->prorettype)),
 				 errhint("Declare it as FUNCTION name(request jsonb) RETURNS idem_result.")));
@@ -342,6 +371,8 @@ call_handler(FmgrInfo *flinfo, Jsonb *request, IdemResult *res)
 	TupleDesc	desc;
 	bool		isnull[4];
 	Datum		values[4];
+	bool		as_list;
+	IdemStatus	status;
 
 	aclresult = idem_proc_aclcheck(handler, GetUserId(), ACL_EXECUTE);
 	if (aclresult != ACLCHECK_OK)
@@ -362,19 +393,25 @@ call_handler(FmgrInfo *flinfo, Jsonb *request, IdemResult *res)
 	if (desc->natts != 4)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("idem's type idem_result was altered: it must have 4 attributes"),
+				 errmsg("idem's type %s was altered: it must have 4 attributes",
+						format_type_be(HeapTupleHeaderGetTypeId(th))),
 				 errhint("Drop and re-create the extension idem.")));
 	tuple.t_len = HeapTupleHeaderGetDatumLength(th);
 	ItemPointerSetInvalid(&tuple.t_self);
 	tuple.t_tableOid = InvalidOid;
 	tuple.t_data = th;
 	heap_deform_tuple(&tuple, desc, values, isnull);
+	/* idem_response has its headers in json form (1.11) */
+	as_list = TupleDescAttr(desc, RESULT_HEADERS - 1)->atttypid == JSONOID;
 	ReleaseTupleDesc(desc);
-	return idem_result_make(res, isnull[RESULT_HTTP - 1], DatumGetInt32(values[RESULT_HTTP - 1]),
-					   isnull[RESULT_BODY - 1], values[RESULT_BODY - 1],
-					   isnull[RESULT_HEADERS - 1], values[RESULT_HEADERS - 1],
-					   isnull[RESULT_RESOURCE - 1],
-					   isnull[RESULT_RESOURCE - 1] ? 0 : DatumGetInt64(values[RESULT_RESOURCE - 1]));
+	status = idem_result_make(res, isnull[RESULT_HTTP - 1], DatumGetInt32(values[RESULT_HTTP - 1]),
+							  isnull[RESULT_BODY - 1], values[RESULT_BODY - 1],
+							  isnull[RESULT_HEADERS - 1] || as_list, values[RESULT_HEADERS - 1],
+							  isnull[RESULT_RESOURCE - 1],
+							  isnull[RESULT_RESOURCE - 1] ? 0 : DatumGetInt64(values[RESULT_RESOURCE - 1]));
+	if (as_list && !isnull[RESULT_HEADERS - 1])
+		idem_result_set_header_list(res, values[RESULT_HEADERS - 1]);
+	return status;
 }
 
 /*

@@ -66,7 +66,7 @@ static int	idem_inbox_ttl = 7 * 86400;
 /* The columns of idem_inbox, in the order of its spec (key first). */
 enum
 {
-	IN_CONSUMER, IN_MESSAGE, IN_CONSUMED, IN_EXPIRES, IN_NCOLS
+	IN_CONSUMER, IN_MESSAGE, IN_CONSUMED, IN_EXPIRES, IN_OWNER, IN_NCOLS
 };
 
 static const IdemColumnSpec inbox_columns[IN_NCOLS] = {
@@ -74,6 +74,8 @@ static const IdemColumnSpec inbox_columns[IN_NCOLS] = {
 	[IN_MESSAGE] = {"message_id", VARCHAROID, INBOX_MESSAGE_ID_MAX_LEN, false, false},
 	[IN_CONSUMED] = {"consumed_at", TIMESTAMPTZOID, 0, false, false},
 	[IN_EXPIRES] = {"expires_at", TIMESTAMPTZOID, 0, false, false},
+	/* 1.11: whose message, for idem_forget_owner */
+	[IN_OWNER] = {"owner_id", INT8OID, 0, false, true},
 };
 
 /* 1.4 */
@@ -202,7 +204,7 @@ report_in_flight(const char *consumer)
 
 static void
 insert_entry(IdemRows *rows, const IdemTableLayout *t, Datum consumer, Datum message_id,
-			 TimestampTz now, TimestampTz expires)
+			 TimestampTz now, TimestampTz expires, const int64 *owner)
 {
 	IdemRow		row;
 
@@ -211,6 +213,8 @@ insert_entry(IdemRows *rows, const IdemTableLayout *t, Datum consumer, Datum mes
 	idem_row_set(&row, IN_MESSAGE, message_id);
 	idem_row_set(&row, IN_CONSUMED, TimestampTzGetDatum(now));
 	idem_row_set(&row, IN_EXPIRES, TimestampTzGetDatum(expires));
+	if (owner)
+		idem_row_set(&row, IN_OWNER, Int64GetDatum(*owner));
 	idem_rows_insert(rows, 0, row.values, row.nulls);
 }
 
@@ -224,6 +228,8 @@ typedef struct InboxCall
 	text	   *message_id;
 	TimestampTz now;
 	TimestampTz expires;		/* of a new entry */
+	bool		has_owner;		/* idem_consume's owner (1.11) */
+	int64		owner;
 } InboxCall;
 
 /* idem_consume's arguments: 22004 for a NULL, 22023 for a bad one. */
@@ -244,6 +250,12 @@ consume_args(InboxCall *c, FunctionCallInfo fcinfo)
 	else
 		c->expires = idem_check_ttl(PG_GETARG_INTERVAL_P(2), c->now);
 	c->consumer_name = text_to_cstring(c->consumer);
+	c->has_owner = PG_NARGS() > 3 && !PG_ARGISNULL(3);
+	if (c->has_owner)
+	{
+		c->owner = PG_GETARG_INT64(3);
+		idem_check_owner(c->owner);
+	}
 }
 
 /*
@@ -267,7 +279,7 @@ consume_attempt(InboxCall *c, IdemIdentity *identity, ItemPointer tid, Transacti
 				  c->now, tid, busy);
 	if (entry == INBOX_NONE)
 		insert_entry(&rows, c->t, PointerGetDatum(c->consumer), PointerGetDatum(c->message_id),
-					 c->now, c->expires);
+					 c->now, c->expires, c->has_owner ? &c->owner : NULL);
 	idem_rows_end(&rows);
 	return entry;
 }
@@ -317,7 +329,7 @@ inbox_consume(InboxCall *c, LOCKTAG *tag, IdemIdentity *identity)
 	return false;				/* keep the compiler quiet */
 }
 
-/* SQL: idem_consume(consumer text, message_id text, ttl interval) returns boolean */
+/* SQL: idem_consume(consumer text, message_id text, ttl interval, owner bigint) returns boolean */
 Datum
 idem_consume(PG_FUNCTION_ARGS)
 {

@@ -41,14 +41,35 @@ PG_FUNCTION_INFO_V1(idem_policy_unchanged);
 PG_FUNCTION_INFO_V1(idem_policy_changed);
 
 /* The settings of idem_set_policy, in argument order after operation. */
-#define POLICY_NARGS 9
+#define POLICY_NARGS 11
+enum
+{
+	SET_TTL, SET_FAILURE_TTL, SET_WAIT_TIMEOUT, SET_MAX_ATTEMPTS, SET_RETRY_BASE, SET_RETRY_MAX,
+	SET_AUDIT_TTL, SET_REUSE, SET_REDACT, SET_KEY_FORMAT, SET_REJECT_WEAK
+};
 static const char *const setting_names[POLICY_NARGS] = {
 	"ttl", "failure_ttl", "wait_timeout", "max_attempts", "retry_base", "retry_max",
-	"redact", "key_format", "reject_weak_keys"
+	"audit_ttl", "reuse_after_expiry", "redact", "key_format", "reject_weak_keys"
 };
 static const Oid setting_types[POLICY_NARGS] = {
-	INTERVALOID, INTERVALOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID, TEXTARRAYOID, TEXTOID, BOOLOID
+	INTERVALOID, INTERVALOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID,
+	INTERVALOID, TEXTOID, TEXTARRAYOID, TEXTOID, BOOLOID
 };
+
+/*
+ * The argument of setting i: its place in the 1.11 signature, or in the
+ * 1.10 one (without audit_ttl and reuse_after_expiry: -1) while the
+ * database has not been updated.
+ */
+static int
+setting_arg(FunctionCallInfo fcinfo, int i)
+{
+	if (PG_NARGS() > POLICY_NARGS)
+		return i + 1;
+	if (i == SET_AUDIT_TTL || i == SET_REUSE)
+		return -1;
+	return i < SET_AUDIT_TTL ? i + 1 : i - 1;
+}
 
 /* SQL: idem_policy_unchanged_*(): the default of an omitted argument (NULL). */
 Datum
@@ -144,12 +165,30 @@ check_redact(ArrayType *pointers)
 static void
 check_setting(int i, Datum value)
 {
-	if (i == 6)
+	if (i == SET_REDACT)
 	{
 		check_redact(DatumGetArrayTypeP(value));
 		return;
 	}
-	if (i == 7)
+	if (i == SET_REUSE)
+	{
+		char	   *name = TextDatumGetCString(value);
+
+		if (strcmp(name, "execute") != 0 && strcmp(name, "refuse") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("reuse_after_expiry must be 'execute' or 'refuse'"),
+					 errdetail("The call has reuse_after_expiry \"%s\".", name)));
+		return;
+	}
+	if (i == SET_AUDIT_TTL)
+	{
+		TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+		(void) idem_plus_positive(now, DatumGetIntervalP(value), setting_names[i]);
+		return;
+	}
+	if (i == SET_KEY_FORMAT)
 	{
 		bool		ok;
 		char	   *name = TextDatumGetCString(value);
@@ -162,9 +201,9 @@ check_setting(int i, Datum value)
 					 errdetail("The call has key_format \"%s\".", name)));
 		return;
 	}
-	if (i == 8)
+	if (i == SET_REJECT_WEAK)
 		return;
-	if (i == 3)
+	if (i == SET_MAX_ATTEMPTS)
 	{
 		if (DatumGetInt32(value) < 1)
 			ereport(ERROR,
@@ -173,7 +212,7 @@ check_setting(int i, Datum value)
 					 errdetail("The call has max_attempts %d.", DatumGetInt32(value))));
 		return;
 	}
-	if (i == 0 || i == 1)
+	if (i == SET_TTL || i == SET_FAILURE_TTL)
 	{
 		TimestampTz now = GetCurrentTransactionStartTimestamp();
 
@@ -191,11 +230,11 @@ check_setting(int i, Datum value)
 		TimestampTz now = GetCurrentTransactionStartTimestamp();
 		TimestampTz at = idem_timestamp_plus(now, iv);
 
-		if (at < now || (i != 2 && at == now) || at - now > (int64) INT_MAX * 1000)
+		if (at < now || (i != SET_WAIT_TIMEOUT && at == now) || at - now > (int64) INT_MAX * 1000)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("%s must be %s and under %d milliseconds", setting_names[i],
-							i == 2 ? "zero or positive" : "positive", INT_MAX),
+							i == SET_WAIT_TIMEOUT ? "zero or positive" : "positive", INT_MAX),
 					 errdetail("The call has %s %s.", setting_names[i],
 							   DatumGetCString(DirectFunctionCall1(interval_out, value)))));
 	}
@@ -203,7 +242,8 @@ check_setting(int i, Datum value)
 
 /*
  * SQL: idem_set_policy(operation, ttl, failure_ttl, wait_timeout,
- * max_attempts, retry_base, retry_max) returns idem_policy: the
+ * max_attempts, retry_base, retry_max, audit_ttl, reuse_after_expiry,
+ * redact, key_format, reject_weak_keys) returns idem_policy: the
  * operation's policy after the change.
  */
 Datum
@@ -211,11 +251,12 @@ idem_set_policy(PG_FUNCTION_ARGS)
 {
 	Oid			nsp = check_policy_admin("set");
 	char	   *operation;
-	char	   *nspname;
 	StringInfoData sql;
+	StringInfoData update;
 	Oid			types[1 + 2 * POLICY_NARGS];
 	Datum		values[1 + 2 * POLICY_NARGS];
 	char		nulls[1 + 2 * POLICY_NARGS];
+	int			nparams = 1;
 	HeapTupleHeader result;
 
 	idem_check_not_null(fcinfo, 0, "operation");
@@ -224,36 +265,39 @@ idem_set_policy(PG_FUNCTION_ARGS)
 	types[0] = TEXTOID;
 	values[0] = PG_GETARG_DATUM(0);
 	nulls[0] = ' ';
+	initStringInfo(&sql);
+	initStringInfo(&update);
+	appendStringInfo(&sql, "INSERT INTO %s.idem_policy AS p (operation", idem_quoted_schema(nsp));
 	for (int i = 0; i < POLICY_NARGS; i++)
 	{
-		bool		keep = omitted(fcinfo, i + 1);
+		int			arg = setting_arg(fcinfo, i);
+		bool		keep;
 
-		types[1 + i] = setting_types[i];
-		nulls[1 + i] = (keep || PG_ARGISNULL(i + 1)) ? 'n' : ' ';
-		values[1 + i] = nulls[1 + i] == 'n' ? (Datum) 0 : PG_GETARG_DATUM(i + 1);
-		if (nulls[1 + i] == ' ')
-			check_setting(i, values[1 + i]);
-		types[1 + POLICY_NARGS + i] = BOOLOID;
-		values[1 + POLICY_NARGS + i] = BoolGetDatum(keep);
-		nulls[1 + POLICY_NARGS + i] = ' ';
-	}
-
-	nspname = idem_quoted_schema(nsp);
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "INSERT INTO %s.idem_policy AS p (operation", nspname);
-	for (int i = 0; i < POLICY_NARGS; i++)
+		if (arg < 0)
+			continue;
+		keep = omitted(fcinfo, arg);
+		/* $n: the value; $(n+1): keep the stored one */
+		types[nparams] = setting_types[i];
+		nulls[nparams] = (keep || PG_ARGISNULL(arg)) ? 'n' : ' ';
+		values[nparams] = nulls[nparams] == 'n' ? (Datum) 0 : PG_GETARG_DATUM(arg);
+		if (nulls[nparams] == ' ')
+			check_setting(i, values[nparams]);
+		types[nparams + 1] = BOOLOID;
+		values[nparams + 1] = BoolGetDatum(keep);
+		nulls[nparams + 1] = ' ';
 		appendStringInfo(&sql, ", %s", setting_names[i]);
+		appendStringInfo(&update, ", %s = CASE WHEN $%d THEN p.%s ELSE excluded.%s END",
+						 setting_names[i], nparams + 2, setting_names[i], setting_names[i]);
+		nparams += 2;
+	}
 	appendStringInfoString(&sql, ", updated_at) VALUES ($1");
-	for (int i = 0; i < POLICY_NARGS; i++)
-		appendStringInfo(&sql, ", $%d", i + 2);
-	appendStringInfoString(&sql, ", pg_catalog.now()) ON CONFLICT (operation) DO UPDATE SET updated_at = pg_catalog.now()");
-	for (int i = 0; i < POLICY_NARGS; i++)
-		appendStringInfo(&sql, ", %s = CASE WHEN $%d THEN p.%s ELSE excluded.%s END",
-						 setting_names[i], i + 2 + POLICY_NARGS, setting_names[i], setting_names[i]);
-	appendStringInfoString(&sql, " RETURNING p.*");
+	for (int n = 1; n < nparams; n += 2)
+		appendStringInfo(&sql, ", $%d", n + 1);
+	appendStringInfo(&sql, ", pg_catalog.now()) ON CONFLICT (operation) DO UPDATE SET updated_at = pg_catalog.now()%s RETURNING p.*",
+					 update.data);
 
 	SPI_connect();
-	if (SPI_execute_with_args(sql.data, 1 + 2 * POLICY_NARGS, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING ||
+	if (SPI_execute_with_args(sql.data, nparams, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING ||
 		SPI_processed != 1)
 		elog(ERROR, "idem: could not write the policy of operation %s", operation);
 	result = SPI_returntuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);

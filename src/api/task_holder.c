@@ -238,7 +238,8 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 
 /*
  * SQL: idem_complete(task_id, token, http_status, body, resource_id,
- * headers): the task's result, stored in the worker's transaction.
+ * headers, header_list): the task's result, stored in the worker's
+ * transaction.
  */
 Datum
 idem_complete(PG_FUNCTION_ARGS)
@@ -255,6 +256,8 @@ idem_complete(PG_FUNCTION_ARGS)
 							  PG_ARGISNULL(3), PG_GETARG_DATUM(3),
 							  PG_ARGISNULL(5), PG_GETARG_DATUM(5),
 							  PG_ARGISNULL(4), PG_ARGISNULL(4) ? 0 : PG_GETARG_INT64(4));
+	if (PG_NARGS() > 6 && !PG_ARGISNULL(6))
+		idem_result_set_header_list(&res, PG_GETARG_DATUM(6));
 	begin_holder_call(&hc, fcinfo, PG_GETARG_INT64(0), PG_GETARG_INT64(1));
 	finish_task(&hc, status);
 	TR_SET(tr, REC_HTTP, Int32GetDatum(res.http_status));
@@ -262,6 +265,8 @@ idem_complete(PG_FUNCTION_ARGS)
 					res.body_isnull);
 	task_record_put(tr, REC_HEADERS, res.headers_isnull ? res.headers : idem_redact_jsonb(hc.operation, res.headers),
 					res.headers_isnull);
+	if (res.has_header_list)
+		task_record_put(tr, REC_HEADER_LIST, idem_redact_header_list(hc.operation, res.header_list), false);
 	task_record_put(tr, REC_RESOURCE, Int64GetDatum(res.resource_id), res.resource_isnull);
 	end_holder_call(&hc);
 	if (status == IDEM_STATUS_FAILED_FINAL)

@@ -28,6 +28,8 @@
 
 #include "idem.h"
 #include "claim.h"
+#include "history.h"
+#include "policy.h"
 #include "stats.h"
 
 /*
@@ -95,10 +97,14 @@ claim_absent(IdemClaim *c, bool found)
 		return CLAIM_AGAIN;
 	}
 
-	/* expired: the old record goes, unless another changed it first */
+	/*
+	 * expired: the old record goes, unless another changed it first; its
+	 * audit fields stay, for the operation's audit period (1.11)
+	 */
 	idem_use_safe_search_path(c->identity);
 	if (idem_record_delete_expired(c->cat, &c->rec) == IDEM_ROW_CHANGED)
 		return CLAIM_AGAIN;
+	idem_history_archive(c->cat, c->scope, &c->rec, c->now);
 	idem_stats_count_at_commit(IDEM_KIND_OPERATION, c->scope->operation, IDEM_STAT_RENEWED, 1);
 	return CLAIM_EXECUTE;
 }
@@ -114,7 +120,7 @@ claim_replay(IdemClaim *c)
 {
 	IdemRecord *rec = &c->rec;
 
-	if (!idem_fingerprints_equal(rec->request_hash, c->fingerprint))
+	if (!idem_fingerprint_matches(rec->request_hash, rec->fp_version, c->fingerprint))
 		idem_report_key_reused(c->scope);
 	if (!replayable(rec->status) &&
 		!(c->accept_unfinished && rec->is_task &&
@@ -125,6 +131,27 @@ claim_replay(IdemClaim *c)
 	idem_note_outcome(c->scope, IDEM_LOG_REPLAYED, !rec->result.resource_isnull,
 					 rec->result.resource_id);
 	return IDEM_REPLAY;
+}
+
+/*
+ * The key's record expired (found) or is gone: where its operation refuses
+ * reuse (reuse_after_expiry 'refuse', 1.11), IK007 while the earlier
+ * execution is in its audit period: the expired record's own, or a row of
+ * idem_history.  The cleanup moves a record to the history in one
+ * transaction, so a read sees the one or the other.
+ */
+static void
+check_reuse(IdemClaim *c, bool found)
+{
+	TimestampTz until;
+
+	if (!idem_refuses_reuse(c->scope->operation))
+		return;
+	if (found && idem_audit_until(c->scope->operation, c->rec.expires_at, &until) &&
+		until > c->now)
+		idem_report_key_expired(c->scope, c->rec.expires_at, until);
+	if (idem_history_in_audit(c->cat, c->scope, c->now, &until))
+		idem_report_key_expired(c->scope, 0, until);
 }
 
 /*
@@ -153,6 +180,7 @@ idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 
 		if (found && !c->rec.expired)
 			return claim_replay(c);
+		check_reuse(c, found);
 		if (claim_absent(c, found) == CLAIM_EXECUTE)
 			return IDEM_EXECUTE;
 	}

@@ -9,14 +9,32 @@
  * spelling, so the raw JSON text is never hashed.  The digest is
  * PostgreSQL's own (pg_cryptohash), the one pgcrypto's digest() computes.
  *
+ * Keyed fingerprints (1.11): a low-entropy request (a PIN, an amount) could
+ * be found again from its plain SHA-256 by trying values.  With
+ * idem.fingerprint_keys_file naming a file of versioned secrets ("v2:..."
+ * lines), a record stores HMAC-SHA-256(secret, plain hex fingerprint) under
+ * the newest secret, and the secret's version with it; every secret of the
+ * file verifies, and a record of version NULL (0 here) is the plain
+ * SHA-256.  The file is read again when the setting changes or the file
+ * does (looked at once a transaction); the secrets live in this backend's
+ * memory only, never in a setting.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "access/xact.h"
 #include "common/cryptohash.h"
+#include "common/hmac.h"
 #include "common/sha2.h"
 #include "mb/pg_wchar.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
 
 #include "fingerprint.h"
 #include "jcs.h"
@@ -24,6 +42,239 @@
 
 PG_FUNCTION_INFO_V1(idem_request_hash);
 PG_FUNCTION_INFO_V1(idem_canonical_json);
+
+/* GUC variable */
+char	   *idem_fingerprint_keys_file = NULL;
+
+/* The highest secret version a file may hold (fingerprint_version is a smallint). */
+#define FP_MAX_VERSION	32767
+/* The fewest bytes a secret may have. */
+#define FP_MIN_SECRET	16
+
+typedef struct FingerprintKey
+{
+	int			version;
+	int			len;
+	char	   *secret;
+} FingerprintKey;
+
+/* The file's secrets as last read, in keys_cxt; newest: the highest version. */
+static MemoryContext keys_cxt = NULL;
+static FingerprintKey *keys = NULL;
+static int	nkeys = 0;
+static int	newest = -1;		/* index of the newest, -1 if none */
+static bool keys_stale = true;
+static struct stat keys_stat;	/* of the file as read */
+static TimestampTz keys_checked_xact = 0;	/* the transaction that last looked */
+
+static void
+assign_keys_file(const char *newval, void *extra)
+{
+	keys_stale = true;
+}
+
+/* Define idem.fingerprint_keys_file. */
+void
+idem_fingerprint_init(void)
+{
+	DefineCustomStringVariable("idem.fingerprint_keys_file",
+							   "A file of versioned secrets (\"v2:<secret>\" lines) that key request fingerprints (HMAC-SHA-256).",
+							   "Empty: fingerprints are plain SHA-256. The newest version signs new records; every version verifies. "
+							   "The file must belong to the server's user and be readable by it alone.",
+							   &idem_fingerprint_keys_file,
+							   "",
+							   PGC_SIGHUP,
+							   GUC_SUPERUSER_ONLY,
+							   NULL, assign_keys_file, NULL);
+}
+
+static void
+keys_file_error(const char *path, int line, const char *why)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_CONFIG_FILE_ERROR),
+			 errmsg("idem.fingerprint_keys_file \"%s\" is not usable", path),
+			 line > 0 ? errdetail("Line %d: %s.", line, why) : errdetail("%s.", why),
+			 errhint("Each line is \"v<version>:<secret>\" (version 1 to %d, a secret of at least %d bytes); "
+					 "the file belongs to the server's user, mode 0600 or 0400.",
+					 FP_MAX_VERSION, FP_MIN_SECRET)));
+}
+
+/* Parse one "v<N>:<secret>" line into keys[nkeys] (keys_cxt is current). */
+static void
+parse_key_line(const char *path, int lineno, char *line)
+{
+	char	   *end;
+	long		version;
+	int			len = strlen(line);
+
+	while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+		line[--len] = '\0';
+	if (len == 0 || line[0] == '#')
+		return;
+	if (line[0] != 'v')
+		keys_file_error(path, lineno, "it does not start with \"v<version>:\"");
+	errno = 0;
+	version = strtol(line + 1, &end, 10);
+	if (end == line + 1 || *end != ':' || errno != 0 || version < 1 || version > FP_MAX_VERSION)
+		keys_file_error(path, lineno, "its version is not a number from 1 to 32767 followed by \":\"");
+	if (strlen(end + 1) < FP_MIN_SECRET)
+		keys_file_error(path, lineno, "its secret is shorter than 16 bytes");
+	for (int i = 0; i < nkeys; i++)
+		if (keys[i].version == version)
+			keys_file_error(path, lineno, "its version appears twice");
+	keys = nkeys == 0 ? palloc(sizeof(FingerprintKey)) :
+		repalloc(keys, sizeof(FingerprintKey) * (nkeys + 1));
+	keys[nkeys].version = (int) version;
+	keys[nkeys].secret = pstrdup(end + 1);
+	keys[nkeys].len = strlen(end + 1);
+	if (newest < 0 || version > keys[newest].version)
+		newest = nkeys;
+	nkeys++;
+}
+
+/* Read the file the setting names (none: no keys); errors are 58P01/F0000. */
+static void
+load_keys(void)
+{
+	const char *path = idem_fingerprint_keys_file;
+	struct stat st;
+	FILE	   *f;
+	char		line[1024];
+	volatile int lineno = 0;
+	MemoryContext old;
+
+	if (keys_cxt == NULL)
+		keys_cxt = AllocSetContextCreate(TopMemoryContext, "idem fingerprint keys", ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(keys_cxt);
+	keys = NULL;
+	nkeys = 0;
+	newest = -1;
+	keys_stale = true;
+	if (path == NULL || path[0] == '\0')
+	{
+		keys_stale = false;
+		return;
+	}
+	if (stat(path, &st) != 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not read idem.fingerprint_keys_file \"%s\": %m", path)));
+	if (!S_ISREG(st.st_mode))
+		keys_file_error(path, 0, "It is not a regular file");
+	if (st.st_uid != geteuid())
+		keys_file_error(path, 0, "It does not belong to the server's user");
+	if (st.st_mode & (S_IRWXG | S_IRWXO))
+		keys_file_error(path, 0, "Its group or others may access it");
+	f = AllocateFile(path, "r");
+	if (f == NULL)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not read idem.fingerprint_keys_file \"%s\": %m", path)));
+	old = MemoryContextSwitchTo(keys_cxt);
+	PG_TRY();
+	{
+		while (fgets(line, sizeof(line), f) != NULL)
+			parse_key_line(path, ++lineno, line);
+	}
+	PG_FINALLY();
+	{
+		MemoryContextSwitchTo(old);
+		FreeFile(f);
+	}
+	PG_END_TRY();
+	if (nkeys == 0)
+		keys_file_error(path, 0, "It holds no secret");
+	keys_stat = st;
+	keys_stale = false;
+}
+
+/*
+ * The keys, read again if the setting changed or, looked at once a
+ * transaction, the file did (a rotation needs no reload).
+ */
+static void
+current_keys(void)
+{
+	const char *path = idem_fingerprint_keys_file;
+	TimestampTz xact = GetCurrentTransactionStartTimestamp();
+
+	if (!keys_stale && path != NULL && path[0] != '\0' && xact != keys_checked_xact)
+	{
+		struct stat st;
+
+		if (stat(path, &st) != 0 || st.st_mtime != keys_stat.st_mtime ||
+			st.st_size != keys_stat.st_size || st.st_ino != keys_stat.st_ino ||
+			st.st_ctime != keys_stat.st_ctime)
+			keys_stale = true;
+	}
+	keys_checked_xact = xact;
+	if (keys_stale)
+		load_keys();
+}
+
+/* The version new records are signed with: the file's newest; 0: plain SHA-256. */
+int
+idem_fingerprint_sign_version(void)
+{
+	if ((idem_fingerprint_keys_file == NULL || idem_fingerprint_keys_file[0] == '\0') && !keys_stale)
+		return 0;
+	current_keys();
+	return newest < 0 ? 0 : keys[newest].version;
+}
+
+/*
+ * The stored form of the plain fingerprint under secret version (0: plain
+ * itself): lowercase hex HMAC-SHA-256 of the plain hex text.  55000 when
+ * the file no longer holds that version.
+ */
+void
+idem_fingerprint_keyed(const char *plain, int version, char *out)
+{
+	static const char xdigits[] = "0123456789abcdef";
+	uint8		mac[PG_SHA256_DIGEST_LENGTH];
+	const FingerprintKey *key = NULL;
+	pg_hmac_ctx *ctx;
+
+	if (version == 0)
+	{
+		strlcpy(out, plain, IDEM_HASH_HEX_LEN + 1);
+		return;
+	}
+	current_keys();
+	for (int i = 0; i < nkeys; i++)
+		if (keys[i].version == version)
+			key = &keys[i];
+	if (key == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the request fingerprint of this record is keyed with secret v%d, which idem.fingerprint_keys_file does not hold", version),
+				 errhint("Keep every secret version in the file while records keyed with it live (idem.ttl, idem.audit_ttl).")));
+	ctx = pg_hmac_create(PG_SHA256);
+	if (ctx == NULL ||
+		pg_hmac_init(ctx, (const uint8 *) key->secret, key->len) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) plain, IDEM_HASH_HEX_LEN) < 0 ||
+		pg_hmac_final(ctx, mac, sizeof(mac)) < 0)
+		elog(ERROR, "idem: could not compute HMAC-SHA-256: %s",
+			 ctx ? pg_hmac_error(ctx) : "out of memory");
+	pg_hmac_free(ctx);
+	for (int i = 0; i < PG_SHA256_DIGEST_LENGTH; i++)
+	{
+		out[2 * i] = xdigits[mac[i] >> 4];
+		out[2 * i + 1] = xdigits[mac[i] & 0x0F];
+	}
+	out[IDEM_HASH_HEX_LEN] = '\0';
+}
+
+/* Is stored (keyed with version) the fingerprint plain? In constant time. */
+bool
+idem_fingerprint_matches(const char *stored, int version, const char *plain)
+{
+	IdemFingerprint keyed;
+
+	idem_fingerprint_keyed(plain, version, keyed);
+	return idem_fingerprints_equal(stored, keyed);
+}
 
 /* Lowercase hex SHA-256 of data; hex must hold IDEM_HASH_HEX_LEN + 1 bytes. */
 void

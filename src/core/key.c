@@ -29,6 +29,7 @@
 #include "storage/procarray.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/timestamp.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
@@ -779,6 +780,7 @@ idem_note_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
 		[IDEM_LOG_REPLAYED] = "replayed",
 		[IDEM_LOG_CONFLICT] = "conflict",
 		[IDEM_LOG_IN_FLIGHT] = "in_flight",
+		[IDEM_LOG_EXPIRED] = "expired",
 	};
 	char		resource[32] = "-";
 
@@ -788,12 +790,13 @@ idem_note_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
 	else
 		idem_stats_count(IDEM_KIND_OPERATION, scope->operation,
 						 outcome == IDEM_LOG_REPLAYED ? IDEM_STAT_REPLAYED :
-						 outcome == IDEM_LOG_CONFLICT ? IDEM_STAT_CONFLICTS :
-						 IDEM_STAT_IN_FLIGHT, 1);
+						 outcome == IDEM_LOG_IN_FLIGHT ? IDEM_STAT_IN_FLIGHT :
+						 IDEM_STAT_CONFLICTS, 1);
 
 	if (idem_note_outcomes == LOG_OUTCOMES_OFF ||
 		(idem_note_outcomes == LOG_OUTCOMES_CONFLICTS &&
-		 outcome != IDEM_LOG_CONFLICT && outcome != IDEM_LOG_IN_FLIGHT))
+		 outcome != IDEM_LOG_CONFLICT && outcome != IDEM_LOG_IN_FLIGHT &&
+		 outcome != IDEM_LOG_EXPIRED))
 		return;
 	if (has_resource)
 		snprintf(resource, sizeof(resource), INT64_FORMAT, resource_id);
@@ -837,4 +840,41 @@ idem_report_key_reused(const IdemScope *scope)
 					   scope->owner, scope->operation, scope->key),
 			 errhint("Send a new idempotency key for a new request; an HTTP API answers 409 Conflict (or 422 Unprocessable Content).")));
 	pg_unreachable();
+}
+
+/*
+ * Raise IK007: the key's record expired (at expired_at; 0 if it has left
+ * for idem_history) and its operation refuses reuse until audit_until.
+ */
+void
+idem_report_key_expired(const IdemScope *scope, TimestampTz expired_at, TimestampTz audit_until)
+{
+	idem_note_outcome(scope, IDEM_LOG_EXPIRED, false, 0);
+	ereport(ERROR,
+			(errcode(ERRCODE_IDEM_KEY_EXPIRED),
+			 errmsg("idempotency key expired"),
+			 expired_at != 0 ?
+			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": its record expired at %s; the operation refuses the key until %s (reuse_after_expiry 'refuse').",
+					   scope->owner, scope->operation, scope->key,
+					   pstrdup(timestamptz_to_str(expired_at)), pstrdup(timestamptz_to_str(audit_until))) :
+			 errdetail("Owner " INT64_FORMAT ", operation %s, key \"%.8s...\": an earlier execution of the key is in its audit period until %s (reuse_after_expiry 'refuse').",
+					   scope->owner, scope->operation, scope->key, timestamptz_to_str(audit_until)),
+			 errhint("The request was executed before and is not executed again. Send a new idempotency key for a new request; an HTTP API answers 422 Unprocessable Content.")));
+	pg_unreachable();
+}
+
+/*
+ * Is owner one the current role may act for (idem.allowed_owners; every
+ * owner when it is empty)?  What idem_audit shows a role outside
+ * pg_monitor.
+ */
+bool
+idem_owner_allowed(int64 owner)
+{
+	if (allowed_owners == NULL)
+		return true;
+	for (int i = 0; i < allowed_owners->n; i++)
+		if (owner >= allowed_owners->r[i].lo && owner <= allowed_owners->r[i].hi)
+			return true;
+	return false;
 }

@@ -10,6 +10,7 @@
 #define IDEM_KEY_H
 
 #include "fmgr.h"
+#include "datatype/timestamp.h"
 #include "storage/lock.h"
 
 #include "compat.h"
@@ -39,13 +40,15 @@ typedef enum IdemOutcomeLog
 	IDEM_LOG_EXECUTED,
 	IDEM_LOG_REPLAYED,
 	IDEM_LOG_CONFLICT,			/* IK001 */
-	IDEM_LOG_IN_FLIGHT			/* IK002 */
+	IDEM_LOG_IN_FLIGHT,			/* IK002 */
+	IDEM_LOG_EXPIRED			/* IK007: counted with the conflicts */
 } IdemOutcomeLog;
 
 extern int	idem_wait_timeout;
 
 extern void idem_key_init(void);
 extern void idem_check_owner(int64 owner);
+extern bool idem_owner_allowed(int64 owner);
 extern void idem_check_operation_allowed(const char *operation);
 extern void idem_check_key(const char *key, int len);
 extern void idem_check_key_policy(IdemScope *scope);
@@ -63,5 +66,7 @@ extern void idem_note_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
 							 bool has_resource, int64 resource_id);
 pg_noreturn extern void idem_report_in_flight(const IdemScope *scope, IdemInFlight why);
 pg_noreturn extern void idem_report_key_reused(const IdemScope *scope);
+pg_noreturn extern void idem_report_key_expired(const IdemScope *scope, TimestampTz expired_at,
+												TimestampTz audit_until);
 
 #endif							/* IDEM_KEY_H */

@@ -13,12 +13,16 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
+
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
+#include "utils/guc.h"
+#include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -39,6 +43,16 @@ typedef struct PolicyEntry
 	IdemPolicy	policy;
 } PolicyEntry;
 
+/* GUC variables (1.11) */
+int			idem_audit_ttl = 0;
+int			idem_reuse_after_expiry = IDEM_REUSE_EXECUTE;
+
+static const struct config_enum_entry reuse_options[] = {
+	{"execute", IDEM_REUSE_EXECUTE, false},
+	{"refuse", IDEM_REUSE_REFUSE, false},
+	{NULL, 0, false}
+};
+
 static HTAB *policies = NULL;
 static MemoryContext policy_cxt = NULL;	/* the entries and their redact paths */
 static bool policies_stale = true;
@@ -54,6 +68,35 @@ policy_relcache_callback(Datum arg, Oid relid)
 {
 	if (relid == InvalidOid || relid == policy_relid || !OidIsValid(policy_relid))
 		policies_stale = true;
+}
+
+/*
+ * Define the GUCs an operation's policy overrides that no other module
+ * has.  Both are read by the cleanup worker too, so they are set for the
+ * server (postgresql.conf), not per session.
+ */
+void
+idem_policy_init(void)
+{
+	DefineCustomIntVariable("idem.audit_ttl",
+							"How long the audit fields of an expired record are kept after it expires.",
+							"0 keeps none: the record goes whole at its expiry. "
+							"An operation's policy (audit_ttl) overrides it.",
+							&idem_audit_ttl,
+							0, 0, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("idem.reuse_after_expiry",
+							 "What a key whose record expired does while its audit fields are kept.",
+							 "execute: it executes afresh; refuse: IK007 until its audit period ends. "
+							 "An operation's policy (reuse_after_expiry) overrides it.",
+							 &idem_reuse_after_expiry,
+							 IDEM_REUSE_EXECUTE, reuse_options,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
 }
 
 /* An interval as whole milliseconds (months and days at 30 and 1 days). */
@@ -207,6 +250,76 @@ idem_redact_jsonb(const char *operation, Datum jsonb)
 	return redact(policy, jsonb, &removed);
 }
 
+/* Does one of the policy's pointers name the top-level member name? */
+static bool
+redacts_name(const IdemPolicy *policy, const char *name, int len)
+{
+	for (int i = 0; i < policy->nredact; i++)
+	{
+		ArrayType  *path = DatumGetArrayTypeP(policy->redact_paths[i]);
+		Datum	   *segs;
+		bool	   *nulls;
+		int			n;
+
+		deconstruct_array(path, TEXTOID, -1, false, TYPALIGN_INT, &segs, &nulls, &n);
+		if (n == 1 && (int) VARSIZE_ANY_EXHDR(DatumGetTextPP(segs[0])) == len &&
+			memcmp(VARDATA_ANY(DatumGetTextPP(segs[0])), name, len) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Headers in json form (1.11) without the redacted members: an object as a
+ * body is; of [name, value] pairs, those a one-member pointer names
+ * ("/Authorization").  The same text, byte for byte, if none is there.
+ */
+Datum
+idem_redact_header_list(const char *operation, Datum json_text)
+{
+	const IdemPolicy *policy = idem_policy_of(operation);
+	Jsonb	   *jb;
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	StringInfoData out;
+	JsonbValue	pair[2];
+	int			n = 0;
+	bool		removed = false;
+
+	if (policy == NULL || policy->nredact == 0)
+		return json_text;
+	jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(TextDatumGetCString(json_text))));
+	if (JB_ROOT_IS_OBJECT(jb))
+		return idem_redact_json(operation, json_text);
+	initStringInfo(&out);
+	appendStringInfoChar(&out, '[');
+	it = JsonbIteratorInit(&jb->root);
+	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	{
+		if (tok != WJB_ELEM || v.type != jbvString)
+			continue;
+		pair[n++] = v;
+		if (n < 2)
+			continue;
+		n = 0;
+		if (redacts_name(policy, pair[0].val.string.val, pair[0].val.string.len))
+		{
+			removed = true;
+			continue;
+		}
+		if (out.len > 1)
+			appendStringInfoString(&out, ", ");
+		appendStringInfoChar(&out, '[');
+		escape_json(&out, pnstrdup(pair[0].val.string.val, pair[0].val.string.len));
+		appendStringInfoString(&out, ", ");
+		escape_json(&out, pnstrdup(pair[1].val.string.val, pair[1].val.string.len));
+		appendStringInfoChar(&out, ']');
+	}
+	appendStringInfoChar(&out, ']');
+	return removed ? CStringGetTextDatum(out.data) : json_text;
+}
+
 static void
 load_row(HeapTuple tuple, TupleDesc desc)
 {
@@ -242,6 +355,14 @@ load_row(HeapTuple tuple, TupleDesc desc)
 	d = column(tuple, desc, "retry_max", &isnull);
 	if (!isnull)
 		e->policy.retry_max_ms = Max(idem_interval_ms(DatumGetIntervalP(d)), 1);
+	d = column(tuple, desc, "audit_ttl", &isnull);
+	if ((e->policy.has_audit_ttl = !isnull))
+		e->policy.audit_ttl = *DatumGetIntervalP(d);
+	e->policy.reuse_after_expiry = -1;
+	d = column(tuple, desc, "reuse_after_expiry", &isnull);
+	if (!isnull)
+		e->policy.reuse_after_expiry = strcmp(TextDatumGetCString(d), "refuse") == 0 ?
+			IDEM_REUSE_REFUSE : IDEM_REUSE_EXECUTE;
 	d = column(tuple, desc, "key_format", &isnull);
 	if (!isnull)
 	{
@@ -321,4 +442,38 @@ idem_policy_of(const char *operation)
 	}
 	e = hash_search(policies, operation, HASH_FIND, NULL);
 	return e ? &e->policy : NULL;
+}
+
+/*
+ * When the audit fields of a record of operation that expires at
+ * expires_at are to go: false if the operation keeps none (its policy's
+ * audit_ttl, else idem.audit_ttl, is unset or 0).
+ */
+bool
+idem_audit_until(const char *operation, TimestampTz expires_at, TimestampTz *until)
+{
+	const IdemPolicy *policy = idem_policy_of(operation);
+
+	if (policy && policy->has_audit_ttl)
+	{
+		*until = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+														 TimestampTzGetDatum(expires_at),
+														 IntervalPGetDatum(&policy->audit_ttl)));
+		return *until > expires_at;
+	}
+	if (idem_audit_ttl <= 0)
+		return false;
+	*until = expires_at + (TimestampTz) idem_audit_ttl * USECS_PER_SEC;
+	return true;
+}
+
+/* Does operation refuse (IK007) a key still in its audit period? */
+bool
+idem_refuses_reuse(const char *operation)
+{
+	const IdemPolicy *policy = idem_policy_of(operation);
+
+	if (policy && policy->reuse_after_expiry >= 0)
+		return policy->reuse_after_expiry == IDEM_REUSE_REFUSE;
+	return idem_reuse_after_expiry == IDEM_REUSE_REFUSE;
 }

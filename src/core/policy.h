@@ -20,6 +20,13 @@ typedef enum IdemKeyFormat
 	IDEM_KEY_ULID				/* 26 Crockford base32 characters */
 } IdemKeyFormat;
 
+/* What a key whose record expired does while in its audit period. */
+typedef enum IdemReuse
+{
+	IDEM_REUSE_EXECUTE = 0,		/* execute afresh (the article's rule) */
+	IDEM_REUSE_REFUSE			/* IK007 until the audit period ends */
+} IdemReuse;
+
 /* An operation's policy; an unset setting defers to its GUC. */
 typedef struct IdemPolicy
 {
@@ -31,17 +38,28 @@ typedef struct IdemPolicy
 	int			max_attempts;		/* 0: unset */
 	int			retry_base_ms;		/* 0: unset */
 	int			retry_max_ms;		/* 0: unset */
+	bool		has_audit_ttl;	/* 1.11 */
+	Interval	audit_ttl;
+	int			reuse_after_expiry;	/* -1: unset; else an IdemReuse */
 	IdemKeyFormat key_format;
 	bool		reject_weak_keys;
 	int			nredact;		/* redact's JSON Pointers, as text[] paths */
 	Datum	   *redact_paths;
 } IdemPolicy;
 
+extern int	idem_audit_ttl;
+extern int	idem_reuse_after_expiry;
+
+extern void idem_policy_init(void);
 extern const IdemPolicy *idem_policy_of(const char *operation);
+extern bool idem_audit_until(const char *operation, TimestampTz expires_at,
+							 TimestampTz *until);
+extern bool idem_refuses_reuse(const char *operation);
 extern int	idem_interval_ms(const Interval *iv);
 extern IdemKeyFormat idem_key_format_from_name(const char *name, bool *ok);
 extern Datum idem_json_pointer_path(const char *pointer, const char **error);
 extern Datum idem_redact_json(const char *operation, Datum json_text);
 extern Datum idem_redact_jsonb(const char *operation, Datum jsonb);
+extern Datum idem_redact_header_list(const char *operation, Datum json_text);
 
 #endif							/* IDEM_POLICY_H */

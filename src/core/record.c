@@ -35,6 +35,7 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/json.h"
 #include "utils/jsonb.h"
 #include "utils/guc.h"
 #include "utils/rel.h"
@@ -186,7 +187,7 @@ status_of_http(int32 http_status)
 
 /* Refuse (22023) headers that are not a JSON object of string values. */
 static void
-check_headers(Jsonb *headers)
+check_headers(Jsonb *headers, const char *what)
 {
 	JsonbIterator *it;
 	JsonbValue	v;
@@ -195,13 +196,13 @@ check_headers(Jsonb *headers)
 	if (!JB_ROOT_IS_OBJECT(headers))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("headers must be a JSON object")));
+				 errmsg("%s must be a JSON object", what)));
 	it = JsonbIteratorInit(&headers->root);
 	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
 		if (tok == WJB_VALUE && v.type != jbvString)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("headers must be a JSON object of string values")));
+					 errmsg("%s must be a JSON object of string values", what)));
 }
 
 /*
@@ -230,13 +231,153 @@ idem_result_make(IdemResult *res, bool http_isnull, int32 http_status,
 	{
 		Jsonb	   *jb = DatumGetJsonbP(headers);
 
-		check_headers(jb);
+		check_headers(jb, "headers");
 		res->headers = JsonbPGetDatum(jb);
 	}
 	res->resource_isnull = resource_isnull;
 	res->resource_id = resource_id;
 	res->snapshot_isnull = true;
 	return status;
+}
+
+/*
+ * Refuse (22023) headers in json form that are neither an object of string
+ * values nor an array of [name, value] pairs of strings.
+ */
+static void
+check_header_list(Datum json_text)
+{
+	Jsonb	   *jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
+														 CStringGetDatum(TextDatumGetCString(json_text))));
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	int			depth = 0;
+	int			members = 0;
+	bool		ok = true;
+
+	if (JB_ROOT_IS_OBJECT(jb))
+	{
+		check_headers(jb, "header_list");
+		return;
+	}
+	if (JB_ROOT_IS_SCALAR(jb))
+		ok = false;
+	it = JsonbIteratorInit(&jb->root);
+	while (ok && (tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	{
+		if (tok == WJB_BEGIN_ARRAY)
+		{
+			ok = ++depth <= 2;
+			members = 0;
+		}
+		else if (tok == WJB_END_ARRAY)
+			ok = --depth == 0 || members == 2;
+		else if (tok == WJB_ELEM)
+			ok = depth == 2 && v.type == jbvString && ++members <= 2;
+		else
+			ok = false;			/* an object inside */
+	}
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("header_list must be a JSON object of string values or an array of [name, value] pairs of strings"),
+				 errhint("A repeated header (two Set-Cookie) is two pairs: [[\"Set-Cookie\", \"a=1\"], [\"Set-Cookie\", \"b=2\"]].")));
+}
+
+/*
+ * Set res's headers from their json form, kept as given (checked); 22023
+ * if res has them in jsonb form too.
+ */
+void
+idem_result_set_header_list(IdemResult *res, Datum header_list)
+{
+	if (!res->headers_isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("headers and header_list must not both be given"),
+				 errhint("header_list (json) keeps the headers as given; headers (jsonb) is the older form.")));
+	header_list = PointerGetDatum(PG_DETOAST_DATUM(header_list));
+	check_header_list(header_list);
+	res->header_list = header_list;
+	res->has_header_list = true;
+}
+
+/*
+ * The jsonb object of headers in json form: an object as it is (a repeated
+ * name keeps its last value), pairs with the values of a repeated name
+ * joined by ", " (RFC 9110, 5.3), under its first spelling.
+ */
+static Datum
+headers_of_list(Datum json_text)
+{
+	Jsonb	   *jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
+														 CStringGetDatum(TextDatumGetCString(json_text))));
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	List	   *names = NIL;
+	List	   *values = NIL;
+	char	   *name = NULL;
+	StringInfoData out;
+	ListCell   *ln;
+	ListCell   *lv;
+
+	if (JB_ROOT_IS_OBJECT(jb))
+		return JsonbPGetDatum(jb);
+	it = JsonbIteratorInit(&jb->root);
+	while ((tok = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
+	{
+		char	   *s;
+
+		if (tok != WJB_ELEM)
+			continue;
+		s = pnstrdup(v.val.string.val, v.val.string.len);
+		if (name == NULL)
+		{
+			name = s;
+			continue;
+		}
+		forboth(ln, names, lv, values)
+			if (pg_strcasecmp(lfirst(ln), name) == 0)
+				break;
+		if (ln != NULL)
+			lfirst(lv) = psprintf("%s, %s", (char *) lfirst(lv), s);
+		else
+		{
+			names = lappend(names, name);
+			values = lappend(values, s);
+		}
+		name = NULL;
+	}
+	initStringInfo(&out);
+	appendStringInfoChar(&out, '{');
+	forboth(ln, names, lv, values)
+	{
+		if (out.len > 1)
+			appendStringInfoString(&out, ", ");
+		escape_json(&out, lfirst(ln));
+		appendStringInfoString(&out, ": ");
+		escape_json(&out, lfirst(lv));
+	}
+	appendStringInfoChar(&out, '}');
+	return DirectFunctionCall1(jsonb_in, CStringGetDatum(out.data));
+}
+
+/*
+ * The headers of res in json form: as given or stored in that form, else
+ * the text of the jsonb object; *isnull if res has none.
+ */
+Datum
+idem_result_header_list(const IdemResult *res, bool *isnull)
+{
+	*isnull = false;
+	if (res->has_header_list)
+		return res->header_list;
+	if (!res->headers_isnull)
+		return CStringGetTextDatum(DatumGetCString(DirectFunctionCall1(jsonb_out, res->headers)));
+	*isnull = true;
+	return (Datum) 0;
 }
 
 /*
@@ -261,6 +402,11 @@ idem_result_values(const IdemResult *res, Datum *values, bool *nulls)
 	}
 	values[2] = res->headers;
 	nulls[2] = res->headers_isnull;
+	if (res->headers_isnull && res->has_header_list)
+	{
+		values[2] = headers_of_list(res->header_list);
+		nulls[2] = false;
+	}
 	values[3] = Int64GetDatum(res->resource_id);
 	nulls[3] = res->resource_isnull;
 }
@@ -362,6 +508,14 @@ idem_record_read(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now
 		rec->id = DatumGetInt64(slot_getattr(slot, att[REC_ID], &isnull));
 		d = slot_getattr(slot, att[REC_HASH], &isnull);
 		text_to_cstring_buffer(DatumGetTextPP(d), rec->request_hash, sizeof(IdemFingerprint));
+		rec->fp_version = 0;
+		if (att[REC_FP_VERSION] != InvalidAttrNumber)
+		{
+			d = slot_getattr(slot, att[REC_FP_VERSION], &isnull);
+			rec->fp_version = isnull ? 0 : DatumGetInt16(d);
+		}
+		rec->created_at = DatumGetTimestampTz(slot_getattr(slot, att[REC_CREATED], &isnull));
+		rec->updated_at = DatumGetTimestampTz(slot_getattr(slot, att[REC_UPDATED], &isnull));
 		status = TextDatumGetCString(slot_getattr(slot, att[REC_STATUS], &isnull));
 		rec->status = idem_status_from_name(status);
 		rec->expires_at = DatumGetTimestampTz(slot_getattr(slot, att[REC_EXPIRES], &isnull));
@@ -374,6 +528,8 @@ idem_record_read(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now
 		r->snapshot = copy_column(slot, att[REC_RESPONSE], &r->snapshot_isnull);
 		r->body = copy_column(slot, att[REC_BODY], &r->body_isnull);
 		r->headers = copy_column(slot, att[REC_HEADERS], &r->headers_isnull);
+		r->header_list = copy_column(slot, att[REC_HEADER_LIST], &isnull);
+		r->has_header_list = !isnull;
 		rec->is_task = false;
 		if (att[REC_TASK_ATTEMPTS] != InvalidAttrNumber)
 		{
@@ -455,6 +611,8 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	IdemRows	rows;
 	IdemRow		record;
 	int64		id;
+	int			fp_version = 0;
+	IdemFingerprint stored;
 
 	relids[nrels++] = rt->relid;
 	if (biz)
@@ -478,7 +636,13 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	idem_row_set(&record, REC_OWNER, Int64GetDatum(scope->owner));
 	idem_row_set(&record, REC_OPERATION, scope->operation_text);
 	idem_row_set(&record, REC_KEY, scope->key_text);
-	idem_row_set(&record, REC_HASH, CStringGetTextDatum(fingerprint));
+	/* keyed where idem.fingerprint_keys_file has a secret (1.11) */
+	if (rt->att[REC_FP_VERSION] != InvalidAttrNumber)
+		fp_version = idem_fingerprint_sign_version();
+	idem_fingerprint_keyed(fingerprint, fp_version, stored);
+	idem_row_set(&record, REC_HASH, CStringGetTextDatum(stored));
+	if (fp_version > 0)
+		idem_row_set(&record, REC_FP_VERSION, Int16GetDatum((int16) fp_version));
 	idem_row_set(&record, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
 	if (!res->http_isnull)
 		idem_row_set(&record, REC_HTTP, Int32GetDatum(res->http_status));
@@ -489,6 +653,15 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 		idem_row_set(&record, REC_BODY, idem_redact_json(scope->operation, res->body));
 	if (!res->headers_isnull)
 		idem_row_set(&record, REC_HEADERS, idem_redact_jsonb(scope->operation, res->headers));
+	if (res->has_header_list)
+	{
+		Datum		list = idem_redact_header_list(scope->operation, res->header_list);
+
+		if (rt->att[REC_HEADER_LIST] != InvalidAttrNumber)
+			idem_row_set(&record, REC_HEADER_LIST, list);
+		else
+			idem_row_set(&record, REC_HEADERS, headers_of_list(list));
+	}
 	if (!res->resource_isnull)
 		idem_row_set(&record, REC_RESOURCE, Int64GetDatum(res->resource_id));
 	idem_row_set(&record, REC_CREATED, TimestampTzGetDatum(now));

@@ -29,6 +29,8 @@ typedef struct IdemResult
 	bool		snapshot_isnull;
 	Datum		headers;		/* jsonb object of strings */
 	bool		headers_isnull;
+	Datum		header_list;	/* json: an object or [name, value] pairs, as given (1.11) */
+	bool		has_header_list;
 	int64		resource_id;
 	bool		resource_isnull;
 } IdemResult;
@@ -40,8 +42,11 @@ typedef struct IdemRecord
 	int64		id;
 	bool		is_task;		/* written by idem_submit */
 	IdemFingerprint request_hash;
+	int			fp_version;		/* request_hash's secret; 0: plain SHA-256 */
 	IdemStatus	status;
 	bool		expired;		/* expires_at < now */
+	TimestampTz created_at;
+	TimestampTz updated_at;
 	TimestampTz expires_at;
 	IdemResult	result;			/* the stored response, copied */
 	bool		written_here;	/* inserted by this transaction */
@@ -85,7 +90,9 @@ extern void idem_record_init(void);
 extern IdemStatus idem_result_make(IdemResult *res, bool http_isnull, int32 http_status,
 								   bool body_isnull, Datum body, bool headers_isnull,
 								   Datum headers, bool resource_isnull, int64 resource_id);
+extern void idem_result_set_header_list(IdemResult *res, Datum header_list);
 extern void idem_result_values(const IdemResult *res, Datum *values, bool *nulls);
+extern Datum idem_result_header_list(const IdemResult *res, bool *isnull);
 extern TimestampTz idem_record_expiry(IdemStatus status, TimestampTz now, const Interval *ttl,
 									  const char *operation);
 extern TimestampTz idem_timestamp_plus(TimestampTz now, const Interval *ttl);

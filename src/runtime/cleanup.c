@@ -49,6 +49,7 @@
 #include "cleanup.h"
 #include "citus.h"
 #include "stats.h"
+#include "history.h"
 #include "rowwrite.h"
 #include "util.h"
 
@@ -59,7 +60,8 @@ typedef struct CleanupTarget
 {
 	const char *table;
 	const char *column;			/* timestamptz; NULL is never deleted */
-	const char *name_column;	/* the idem_stats row a deletion counts in */
+	const char *name_column;	/* the idem_stats row a deletion counts in
+								 * (NULL: not counted) */
 	IdemStatKind name_kind;		/* and that row's kind */
 	bool		optional;		/* absent before some version */
 	bool		partial_ok;		/* its index may be partial (rows rechecked) */
@@ -69,7 +71,11 @@ static const CleanupTarget targets[] = {
 	{"idempotency_record", "expires_at", "operation", IDEM_KIND_OPERATION, false, false},
 	{"idem_inbox", "expires_at", "consumer", IDEM_KIND_CONSUMER, true, false},	/* 1.4 */
 	{"idem_outbox", "acked_at", "topic", IDEM_KIND_TOPIC, true, true},	/* 1.4 */
+	{"idem_history", "audit_until", NULL, IDEM_KIND_OPERATION, true, false},	/* 1.11 */
 };
+
+#define TARGET_RECORD	0
+#define TARGET_HISTORY	3
 
 #define NTARGETS lengthof(targets)
 
@@ -129,8 +135,10 @@ open_expiry_index(Relation heap, AttrNumber expires, const CleanupTarget *target
  * many.
  */
 static int64
-delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_size)
+delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_size,
+			 Oid history)
 {
+	IdemArchive archive = {0};
 	IdemRows	rows;
 	Relation	heap;
 	Relation	index;
@@ -147,7 +155,7 @@ delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_
 	heap = rows.rels[0]->ri_RelationDesc;
 	locked = rows.slots[0];
 	expires = get_attnum(relid, target->column);
-	name_att = get_attnum(relid, target->name_column);
+	name_att = target->name_column ? get_attnum(relid, target->name_column) : InvalidAttrNumber;
 	if (expires == InvalidAttrNumber ||
 		TupleDescAttr(RelationGetDescr(heap), expires - 1)->atttypid != TIMESTAMPTZOID)
 		ereport(ERROR,
@@ -156,6 +164,9 @@ delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_
 						target->table, target->column),
 				 errhint("Undo the change, or drop and re-create the extension idem.")));
 	index = open_expiry_index(heap, expires, target);
+	/* a record's audit fields outlive it in idem_history (1.11) */
+	if (OidIsValid(history))
+		(void) idem_archive_begin(&archive, history, relid, now);
 
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
 	found = table_slot_create(heap, NULL);
@@ -177,12 +188,14 @@ delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_
 		d = slot_getattr(locked, expires, &isnull);
 		if (isnull || DatumGetTimestampTz(d) >= now)
 			continue;			/* renewed meanwhile: it stays */
-		d = slot_getattr(locked, name_att, &isnull);
-		if (!isnull)
+		d = name_att ? slot_getattr(locked, name_att, &isnull) : (Datum) 0;
+		if (name_att && !isnull)
 		{
 			char	   *name = TextDatumGetCString(d);
 
 			idem_stats_count_at_commit(target->name_kind, name, IDEM_STAT_CLEANUP_DELETED, 1);
+			if (archive.open)
+				idem_archive_slot(&archive, locked, name);
 			pfree(name);
 		}
 		idem_rows_delete(&rows, 0, locked);
@@ -192,6 +205,7 @@ delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_
 	ExecDropSingleTupleTableSlot(found);
 	UnregisterSnapshot(snapshot);
 	index_close(index, NoLock);
+	idem_archive_end(&archive);
 	idem_rows_end(&rows);
 	return deleted;
 }
@@ -229,9 +243,14 @@ idem_cleanup_batches(Oid nspid, int batch_size, int max_batches)
 			foreach(lc, relids[i])
 			{
 				int64		n;
+				Oid			history = InvalidOid;
 
+				/* a record shard's history is the co-located shard: the same place in the list */
+				if (i == TARGET_RECORD &&
+					list_length(relids[TARGET_HISTORY]) == list_length(relids[TARGET_RECORD]))
+					history = list_nth_oid(relids[TARGET_HISTORY], foreach_current_index(lc));
 				CHECK_FOR_INTERRUPTS();
-				n = delete_batch(lfirst_oid(lc), &targets[i], now, batch_size);
+				n = delete_batch(lfirst_oid(lc), &targets[i], now, batch_size, history);
 				total += n;
 				/* a short batch: nothing is left, or only rows others hold */
 				if (n == batch_size)

@@ -73,6 +73,9 @@ static const IdemColumnSpec record_columns[REC_NCOLS] = {
 	[REC_TASK_SESSION] = {"task_session", INT8OID, 0, false, true},
 	[REC_TASK_LAST_ERROR] = {"task_last_error", JSONBOID, 0, false, true},
 	[REC_TASK_TTL] = {"task_ttl", INTERVALOID, 0, false, true},
+	/* 1.11 */
+	[REC_FP_VERSION] = {"fingerprint_version", INT2OID, 0, false, true},
+	[REC_HEADER_LIST] = {"response_header_list", JSONOID, 0, false, true},
 };
 
 static const IdemTableSpec record_table = {
