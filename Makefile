@@ -24,7 +24,7 @@ PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter
 REGRESS = jcs jcs_numbers encoding order cleanup writes api policy retention headers tasks distribute outbox inbox health stats owners operations grant hijack scripts rename tempschema security upgrade
 REGRESS_OPTS = --load-extension=idem --load-extension=pgcrypto
 
-ISOLATION = claim-race-2 claim-race-3 in-flight-timeout policy-invalidation repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint bypass-writer api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race inbox-race stats-waits task-lease-race task-submit-race task-takeover
+ISOLATION = claim-race-2 claim-race-3 in-flight-timeout policy-invalidation repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint bypass-writer api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race inbox-race stats-waits task-lease-race task-submit-race task-takeover refuse-cleanup-race
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation --load-extension=idem
 
 # the cleanup worker, restarts, crashes, a standby: PostgreSQL::Test::Cluster (t/*.pl)

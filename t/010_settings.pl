@@ -15,6 +15,13 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 use IdemTest;
 
+# a file of fingerprint secrets, the server's user's alone
+my $keys = PostgreSQL::Test::Utils::tempdir() . '/fingerprint.keys';
+open(my $kf, '>', $keys) or die "could not write $keys: $!";
+print $kf "# idem fingerprint secrets\nv1:settings-secret-0123456789\n";
+close($kf);
+chmod(0600, $keys);
+
 # Every idem GUC, each at a value that is not its default, as SHOW prints it.
 my %settings = (
 	'idem.ttl' => '2h',
@@ -36,6 +43,9 @@ my %settings = (
 	'idem.cleanup_databases' => 'postgres',
 	'idem.stats_max' => '500',
 	'idem.stats_track' => 'off',
+	'idem.audit_ttl' => '3d',
+	'idem.reuse_after_expiry' => 'refuse',
+	'idem.fingerprint_keys_file' => $keys,
 );
 
 my $node = PostgreSQL::Test::Cluster->new('settings');
@@ -132,6 +142,23 @@ ok(defined wait_until($node, 'postgres',
 	q{SELECT count(*) FROM idempotency_record WHERE idempotency_key LIKE 'expired-%'}, '0', 30),
 	'rounds every 2 s (idem.cleanup_interval) delete the rest');
 is(count_records($node, 'other'), '1000', 'idem.cleanup_databases: database "other" is not visited');
+
+# idem.audit_ttl: the cleanup kept the audit fields of every record for 3 days
+is($node->safe_psql('postgres', q{
+	SELECT count(*) || ' ' || bool_and(audit_until = expires_at + interval '3 days')
+	  FROM idem_history WHERE idempotency_key LIKE 'expired-%'}), '1000 true',
+	'idem.audit_ttl: 1000 history rows, kept 3 days past their expiry');
+# idem.reuse_after_expiry = refuse: an expired key in its audit period (its
+# record expired, or archived by the worker meanwhile) is IK007
+add_records($node, 'postgres', 'refused-expired-key', 1, '-1 second');
+($rc, $out, $err) = $node->psql('postgres',
+	q{SET idem.allowed_operations = ''; SELECT * FROM idem_begin(1, 'test', 'refused-expired-key-1', '{}')});
+like($err, qr/idempotency key expired/, 'idem.reuse_after_expiry: a key in its audit period is refused');
+# idem.fingerprint_keys_file: new records are keyed with its secret v1
+is($node->safe_psql('postgres', q{
+	SELECT fingerprint_version || ' ' || (request_hash <> idem_request_hash('{"qty": 1, "sku": 5}'))
+	  FROM idempotency_record WHERE idempotency_key = 'settings-key-0000001'}), '1 true',
+	'idem.fingerprint_keys_file: a new record is keyed with secret v1');
 
 $node->stop;
 done_testing();
