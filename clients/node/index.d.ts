@@ -15,6 +15,7 @@ export class NoClaim extends IdemError {}
 export class LeaseLost extends IdemError {}
 export class UnfinishedClaim extends IdemError {}
 export class NestedRun extends IdemError {}
+export class KeyExpired extends IdemError {}
 export class InvalidRequest extends IdemError {}
 export class ReadOnly extends IdemError {}
 export class NotAllowed extends IdemError {}

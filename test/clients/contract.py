@@ -278,6 +278,19 @@ def mapping_tests():
     check("after waiting idem.wait_timeout (1 s here)", 0.8 < waited < 10, "%.2f s" % waited)
     s, h, b = order(k10, o + 10)
     check("the retry after the original rolled back executes (201)", (s, one(h, "idempotent-replayed")) == (201, "false"))
+    # a key whose record expired, of an operation that refuses reuse
+    # (reuse_after_expiry 'refuse', 1.11): 422 key-expired, not a second order
+    k11 = key("t11")
+    scalar("SELECT operation FROM idem_set_policy('CREATE_ORDER', audit_ttl => '30 days', reuse_after_expiry => 'refuse')")
+    try:
+        s, h, b = order(k11, o + 11)
+        scalar("UPDATE idempotency_record SET expires_at = now() - interval '1 minute' "
+               "WHERE idempotency_key = %s RETURNING 1", k11)
+        answer = order(k11, o + 11)
+        check("an expired key its operation refuses is 422 key-expired (IK007), no second order",
+              s == 201 and problem(answer, 422, "key-expired") and orders_of(o + 11) == 1, answer)
+    finally:
+        scalar("SELECT idem_drop_policy('CREATE_ORDER')")
 
 
 def variant_tests():

@@ -17,7 +17,12 @@ for db in $src $dst; do "$PG_BINDIR/dropdb" --if-exists "$db" 2>/dev/null; done
 q $src "CREATE EXTENSION idem"
 q $src "SELECT count(*) FROM (SELECT idem_create_order(9, 'dump-key-' || lpad(i::text, 10, '0'), i, 1)
         FROM generate_series(1, 25) i) s" >/dev/null
-q $src "SELECT idem_set_policy('PAY', ttl => '30 days', max_attempts => 3)" >/dev/null
+q $src "SELECT idem_set_policy('PAY', ttl => '30 days', max_attempts => 3, audit_ttl => '90 days', reuse_after_expiry => 'refuse')" >/dev/null
+# an expired payment, archived by the cleanup: its audit fields in idem_history
+q $src "SELECT idem_begin(9, 'PAY', 'dump-pay-key-archived', '{}'); SELECT idem_finish(9, 'PAY', 'dump-pay-key-archived', 201, '{}', header_list => '[[\"Set-Cookie\", \"a=1\"], [\"Set-Cookie\", \"b=2\"]]')" >/dev/null
+q $src "UPDATE idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key = 'dump-pay-key-archived'"
+q $src "SELECT idem_cleanup_expired()" >/dev/null
+history_before=$(q $src "SELECT md5(string_agg(h::text, ',' ORDER BY h.record_id)) FROM idem_history h")
 before=$(q $src "SELECT md5(string_agg(r::text, ',' ORDER BY r.id)) FROM idempotency_record r")
 orders_before=$(q $src "SELECT md5(string_agg(o::text, ',' ORDER BY o.id)) FROM purchase_order o")
 
@@ -33,8 +38,12 @@ check "a retry after the restore replays" "t" \
 	"$(q $dst "SELECT replayed FROM idem_create_order(9, 'dump-key-0000000007', 7, 1)")"
 check "a new key after the restore gets the next order id" "26" \
 	"$(q $dst "SELECT order_id FROM idem_create_order(9, 'dump-key-after-restore', 1, 1)")"
-check "policies survive pg_dump and restore" "PAY|30 days|3" \
-	"$(q $dst "SELECT operation, ttl, max_attempts FROM idem_policies")"
+check "policies survive pg_dump and restore" "PAY|30 days|3|90 days|refuse" \
+	"$(q $dst "SELECT operation, ttl, max_attempts, audit_ttl, reuse_after_expiry FROM idem_policies")"
+check "history rows survive pg_dump and restore" "$history_before" \
+	"$(q $dst "SELECT md5(string_agg(h::text, ',' ORDER BY h.record_id)) FROM idem_history h")"
+check "the restored history still refuses the archived key (IK007)" "IK007" \
+	"$("$PG_BINDIR/psql" -X -q -At -d $dst -v VERBOSITY=sqlstate -c "SELECT idem_begin(9, 'PAY', 'dump-pay-key-archived', '{}')" 2>&1 | grep -o IK007)"
 check "the restored policy applies" "t" \
 	"$(q $dst "BEGIN; SELECT expires_at = now() + interval '30 days' FROM idem_begin(9, 'PAY', 'dump-pay-key-00000001', '{}'); ROLLBACK;" | head -n 1)"
 

@@ -2,6 +2,7 @@ import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.sql.Statement;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.List;
@@ -79,6 +80,21 @@ public final class IdemTest {
 
             check("IK001 is KeyReused", stateOf(c, () -> idem.begin(c, 1, "DEBIT", k, "{\"n\": 2}", null))
                 .equals("KeyReused IK001"), "");
+            // IK007: an expired key of an operation that refuses reuse (1.11)
+            String ek = key();
+            try (Statement st = c.createStatement()) {
+                st.execute("SELECT idem_set_policy('EXPIRING', audit_ttl => '30 days', reuse_after_expiry => 'refuse')");
+                idem.begin(c, 1, "EXPIRING", ek, "{}", null);
+                idem.finish(c, 1, "EXPIRING", ek, 201, "{}", null, null);
+                st.execute("UPDATE idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key = '" + ek + "'");
+                c.commit();
+            }
+            check("IK007 is KeyExpired", stateOf(c, () -> idem.begin(c, 1, "EXPIRING", ek, "{}", null))
+                .equals("KeyExpired IK007"), "");
+            try (Statement st = c.createStatement()) {
+                st.execute("SELECT idem_drop_policy('EXPIRING')");
+                c.commit();
+            }
             check("IK003 is NoClaim", stateOf(c, () -> idem.finish(c, 1, "DEBIT", key(), 200, "{}", null, null))
                 .equals("NoClaim IK003"), "");
             check("22023 is InvalidRequest", stateOf(c, () -> idem.begin(c, 1, "DEBIT", "short", "{}", null))

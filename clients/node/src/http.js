@@ -9,7 +9,7 @@
 //   http.createServer(idem.handler('CREATE_ORDER', {}, async (req, res) => { ... }));   // node:http
 //
 // The handler's answer is buffered and sent once the transaction committed.
-import { begin, finish, IdemError, InFlight, InvalidRequest, KeyReused, NotAllowed, RawJson, ReadOnly,
+import { begin, finish, IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, NotAllowed, RawJson, ReadOnly,
   SerializationFailure, translate } from './index.js';
 
 const KEY_PATTERN = /^[A-Za-z0-9_-]{16,128}$/;       // idem's own key check
@@ -22,6 +22,7 @@ const TITLES = {
   'key-missing': 'Idempotency-Key header required',
   'key-malformed': 'Malformed Idempotency-Key header',
   'key-reused': 'Idempotency key reused with a different request',
+  'key-expired': 'Idempotency key expired',
   'in-flight': 'A request with this idempotency key is in progress',
   'read-only': 'The service is read-only for now',
   forbidden: 'Not allowed',
@@ -110,6 +111,10 @@ export function problemOf(error, settings) {
   if (error instanceof KeyReused) {
     return new Problem(settings.conflictStatus, 'key-reused',
       'this idempotency key was used with a different request; send a new key for a new request');
+  }
+  if (error instanceof KeyExpired) {
+    return new Problem(422, 'key-expired',
+      'this idempotency key expired and its request is not executed again; send a new key for a new request');
   }
   if (error instanceof InFlight) {
     return new Problem(409, 'in-flight', 'the first request with this key is still being processed; retry later',

@@ -19,6 +19,7 @@ export class NoClaim extends IdemError {}              // IK003
 export class LeaseLost extends IdemError {}            // IK004
 export class UnfinishedClaim extends IdemError {}      // IK005
 export class NestedRun extends IdemError {}            // IK006
+export class KeyExpired extends IdemError {}           // IK007: refused until its audit period ends
 export class InvalidRequest extends IdemError {}       // 22023, 22004, 22003, 22P02
 export class ReadOnly extends IdemError {}             // 25006
 export class NotAllowed extends IdemError {}           // 42501
@@ -26,7 +27,7 @@ export class SerializationFailure extends IdemError {} // 40001: retry the whole
 
 const BY_STATE = {
   IK001: KeyReused, IK002: InFlight, IK003: NoClaim, IK004: LeaseLost, IK005: UnfinishedClaim,
-  IK006: NestedRun, 22023: InvalidRequest, 22004: InvalidRequest, 22003: InvalidRequest,
+  IK006: NestedRun, IK007: KeyExpired, 22023: InvalidRequest, 22004: InvalidRequest, 22003: InvalidRequest,
   '22P02': InvalidRequest, 25006: ReadOnly, 42501: NotAllowed, 40001: SerializationFailure,
 };
 

@@ -55,6 +55,17 @@ test('one error class per SQLSTATE', async () => {
     await assert.rejects(call(), (e) => e instanceof Cls && e.sqlstate === state && e.cause instanceof Error);
     await c.query('ROLLBACK');
   }
+  // IK007: an expired key of an operation that refuses reuse (1.11)
+  const ek = key();
+  await c.query("SELECT idem_set_policy('EXPIRING', audit_ttl => '30 days', reuse_after_expiry => 'refuse')");
+  await c.query('BEGIN');
+  await idem.begin(c, { owner: 1, operation: 'EXPIRING', key: ek, request: {} });
+  await idem.finish(c, { owner: 1, operation: 'EXPIRING', key: ek, status: 201, body: {} });
+  await c.query('COMMIT');
+  await c.query("UPDATE idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key = $1", [ek]);
+  await assert.rejects(idem.begin(c, { owner: 1, operation: 'EXPIRING', key: ek, request: {} }),
+    (e) => e instanceof idem.KeyExpired && e.sqlstate === 'IK007');
+  await c.query("SELECT idem_drop_policy('EXPIRING')");
   const holder = await connect();
   const other = await connect({ options: '-c idem.wait_timeout=0' });
   const held = key();

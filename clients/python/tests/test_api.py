@@ -63,6 +63,26 @@ def test_exceptions_per_sqlstate(conn):
         conn.rollback()
 
 
+def test_expired_refused_key_is_ik007(conn):
+    # an expired key of an operation that refuses reuse (1.11)
+    k = new_key()
+    conn.execute("SELECT idem_set_policy('EXPIRING', audit_ttl => '30 days', reuse_after_expiry => 'refuse')")
+    with conn.transaction():
+        idem_pg.begin(conn, 1, "EXPIRING", k, {})
+        idem_pg.finish(conn, 1, "EXPIRING", k, 201, {})
+    conn.execute("UPDATE idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key = %s",
+                 (k,))
+    conn.commit()
+    try:
+        with pytest.raises(idem_pg.KeyExpired) as info:
+            idem_pg.begin(conn, 1, "EXPIRING", k, {})
+        assert info.value.sqlstate == "IK007"
+        conn.rollback()
+    finally:
+        conn.execute("SELECT idem_drop_policy('EXPIRING')")
+        conn.commit()
+
+
 def test_in_flight_is_ik002():
     k = new_key()
     with psycopg.connect() as holder, psycopg.connect() as other:

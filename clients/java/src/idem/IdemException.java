@@ -43,6 +43,12 @@ public class IdemException extends SQLException {
         Misuse(String m, String state, Throwable c) { super(m, state, c); }
     }
 
+    /** IK007: the key's record expired and its operation refuses to execute it again. */
+    public static class KeyExpired extends IdemException {
+        private static final long serialVersionUID = 1L;
+        KeyExpired(String m, Throwable c) { super(m, "IK007", c); }
+    }
+
     /** 22023, 22004, 22003, 22P02: a bad argument (key, operation, ttl, JSON...). */
     public static class InvalidRequest extends IdemException {
         private static final long serialVersionUID = 1L;
@@ -83,6 +89,7 @@ public class IdemException extends SQLException {
             case "IK003": return new NoClaim(m, e);
             case "IK004": return new LeaseLost(m, e);
             case "IK005": case "IK006": return new Misuse(m, state, e);
+            case "IK007": return new KeyExpired(m, e);
             case "22023": case "22004": case "22003": case "22P02": return new InvalidRequest(m, state, e);
             case "25006": return new ReadOnly(m, e);
             case "42501": return new NotAllowed(m, e);

@@ -13,13 +13,13 @@ clients/CONTRACT.md), ``wsgi``, ``asgi`` and ``django`` (its middlewares),
 ``fast`` (the optional Redis layer).
 """
 from .core import Claim, Outcome, RawJson, Submission, begin, claim, consume, emit, finish, run, submit
-from .errors import (IdemError, InFlight, InvalidRequest, KeyReused, LeaseLost, NestedRun, NoClaim, NotAllowed,
+from .errors import (IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, LeaseLost, NestedRun, NoClaim, NotAllowed,
                      ReadOnly, SerializationFailure, UnfinishedClaim, retry_serializable, translate)
 from .tasks import Task, TaskWorker
 
 __version__ = "1.9.0"
 
 __all__ = ["Claim", "Outcome", "RawJson", "Submission", "begin", "claim", "consume", "emit", "finish", "run",
-           "submit", "IdemError", "InFlight", "InvalidRequest", "KeyReused", "LeaseLost", "NestedRun", "NoClaim",
+           "submit", "IdemError", "InFlight", "InvalidRequest", "KeyExpired", "KeyReused", "LeaseLost", "NestedRun", "NoClaim",
            "NotAllowed", "ReadOnly", "SerializationFailure", "UnfinishedClaim", "retry_serializable", "translate",
            "Task", "TaskWorker"]

@@ -57,6 +57,12 @@ class NestedRun(IdemError):
     sqlstate = "IK006"
 
 
+class KeyExpired(IdemError):
+    """IK007: the key's record expired and its operation refuses to execute it again
+    (reuse_after_expiry 'refuse') until its audit period ends."""
+    sqlstate = "IK007"
+
+
 class InvalidRequest(IdemError):
     """22023, 22004, 22003, 22P02: a bad argument (key, operation, ttl, JSON...)."""
     sqlstate = "22023"
@@ -80,7 +86,7 @@ class SerializationFailure(IdemError):
 
 _BY_STATE = {
     "IK001": KeyReused, "IK002": InFlight, "IK003": NoClaim, "IK004": LeaseLost,
-    "IK005": UnfinishedClaim, "IK006": NestedRun,
+    "IK005": UnfinishedClaim, "IK006": NestedRun, "IK007": KeyExpired,
     "22023": InvalidRequest, "22004": InvalidRequest, "22003": InvalidRequest, "22P02": InvalidRequest,
     "25006": ReadOnly, "42501": NotAllowed, "40001": SerializationFailure,
 }

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import core
-from .errors import (IdemError, InFlight, InvalidRequest, KeyReused, NotAllowed, ReadOnly,
+from .errors import (IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, NotAllowed, ReadOnly,
                      SerializationFailure, sqlstate_of, translate)
 
 log = logging.getLogger("idem_pg")
@@ -42,6 +42,7 @@ class Problem(Exception):
         "key-missing": "Idempotency-Key header required",
         "key-malformed": "Malformed Idempotency-Key header",
         "key-reused": "Idempotency key reused with a different request",
+        "key-expired": "Idempotency key expired",
         "in-flight": "A request with this idempotency key is in progress",
         "read-only": "The service is read-only for now",
         "forbidden": "Not allowed",
@@ -264,6 +265,9 @@ def problem_of(error: BaseException, settings: Settings) -> Problem:
     if isinstance(error, KeyReused):
         return Problem(settings.conflict_status, "key-reused",
                        "this idempotency key was used with a different request; send a new key for a new request")
+    if isinstance(error, KeyExpired):
+        return Problem(422, "key-expired",
+                       "this idempotency key expired and its request is not executed again; send a new key for a new request")
     if isinstance(error, InFlight):
         return Problem(409, "in-flight", "the first request with this key is still being processed; retry later",
                        [("Retry-After", str(settings.in_flight_retry_after))])

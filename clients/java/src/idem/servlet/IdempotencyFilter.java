@@ -54,6 +54,7 @@ public final class IdempotencyFilter implements Filter {
         Map.entry("key-missing", "Idempotency-Key header required"),
         Map.entry("key-malformed", "Malformed Idempotency-Key header"),
         Map.entry("key-reused", "Idempotency key reused with a different request"),
+        Map.entry("key-expired", "Idempotency key expired"),
         Map.entry("in-flight", "A request with this idempotency key is in progress"),
         Map.entry("read-only", "The service is read-only for now"),
         Map.entry("forbidden", "Not allowed"),
@@ -317,6 +318,10 @@ public final class IdempotencyFilter implements Filter {
         if (e instanceof IdemException.KeyReused) {
             return new Problem(settings.conflictStatus, "key-reused",
                 "this idempotency key was used with a different request; send a new key for a new request");
+        }
+        if (e instanceof IdemException.KeyExpired) {
+            return new Problem(422, "key-expired",
+                "this idempotency key expired and its request is not executed again; send a new key for a new request");
         }
         if (e instanceof IdemException.InFlight) {
             return new Problem(409, "in-flight", "the first request with this key is still being processed; retry later")
