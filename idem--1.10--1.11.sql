@@ -53,9 +53,11 @@ REVOKE ALL ON @extschema@.idem_history FROM PUBLIC;
 -- (an object, or an array of [name, value] pairs) byte for byte, where a
 -- caller gave one; response_headers the jsonb form otherwise.
 -- ---------------------------------------------------------------------------
-ALTER TABLE @extschema@.idempotency_record
-    ADD COLUMN fingerprint_version smallint,
-    ADD COLUMN response_header_list json;
+-- (IF NOT EXISTS: on a Citus cluster the coordinator's update propagates
+-- this to the workers, which run this script too; one column a statement:
+-- Citus sends an ALTER TABLE of several to a worker as several commands)
+ALTER TABLE @extschema@.idempotency_record ADD COLUMN IF NOT EXISTS fingerprint_version smallint;
+ALTER TABLE @extschema@.idempotency_record ADD COLUMN IF NOT EXISTS response_header_list json;
 
 COMMENT ON COLUMN @extschema@.idempotency_record.fingerprint_version IS
     'idem: the idem.fingerprint_keys_file secret request_hash is keyed with (HMAC-SHA-256); NULL: plain SHA-256';
@@ -64,8 +66,19 @@ COMMENT ON COLUMN @extschema@.idempotency_record.response_header_list IS
 
 -- The inbox remembers whose message it took (idem_consume's owner), so that
 -- idem_forget_owner finds it.
-ALTER TABLE @extschema@.idem_inbox ADD COLUMN owner_id bigint;
-CREATE INDEX idem_inbox_owner ON @extschema@.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
+-- Its index: here, or on a Citus cluster distributed before 1.11 by
+-- idem_distribute() run again (Citus takes no CREATE INDEX on a
+-- distributed table from an extension's script).
+ALTER TABLE @extschema@.idem_inbox ADD COLUMN IF NOT EXISTS owner_id bigint;
+DO $inbox$
+BEGIN
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL OR NOT EXISTS (
+        SELECT FROM pg_catalog.pg_dist_partition p
+         WHERE p.logicalrelid OPERATOR(pg_catalog.=) '@extschema@.idem_inbox'::pg_catalog.regclass) THEN
+        CREATE INDEX idem_inbox_owner ON @extschema@.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
+    END IF;
+END
+$inbox$;
 
 -- What a handler of idem_run may return instead of idem_result: headers in
 -- json form, kept as given.
@@ -305,3 +318,105 @@ AS $privileges$
     ) AS p (kind, privilege, object)
     WHERE p.kind OPERATOR(pg_catalog.=) idem_privileges.kind
 $privileges$;
+
+-- ---------------------------------------------------------------------------
+-- idem_distribute() of 1.11: the new signatures delegated, idem_history
+-- distributed by owner with the records, idem_policy a reference table
+-- (every node holds the policies).  On a cluster distributed before 1.11,
+-- run it again after the update.
+-- ---------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION @extschema@.idem_distribute()
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $dist$
+DECLARE
+    r record;
+    version text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles ro
+                    WHERE ro.rolname OPERATOR(pg_catalog.=) CURRENT_USER AND ro.rolsuper) THEN
+        RAISE EXCEPTION 'permission denied to distribute idem'
+            USING ERRCODE = '42501', HINT = 'Run idem_distribute() as a superuser.';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e
+                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idem_distribute() needs the Citus extension'
+            USING ERRCODE = '0A000',
+                  DETAIL = 'Citus is not installed in this database; nothing was changed.',
+                  HINT = 'Install Citus (its packages are at https://github.com/citusdata/citus), CREATE EXTENSION citus before idem, and add the worker nodes.';
+    END IF;
+    IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) OPERATOR(pg_catalog.<>) 0 THEN
+        RAISE EXCEPTION 'idem_distribute() must run on the Citus coordinator'
+            USING ERRCODE = '55000';
+    END IF;
+    PERFORM @extschema@.idem_distribute_node();
+
+    SELECT e.extversion INTO version FROM pg_catalog.pg_extension e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'idem';
+    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
+               FROM pg_catalog.run_command_on_workers(
+                    'SELECT extversion FROM pg_catalog.pg_extension WHERE extname = ''idem''') w LOOP
+        IF NOT r.success OR r.result IS DISTINCT FROM version THEN
+            RAISE EXCEPTION 'idem % is not installed on worker node %:%', version, r.nodename, r.nodeport
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('The node answered: %s', r.result),
+                      HINT = 'Citus creates an extension on every node when it is created on the coordinator: install idem''s files on every node, then ALTER EXTENSION idem UPDATE.';
+        END IF;
+    END LOOP;
+    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
+               FROM pg_catalog.run_command_on_workers(
+                    'SELECT @extschema@.idem_distribute_node()') w LOOP
+        IF NOT r.success THEN
+            RAISE EXCEPTION 'idem_distribute() failed on worker node %:%', r.nodename, r.nodeport
+                USING ERRCODE = '55000', DETAIL = r.result;
+        END IF;
+    END LOOP;
+
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) '@extschema@.idempotency_record'::pg_catalog.regclass) THEN
+        PERFORM pg_catalog.create_distributed_table('@extschema@.idempotency_record', 'owner_id');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) '@extschema@.purchase_order'::pg_catalog.regclass) THEN
+        PERFORM pg_catalog.create_distributed_table('@extschema@.purchase_order', 'owner_id',
+                                                    colocate_with => '@extschema@.idempotency_record');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) '@extschema@.idem_inbox'::pg_catalog.regclass) THEN
+        PERFORM pg_catalog.create_distributed_table('@extschema@.idem_inbox', 'consumer');
+    END IF;
+    -- 1.11: an owner's history with its records; the policies on every node;
+    -- the inbox by owner (on a cluster distributed before 1.11)
+    IF pg_catalog.to_regclass('@extschema@.idem_inbox_owner') IS NULL THEN
+        CREATE INDEX idem_inbox_owner ON @extschema@.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) '@extschema@.idem_history'::pg_catalog.regclass) THEN
+        PERFORM pg_catalog.create_distributed_table('@extschema@.idem_history', 'owner_id',
+                                                    colocate_with => '@extschema@.idempotency_record');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) '@extschema@.idem_policy'::pg_catalog.regclass) THEN
+        -- its statement trigger only tells the node's backends that the
+        -- policies changed: Citus puts it on every placement
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+        PERFORM pg_catalog.create_reference_table('@extschema@.idem_policy');
+    END IF;
+
+    -- force_delegation: delegated inside a transaction block too, as part of
+    -- the distributed transaction
+    FOR r IN SELECT f.fn::pg_catalog.regprocedure AS fn, f.tbl
+               FROM (VALUES
+                   ('@extschema@.idem_create_order(bigint, text, bigint, integer)', '@extschema@.idempotency_record'),
+                   ('@extschema@.idem_begin(bigint, text, text, jsonb, interval)', '@extschema@.idempotency_record'),
+                   ('@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)', '@extschema@.idempotency_record'),
+                   ('@extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)', '@extschema@.idempotency_record'),
+                   ('@extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)', '@extschema@.idempotency_record'),
+                   ('@extschema@.idem_consume(text, text, interval, bigint)', '@extschema@.idem_inbox')) AS f (fn, tbl) LOOP
+        PERFORM pg_catalog.create_distributed_function(r.fn, '$1', colocate_with => r.tbl,
+                                                       force_delegation => true);
+    END LOOP;
+END
+$dist$;
+

@@ -253,9 +253,9 @@ idem_set_policy(PG_FUNCTION_ARGS)
 	char	   *operation;
 	StringInfoData sql;
 	StringInfoData update;
-	Oid			types[1 + 2 * POLICY_NARGS];
-	Datum		values[1 + 2 * POLICY_NARGS];
-	char		nulls[1 + 2 * POLICY_NARGS];
+	Oid			types[2 + 2 * POLICY_NARGS];
+	Datum		values[2 + 2 * POLICY_NARGS];
+	char		nulls[2 + 2 * POLICY_NARGS];
 	int			nparams = 1;
 	HeapTupleHeader result;
 
@@ -290,11 +290,16 @@ idem_set_policy(PG_FUNCTION_ARGS)
 						 setting_names[i], nparams + 2, setting_names[i], setting_names[i]);
 		nparams += 2;
 	}
+	/* the time a parameter: Citus plans ON CONFLICT with no volatile function */
+	types[nparams] = TIMESTAMPTZOID;
+	values[nparams] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+	nulls[nparams] = ' ';
 	appendStringInfoString(&sql, ", updated_at) VALUES ($1");
 	for (int n = 1; n < nparams; n += 2)
 		appendStringInfo(&sql, ", $%d", n + 1);
-	appendStringInfo(&sql, ", pg_catalog.now()) ON CONFLICT (operation) DO UPDATE SET updated_at = pg_catalog.now()%s RETURNING p.*",
-					 update.data);
+	appendStringInfo(&sql, ", $%d) ON CONFLICT (operation) DO UPDATE SET updated_at = excluded.updated_at%s RETURNING p.*",
+					 nparams + 1, update.data);
+	nparams++;
 
 	SPI_connect();
 	if (SPI_execute_with_args(sql.data, nparams, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING ||

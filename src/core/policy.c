@@ -34,6 +34,8 @@
 
 #include "idem.h"
 #include "compat.h"
+#include "citus.h"
+#include "citus_meta.h"
 #include "policy.h"
 #include "util.h"
 
@@ -57,6 +59,7 @@ static HTAB *policies = NULL;
 static MemoryContext policy_cxt = NULL;	/* the entries and their redact paths */
 static bool policies_stale = true;
 static Oid	policy_relid = InvalidOid;
+static Oid	policy_read_relid = InvalidOid;	/* on Citus: its placement here */
 static bool callback_registered = false;
 
 /*
@@ -66,7 +69,8 @@ static bool callback_registered = false;
 static void
 policy_relcache_callback(Datum arg, Oid relid)
 {
-	if (relid == InvalidOid || relid == policy_relid || !OidIsValid(policy_relid))
+	if (relid == InvalidOid || relid == policy_relid || relid == policy_read_relid ||
+		!OidIsValid(policy_relid))
 		policies_stale = true;
 }
 
@@ -377,6 +381,8 @@ load_row(HeapTuple tuple, TupleDesc desc)
 		load_redact(&e->policy, DatumGetArrayTypeP(d));
 }
 
+static void read_policies(Oid relid);
+
 /* Read every row of idem_policy (as stored: no permission applies here). */
 static void
 load_policies(void)
@@ -384,10 +390,6 @@ load_policies(void)
 	HASHCTL		ctl = {0};
 	Oid			nspid = InvalidOid;
 	Oid			owner;
-	Relation	rel;
-	SysScanDesc scan;
-	HeapTuple	tuple;
-	Snapshot	snapshot;
 
 	if (policy_cxt == NULL)
 		policy_cxt = AllocSetContextCreate(TopMemoryContext, "idem policies", ALLOCSET_SMALL_SIZES);
@@ -405,20 +407,25 @@ load_policies(void)
 	/* stale from here on only if the table changes after this read */
 	policies_stale = false;
 	policy_relid = idem_extension_row(&nspid, &owner) ? get_relname_relid("idem_policy", nspid) : InvalidOid;
+	policy_read_relid = policy_relid;
 	if (!OidIsValid(policy_relid))
 		return;
 
 	PG_TRY();
 	{
-		rel = table_open(policy_relid, AccessShareLock);
-		snapshot = RegisterSnapshot(GetLatestSnapshot());
-		/* a heap scan without an index, the same call on every major */
-		scan = systable_beginscan(rel, InvalidOid, false, snapshot, 0, NULL);
-		while ((tuple = systable_getnext(scan)) != NULL)
-			load_row(tuple, RelationGetDescr(rel));
-		systable_endscan(scan);
-		UnregisterSnapshot(snapshot);
-		table_close(rel, AccessShareLock);
+		/*
+		 * On Citus idem_policy is a reference table (1.11): its rows are in
+		 * the placement on this node, whose own trigger invalidates it; a
+		 * node without one has no policies
+		 */
+		if (idem_citus_distributed(policy_relid))
+		{
+			List	   *here = idem_citus_local_relations(policy_relid);
+
+			policy_read_relid = here != NIL ? linitial_oid(here) : InvalidOid;
+		}
+		if (OidIsValid(policy_read_relid))
+			read_policies(policy_read_relid);
 	}
 	PG_CATCH();
 	{
@@ -426,6 +433,26 @@ load_policies(void)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+}
+
+/* Read every row of relation relid, idem_policy or its placement here. */
+static void
+read_policies(Oid relid)
+{
+	Relation	rel;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	Snapshot	snapshot;
+
+	rel = table_open(relid, AccessShareLock);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	/* a heap scan without an index, the same call on every major */
+	scan = systable_beginscan(rel, InvalidOid, false, snapshot, 0, NULL);
+	while ((tuple = systable_getnext(scan)) != NULL)
+		load_row(tuple, RelationGetDescr(rel));
+	systable_endscan(scan);
+	UnregisterSnapshot(snapshot);
+	table_close(rel, AccessShareLock);
 }
 
 /* The policy of operation, or NULL when it has none. */

@@ -591,6 +591,35 @@ idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec)
 }
 
 /*
+ * The columns of record that store res, without what the operation's
+ * policy redacts (1.10); headers in json form where the table has the
+ * column (1.11), else as their jsonb object.
+ */
+static void
+set_result(IdemRow *record, const char *operation, const IdemResult *res)
+{
+	if (!res->http_isnull)
+		idem_row_set(record, REC_HTTP, Int32GetDatum(res->http_status));
+	if (!res->snapshot_isnull)
+		idem_row_set(record, REC_RESPONSE, idem_redact_jsonb(operation, res->snapshot));
+	if (!res->body_isnull)
+		idem_row_set(record, REC_BODY, idem_redact_json(operation, res->body));
+	if (!res->headers_isnull)
+		idem_row_set(record, REC_HEADERS, idem_redact_jsonb(operation, res->headers));
+	if (res->has_header_list)
+	{
+		Datum		list = idem_redact_header_list(operation, res->header_list);
+
+		if (record->table->att[REC_HEADER_LIST] != InvalidAttrNumber)
+			idem_row_set(record, REC_HEADER_LIST, list);
+		else
+			idem_row_set(record, REC_HEADERS, headers_of_list(list));
+	}
+	if (!res->resource_isnull)
+		idem_row_set(record, REC_RESOURCE, Int64GetDatum(res->resource_id));
+}
+
+/*
  * Claim a key by inserting its record, already finished and holding res
  * (or, for idem_submit, PROCESSING with its task), and return its id.  The
  * business row biz writes (if any) goes into the same IdemRows, first, so
@@ -644,26 +673,7 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	if (fp_version > 0)
 		idem_row_set(&record, REC_FP_VERSION, Int16GetDatum((int16) fp_version));
 	idem_row_set(&record, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
-	if (!res->http_isnull)
-		idem_row_set(&record, REC_HTTP, Int32GetDatum(res->http_status));
-	/* without what the operation's policy redacts (1.10) */
-	if (!res->snapshot_isnull)
-		idem_row_set(&record, REC_RESPONSE, idem_redact_jsonb(scope->operation, res->snapshot));
-	if (!res->body_isnull)
-		idem_row_set(&record, REC_BODY, idem_redact_json(scope->operation, res->body));
-	if (!res->headers_isnull)
-		idem_row_set(&record, REC_HEADERS, idem_redact_jsonb(scope->operation, res->headers));
-	if (res->has_header_list)
-	{
-		Datum		list = idem_redact_header_list(scope->operation, res->header_list);
-
-		if (rt->att[REC_HEADER_LIST] != InvalidAttrNumber)
-			idem_row_set(&record, REC_HEADER_LIST, list);
-		else
-			idem_row_set(&record, REC_HEADERS, headers_of_list(list));
-	}
-	if (!res->resource_isnull)
-		idem_row_set(&record, REC_RESOURCE, Int64GetDatum(res->resource_id));
+	set_result(&record, scope->operation, res);
 	idem_row_set(&record, REC_CREATED, TimestampTzGetDatum(now));
 	idem_row_set(&record, REC_UPDATED, TimestampTzGetDatum(now));
 	idem_row_set(&record, REC_EXPIRES, TimestampTzGetDatum(expires));

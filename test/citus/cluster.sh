@@ -92,7 +92,7 @@ citus_cluster_start() {
 		SELECT citus_set_coordinator_host('127.0.0.1', $COORD_PORT);
 		SELECT citus_add_node('127.0.0.1', $WORKER1_PORT);
 		SELECT citus_add_node('127.0.0.1', $WORKER2_PORT);
-		CREATE EXTENSION idem;
+		CREATE EXTENSION idem${CITUS_IDEM_VERSION:+ VERSION '$CITUS_IDEM_VERSION'};
 		CREATE EXTENSION pgcrypto;
 		SELECT idem_distribute();
 	SQL

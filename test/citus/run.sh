@@ -79,11 +79,11 @@ w2=$WORKER2_PORT
 owner_w1=$(c -c "SELECT o FROM generate_series(1, 100) o WHERE (SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = get_shard_id_for_distribution_column('idempotency_record', o)) = $w1 LIMIT 1")
 owner_w2=$(c -c "SELECT o FROM generate_series(1, 100) o WHERE (SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = get_shard_id_for_distribution_column('idempotency_record', o)) = $w2 LIMIT 1")
 
-check "idem_distribute: idempotency_record, purchase_order co-located by owner_id, idem_inbox by consumer" \
-	"idem_inbox:consumer idempotency_record:owner_id purchase_order:owner_id t" \
-	"$(c -c "SELECT string_agg(logicalrelid::text || ':' || column_to_column_name(logicalrelid, partkey), ' ' ORDER BY logicalrelid::text),
+check "idem_distribute: idempotency_record, purchase_order, idem_history co-located by owner_id, idem_inbox by consumer, idem_policy a reference table" \
+	"idem_history:owner_id idem_inbox:consumer idem_policy:n idempotency_record:owner_id purchase_order:owner_id t" \
+	"$(c -c "SELECT string_agg(logicalrelid::text || ':' || coalesce(column_to_column_name(logicalrelid, partkey), partmethod::text), ' ' ORDER BY logicalrelid::text),
 	               (SELECT count(DISTINCT colocationid) = 1 FROM pg_dist_partition
-	                 WHERE logicalrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass, 'ledger'::regclass))
+	                 WHERE logicalrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass, 'idem_history'::regclass, 'ledger'::regclass))
 	          FROM pg_dist_partition WHERE logicalrelid::text NOT IN ('ledger')" | tr '|' ' ')"
 check "idem_distribute: keys include owner_id; the scope constraint unchanged" \
 	"idempotency_record_pkey:(owner_id, id) purchase_order_order_no_key:(owner_id, order_no) purchase_order_pkey:(owner_id, id) uk_idempotency_scope:(owner_id, operation, idempotency_key)" \
@@ -96,7 +96,7 @@ check "idem_distribute: the functions that take an owner are delegated by it" \
 	          WHERE d.classid = 'pg_proc'::regclass AND d.distribution_argument_index = 0 AND d.force_delegation")"
 c -c "SELECT idem_distribute()" >/dev/null
 check "idem_distribute: a second run changes nothing" \
-	"6 3" "$(c -c "SELECT (SELECT count(*) FROM pg_dist_object WHERE classid = 'pg_proc'::regclass AND distribution_argument_index = 0),
+	"6 5" "$(c -c "SELECT (SELECT count(*) FROM pg_dist_object WHERE classid = 'pg_proc'::regclass AND distribution_argument_index = 0),
 	                      (SELECT count(*) FROM pg_dist_partition WHERE logicalrelid::text <> 'ledger')" | tr '|' ' ')"
 check "owners $owner_w1 and $owner_w2 have their shards on different workers" \
 	"$w1 $w2" "$(node_of "$owner_w1") $(node_of "$owner_w2")"
@@ -264,6 +264,36 @@ for p in $COORD_PORT $w1 $w2; do
 	cq "$p" -c "ALTER SYSTEM RESET idem.cleanup_interval" -c "SELECT pg_reload_conf()" >/dev/null
 done
 
+# ---- 1.11: the policies on every node, the audit trail with the records ----
+check "policies: idem_policy's trigger is on each of its 3 placements" "3" \
+	"$(c -c "SELECT sum(result::int) FROM run_command_on_placements('idem_policy',
+	          'SELECT count(*) FROM pg_trigger WHERE tgrelid = ''%s''::regclass AND tgname LIKE ''idem_policy_changed%%''')")"
+c -c "SELECT operation FROM idem_set_policy('AUDITED', ttl => '2 days', audit_ttl => '30 days', reuse_after_expiry => 'refuse')" >/dev/null
+lifetimes() {	# the stored lifetimes of the records whose keys start with $1
+	c -c "SELECT string_agg(DISTINCT (expires_at - created_at)::text, ' ') FROM idempotency_record WHERE idempotency_key LIKE '$1%'"
+}
+audited() {	# audited OWNER KEY: idem_run of operation AUDITED
+	c -c "SELECT replayed FROM idem_run($1, 'AUDITED', '$2', '{\"owner\": $1, \"amount\": 2}', 'ledger_handler(jsonb)')"
+}
+for o in "$owner_w1" "$owner_w2"; do audited "$o" "citus-audit-$tag-a$o" >/dev/null; done
+check "policies: a policy set on the coordinator applies on both workers (ttl 2 days)" "2 days" "$(lifetimes "citus-audit-$tag-a")"
+c -c "SELECT operation FROM idem_set_policy('AUDITED', ttl => '3 days')" >/dev/null
+for o in "$owner_w1" "$owner_w2"; do audited "$o" "citus-audit-$tag-b$o" >/dev/null; done
+check "policies: changed on the coordinator, the workers' backends read it again (ttl 3 days)" "3 days" "$(lifetimes "citus-audit-$tag-b")"
+c -c "UPDATE idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key LIKE 'citus-audit-$tag-%'" >/dev/null
+c -c "SELECT idem_cleanup_expired()" >/dev/null
+check "audit: the cleanup kept the expired records' audit fields in idem_history, on each owner's node" "$w1:2 $w2:2" \
+	"$(rows_by_node idem_history "idempotency_key LIKE 'citus-audit-$tag-%' AND audit_until > now() + interval '29 days'")"
+check "audit: and deleted the records" "$w1:0 $w2:0" "$(rows_by_node idempotency_record "idempotency_key LIKE 'citus-audit-$tag-%'")"
+check "audit: a retry of an archived key through the coordinator is IK007 (reuse_after_expiry 'refuse'), on either worker" "IK007 IK007" \
+	"$(sqlstate "SELECT * FROM idem_run($owner_w1, 'AUDITED', 'citus-audit-$tag-a$owner_w1', '{\"owner\": $owner_w1, \"amount\": 2}', 'ledger_handler(jsonb)')") $(sqlstate "SELECT * FROM idem_run($owner_w2, 'AUDITED', 'citus-audit-$tag-a$owner_w2', '{\"owner\": $owner_w2, \"amount\": 2}', 'ledger_handler(jsonb)')")"
+check "audit: idem_audit on the coordinator shows the 4 past executions" "4" \
+	"$(c -c "SELECT count(*) FROM idem_audit WHERE idempotency_key LIKE 'citus-audit-$tag-%' AND NOT live")"
+c -c "SELECT idem_forget_owner($owner_w1)" >/dev/null
+check "audit: idem_forget_owner($owner_w1) through the coordinator erases that owner's history on its node" "$w1:0 $w2:2" \
+	"$(rows_by_node idem_history "idempotency_key LIKE 'citus-audit-$tag-%'")"
+c -c "SELECT idem_drop_policy('AUDITED')" >/dev/null
+
 # ---- owner binding: a role bound by idem.allowed_owners (ALTER ROLE, which
 #      Citus propagates) is bound on the worker the call is delegated to ----
 c -c "CREATE ROLE regress_app_one LOGIN" \
@@ -333,4 +363,36 @@ wait "$loader" || true
 cat "$CITUS_TMP/crash_load.out"
 check "worker stop mid-load: the load ran to its end (its 6 checks printed)" 6 \
 	"$(grep -c '^\(not \)\?ok - worker stop mid-load' "$CITUS_TMP/crash_load.out" || true)"
+
+# ---- a cluster distributed at 1.10, updated to 1.11: ALTER EXTENSION idem
+# UPDATE on the coordinator (Citus runs it on every node), then
+# idem_distribute() again ----
+citus_cluster_stop
+CITUS_WAIT_TIMEOUT=1s CITUS_IDEM_VERSION=1.10 citus_cluster_start
+c <<SQL >/dev/null
+BEGIN;
+SELECT replayed FROM idem_begin($owner_w1, 'PAY', 'citus-upgrade-$tag-1', '{}');
+SELECT idem_finish($owner_w1, 'PAY', 'citus-upgrade-$tag-1', 201, '{"v": "1.10"}', NULL, '{"X-A": "1"}');
+COMMIT;
+SQL
+c -c "ALTER EXTENSION idem UPDATE" -c "SELECT idem_distribute()" >/dev/null
+check "update 1.10 -> 1.11 on Citus: every node is at the new version" "1.11 1.11 1.11" \
+	"$(c -c "SELECT extversion FROM pg_extension WHERE extname = 'idem'") $(c -c "SELECT string_agg(result, ' ') FROM run_command_on_workers('SELECT extversion FROM pg_extension WHERE extname = ''idem''')")"
+check "update on Citus: the new columns are on every shard of idempotency_record" "t" \
+	"$(c -c "SELECT bool_and(result::int = 2) FROM run_command_on_placements('idempotency_record',
+	          'SELECT count(*) FROM pg_attribute WHERE attrelid = ''%s''::regclass AND attname IN (''fingerprint_version'', ''response_header_list'')')")"
+check "update on Citus: idem_distribute() again distributes idem_history and idem_policy and delegates the new signatures" \
+	"idem_history:h idem_policy:n 6" \
+	"$(c -c "SELECT string_agg(logicalrelid::text || ':' || partmethod::text, ' ' ORDER BY 1) FROM pg_dist_partition WHERE logicalrelid::text IN ('idem_history', 'idem_policy')") $(c -c "SELECT count(*) FROM pg_dist_object d JOIN pg_proc p ON p.oid = d.objid WHERE d.classid = 'pg_proc'::regclass AND d.force_delegation")"
+check "update on Citus: the 1.10 record replays, its headers in both forms" "t|201|{\"X-A\": \"1\"}|{\"X-A\": \"1\"}" \
+	"$(c -c "SELECT replayed, http_status, headers, header_list FROM idem_begin($owner_w1, 'PAY', 'citus-upgrade-$tag-1', '{}')")"
+c -c "SELECT operation FROM idem_set_policy('PAY', ttl => '5 days')" >/dev/null
+c <<SQL >/dev/null
+BEGIN;
+SELECT replayed FROM idem_begin($owner_w2, 'PAY', 'citus-upgrade-$tag-2', '{}');
+SELECT idem_finish($owner_w2, 'PAY', 'citus-upgrade-$tag-2', 201, '{}', header_list => '[["Set-Cookie", "a=1"], ["Set-Cookie", "b=2"]]');
+COMMIT;
+SQL
+check "update on Citus: a policy applies on the workers, headers in json form are kept" "5 days|[[\"Set-Cookie\", \"a=1\"], [\"Set-Cookie\", \"b=2\"]]" \
+	"$(c -c "SELECT expires_at - created_at, response_header_list FROM idempotency_record WHERE idempotency_key = 'citus-upgrade-$tag-2'")"
 finished=1
