@@ -71,10 +71,16 @@ COMMENT ON COLUMN @extschema@.idempotency_record.response_header_list IS
 -- distributed table from an extension's script).
 ALTER TABLE @extschema@.idem_inbox ADD COLUMN IF NOT EXISTS owner_id bigint;
 DO $inbox$
+DECLARE
+    distributed boolean := false;
 BEGIN
-    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL OR NOT EXISTS (
-        SELECT FROM pg_catalog.pg_dist_partition p
-         WHERE p.logicalrelid OPERATOR(pg_catalog.=) '@extschema@.idem_inbox'::pg_catalog.regclass) THEN
+    -- (dynamic: pg_dist_partition exists only with Citus)
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                                 WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1)'
+            INTO distributed USING '@extschema@.idem_inbox'::pg_catalog.regclass;
+    END IF;
+    IF NOT distributed THEN
         CREATE INDEX idem_inbox_owner ON @extschema@.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
     END IF;
 END
@@ -95,15 +101,18 @@ ALTER TYPE @extschema@.idem_outcome ADD ATTRIBUTE header_list json;
 
 -- ---------------------------------------------------------------------------
 -- New signatures.  A function is replaced (the old signature dropped, so
--- that positional calls of it stay unambiguous) keeping the EXECUTE grants
--- it had: idem_finish and idem_complete take header_list json, idem_consume
--- the owner, idem_set_policy audit_ttl and reuse_after_expiry.
+-- that positional calls of it stay unambiguous): idem_finish and
+-- idem_complete take header_list json, idem_consume the owner.  As with
+-- PostgreSQL's own modules, privileges granted on the old function do not
+-- pass to the new one (granted in this script they would be recorded as
+-- the extension's initial privileges, which pg_dump leaves out): the update
+-- warns which roles had EXECUTE, so that the administrator grants it again
+-- (idem_grant) in the same transaction.
 -- ---------------------------------------------------------------------------
 DO $replace$
 DECLARE
     f record;
-    g record;
-    acl aclitem[];
+    roles text;
 BEGIN
     FOR f IN
         SELECT * FROM (VALUES
@@ -113,36 +122,37 @@ BEGIN
                  resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL,
                  header_list json DEFAULT NULL)
              RETURNS void AS 'MODULE_PATHNAME', 'idem_finish' LANGUAGE C VOLATILE$create$,
-             '@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)'),
+             '@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)', 'app'),
             ('@extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb)',
              $create$CREATE FUNCTION @extschema@.idem_complete(
                  task_id bigint, token bigint, http_status integer, body json,
                  resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL,
                  header_list json DEFAULT NULL)
              RETURNS void AS 'MODULE_PATHNAME', 'idem_complete' LANGUAGE C VOLATILE$create$,
-             '@extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json)'),
+             '@extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json)', 'worker'),
             ('@extschema@.idem_consume(text, text, interval)',
              $create$CREATE FUNCTION @extschema@.idem_consume(
                  consumer text, message_id text, ttl interval DEFAULT NULL, owner bigint DEFAULT NULL)
              RETURNS boolean AS 'MODULE_PATHNAME', 'idem_consume' LANGUAGE C VOLATILE$create$,
-             '@extschema@.idem_consume(text, text, interval, bigint)')
-        ) AS v (old, create_it, new)
+             '@extschema@.idem_consume(text, text, interval, bigint)', 'consumer')
+        ) AS v (old, create_it, new, kind)
     LOOP
-        SELECT p.proacl INTO acl FROM pg_catalog.pg_proc p
-        WHERE p.oid OPERATOR(pg_catalog.=) f.old::pg_catalog.regprocedure;
+        SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)), ', ')
+          INTO roles
+          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+         WHERE p.oid OPERATOR(pg_catalog.=) f.old::pg_catalog.regprocedure
+           AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+           AND a.grantee OPERATOR(pg_catalog.<>) 0
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner;
         EXECUTE 'DROP FUNCTION ' OPERATOR(pg_catalog.||) f.old;
         EXECUTE f.create_it;
         EXECUTE 'REVOKE ALL ON FUNCTION ' OPERATOR(pg_catalog.||) f.new OPERATOR(pg_catalog.||) ' FROM PUBLIC';
-        FOR g IN
-            SELECT a.grantee, a.is_grantable FROM pg_catalog.aclexplode(acl) a
-            WHERE a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
-              AND a.grantee OPERATOR(pg_catalog.<>) 0
-              AND a.grantee OPERATOR(pg_catalog.<>) a.grantor
-        LOOP
-            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %I%s', f.new,
-                                      pg_catalog.pg_get_userbyid(g.grantee),
-                                      CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-        END LOOP;
+        IF roles IS NOT NULL THEN
+            RAISE WARNING 'idem 1.11 replaced % by %: EXECUTE granted to % on the old function is not carried over',
+                f.old, f.new, roles
+                USING HINT = pg_catalog.format('Grant it again in the same transaction as the update: SELECT idem_grant(role, %L) for each role, or GRANT EXECUTE ON FUNCTION %s TO %s.',
+                                               f.kind, f.new, roles);
+        END IF;
     END LOOP;
 END
 $replace$;

@@ -87,7 +87,7 @@ EXCEPTION WHEN SQLSTATE 'IK007' THEN
     DECLARE d text;
     BEGIN
         GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL;
-        RAISE NOTICE 'names audit_until: %', strpos(d, (SELECT to_char(audit_until, 'YYYY-MM-DD HH24:MI:SS.US') FROM idem_history
+        RAISE NOTICE 'names audit_until: %', strpos(d, (SELECT to_char(audit_until, 'YYYY-MM-DD HH24:MI:SS') FROM idem_history
             WHERE idempotency_key = 'retention-task-00001')) > 0;
     END;
 END $$;

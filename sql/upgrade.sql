@@ -222,10 +222,13 @@ ROLLBACK;
 SELECT idem_drop_policy('PAY');
 
 -- From 1.10: idem_finish, idem_complete and idem_consume get new
--- signatures in 1.11 (header_list json, owner bigint), and keep the
--- EXECUTE grants they had; idem_set_policy of 1.10 (no audit_ttl) still
--- works with the new library until the update; idem_outcome gets
--- header_list; records get fingerprint_version.
+-- signatures in 1.11 (header_list json, owner bigint); the update warns
+-- which roles had EXECUTE on the old ones, and idem_grant in the same
+-- transaction gives it again, recorded as the administrator's grant (not
+-- as an initial privilege of the extension, which pg_dump would leave
+-- out); idem_set_policy of 1.10 (no audit_ttl) still works with the new
+-- library until the update; idem_outcome gets header_list; records get
+-- fingerprint_version.
 DROP EXTENSION idem;
 CREATE EXTENSION idem VERSION '1.10';
 CREATE ROLE regress_idem_upgraded;
@@ -236,19 +239,29 @@ BEGIN;
 SELECT replayed, expires_at = now() + interval '2 days' AS policy_ttl FROM idem_begin(309, 'PAY', '0b2c2d3e-0000-4000-8000-000000000001', '{}');
 SELECT idem_finish(309, 'PAY', '0b2c2d3e-0000-4000-8000-000000000001', 201, '{"id": 1}', NULL, '{"X-A": "1"}');
 COMMIT;
+CREATE FUNCTION pg_temp.executes() RETURNS TABLE (function regprocedure, executes boolean, public_executes boolean)
+LANGUAGE sql AS $$
+    SELECT p.oid::regprocedure, has_function_privilege('regress_idem_upgraded', p.oid, 'EXECUTE'),
+           has_function_privilege('public', p.oid, 'EXECUTE')
+    FROM pg_proc p WHERE proname IN ('idem_finish', 'idem_complete', 'idem_consume') ORDER BY 1::text
+$$;
+BEGIN;
 ALTER EXTENSION idem UPDATE;
-SELECT p.oid::regprocedure AS function,
-       has_function_privilege('regress_idem_upgraded', p.oid, 'EXECUTE') AS executes,
-       has_function_privilege('regress_idem_upgraded', p.oid, 'EXECUTE WITH GRANT OPTION') AS grants,
-       has_function_privilege('public', p.oid, 'EXECUTE') AS public_executes
-FROM pg_proc p WHERE proname IN ('idem_finish', 'idem_complete', 'idem_consume') ORDER BY 1::text;
+SELECT * FROM pg_temp.executes();
+SELECT count(*) AS granted FROM idem_grant('regress_idem_upgraded', 'app');
+SELECT count(*) AS granted FROM idem_grant('regress_idem_upgraded', 'worker');
+COMMIT;
+SELECT * FROM pg_temp.executes();
+-- the grants are the administrator's: none is an initial privilege
+SELECT count(*) AS initial_grants FROM pg_init_privs i, aclexplode(i.initprivs) a
+WHERE a.grantee = 'regress_idem_upgraded'::regrole;
 SELECT operation, ttl, key_format, audit_ttl, reuse_after_expiry FROM idem_policies;
 -- the record of 1.10 replays, with its headers in both forms
 SELECT replayed, http_status, body, headers, header_list FROM idem_begin(309, 'PAY', '0b2c2d3e-0000-4000-8000-000000000001', '{}');
 SELECT fingerprint_version FROM idempotency_record WHERE owner_id = 309;
 SELECT idem_drop_policy('PAY');
 SELECT count(*) FROM idem_revoke('regress_idem_upgraded', 'app');
-REVOKE ALL ON FUNCTION idem_complete(bigint, bigint, integer, json, bigint, jsonb, json) FROM regress_idem_upgraded CASCADE;
+SELECT count(*) FROM idem_revoke('regress_idem_upgraded', 'worker');
 DROP ROLE regress_idem_upgraded;
 -- the grants gone, the update is a fresh install
 SELECT * FROM pg_temp.catalog_diff();
