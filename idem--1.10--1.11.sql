@@ -201,21 +201,24 @@ GRANT SELECT ON @extschema@.idem_policies TO pg_monitor;
 -- role granted SELECT on the view and EXECUTE on idem_audit_entries()
 -- reads only the owners its idem.allowed_owners names (every owner when
 -- that is empty, as for calls).  A function, read as idem's owner, so that
--- no view depends on the columns of idem's tables.
+-- no view depends on the columns of idem's tables; given an owner, it reads
+-- that owner's rows only, through the indexes.
 -- ---------------------------------------------------------------------------
 CREATE FUNCTION @extschema@.idem_audit_entries(
+    owner bigint DEFAULT NULL,
     OUT owner_id bigint, OUT operation text, OUT idempotency_key text, OUT record_id bigint,
     OUT status text, OUT http_status integer, OUT resource_id bigint, OUT request_hash text,
     OUT executed_at timestamptz, OUT finished_at timestamptz, OUT expires_at timestamptz,
     OUT archived_at timestamptz, OUT audit_until timestamptz, OUT live boolean)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'idem_audit_entries'
-LANGUAGE C STABLE;
-REVOKE ALL ON FUNCTION @extschema@.idem_audit_entries() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.idem_audit_entries() TO pg_monitor;
+LANGUAGE C STABLE CALLED ON NULL INPUT;
+REVOKE ALL ON FUNCTION @extschema@.idem_audit_entries(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_audit_entries(bigint) TO pg_monitor;
 
+-- (its argument typed: no other idem_audit_entries can be the one called)
 CREATE VIEW @extschema@.idem_audit AS
-    SELECT * FROM @extschema@.idem_audit_entries();
+    SELECT * FROM @extschema@.idem_audit_entries(NULL::pg_catalog.int8);
 REVOKE ALL ON @extschema@.idem_audit FROM PUBLIC;
 GRANT SELECT ON @extschema@.idem_audit TO pg_monitor;
 
@@ -321,7 +324,7 @@ AS $privileges$
         ('consumer', 'EXECUTE', 'FUNCTION @extschema@.idem_consume(text, text, interval, bigint)'),
         ('monitor', 'SELECT', 'TABLE @extschema@.idem_stats'),
         ('monitor', 'SELECT', 'TABLE @extschema@.idem_audit'),
-        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_audit_entries()'),
+        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_audit_entries(bigint)'),
         ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_stats_entries()'),
         ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_health()'),
         ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_cleanup_status()')

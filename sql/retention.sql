@@ -122,10 +122,12 @@ SET idem.reuse_after_expiry = 'refuse';
 CREATE ROLE regress_audit_reader;
 CREATE ROLE regress_audit_monitor IN ROLE pg_monitor;
 GRANT SELECT ON idem_audit TO regress_audit_reader;
-GRANT EXECUTE ON FUNCTION idem_audit_entries() TO regress_audit_reader;
+GRANT EXECUTE ON FUNCTION idem_audit_entries(bigint) TO regress_audit_reader;
 SELECT replayed FROM idem_run(32, 'PAY', 'retention-pay-000032', '{"amount": 1}', 'pay_handler(jsonb)');
 SET ROLE regress_audit_monitor;
 SELECT owner_id, count(*) FROM idem_audit GROUP BY 1 ORDER BY 1;
+-- one owner's, through the indexes
+SELECT owner_id, count(*) FROM idem_audit_entries(32) GROUP BY 1;
 SELECT count(*) FROM idem_history;
 RESET ROLE;
 SET idem.allowed_owners = '32';
@@ -148,7 +150,7 @@ SELECT count(*) FROM idem_history;
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 RESET ROLE;
 SELECT has_table_privilege('public', 'idem_audit', 'SELECT') AS public_reads,
-       has_function_privilege('public', 'idem_audit_entries()', 'EXECUTE') AS public_executes;
+       has_function_privilege('public', 'idem_audit_entries(bigint)', 'EXECUTE') AS public_executes;
 
 -- idem_forget_owner: every record, history row and inbox entry of the
 -- owner, in batches; superuser only
@@ -194,7 +196,7 @@ SELECT idem_consume('billing', 'msg-31-3', owner => 31);
 RESET idem.allowed_owners;
 
 REVOKE ALL ON idem_audit FROM regress_audit_reader;
-REVOKE ALL ON FUNCTION idem_audit_entries() FROM regress_audit_reader;
+REVOKE ALL ON FUNCTION idem_audit_entries(bigint) FROM regress_audit_reader;
 DROP ROLE regress_audit_reader, regress_audit_monitor;
 SELECT idem_drop_policy('PAY'), idem_drop_policy('ORDER');
 DROP FUNCTION pay_handler(jsonb);

@@ -243,7 +243,7 @@ CREATE FUNCTION pg_temp.executes() RETURNS TABLE (function regprocedure, execute
 LANGUAGE sql AS $$
     SELECT p.oid::regprocedure, has_function_privilege('regress_idem_upgraded', p.oid, 'EXECUTE'),
            has_function_privilege('public', p.oid, 'EXECUTE')
-    FROM pg_proc p WHERE proname IN ('idem_finish', 'idem_complete', 'idem_consume') ORDER BY 1::text
+    FROM pg_proc p WHERE proname IN ('idem_finish', 'idem_complete', 'idem_consume') ORDER BY p.proname
 $$;
 BEGIN;
 ALTER EXTENSION idem UPDATE;

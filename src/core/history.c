@@ -288,18 +288,18 @@ static const char audit_query[] =
 	"       r.status::pg_catalog.text, r.http_status, r.resource_id, r.request_hash::pg_catalog.text,"
 	"       r.created_at, r.updated_at, r.expires_at, NULL::pg_catalog.timestamptz,"
 	"       NULL::pg_catalog.timestamptz, true"
-	"  FROM %s.idempotency_record r"
+	"  FROM %s.idempotency_record r WHERE $1 IS NULL OR r.owner_id OPERATOR(pg_catalog.=) $1"
 	" UNION ALL "
 	"SELECT h.owner_id, h.operation::pg_catalog.text, h.idempotency_key::pg_catalog.text, h.record_id,"
 	"       h.status::pg_catalog.text, h.http_status, h.resource_id, h.request_hash::pg_catalog.text,"
 	"       h.created_at, h.updated_at, h.expires_at, h.archived_at, h.audit_until, false"
-	"  FROM %s.idem_history h";
+	"  FROM %s.idem_history h WHERE $1 IS NULL OR h.owner_id OPERATOR(pg_catalog.=) $1";
 
 /*
- * SQL: idem_audit_entries() returns the rows of idem_audit: every owner's
- * for a member of pg_monitor, else those of the owners the caller's
- * idem.allowed_owners names.  Read as idem's owner (the caller has no
- * privilege on the tables).
+ * SQL: idem_audit_entries(owner bigint DEFAULT NULL) returns the rows of
+ * idem_audit: every owner's (or owner's only) for a member of pg_monitor,
+ * else those of the owners the caller's idem.allowed_owners names.  Read
+ * as idem's owner (the caller has no privilege on the tables).
  */
 Datum
 idem_audit_entries(PG_FUNCTION_ARGS)
@@ -310,6 +310,8 @@ idem_audit_entries(PG_FUNCTION_ARGS)
 	Oid			owner = InvalidOid;
 	IdemIdentity identity = {0};
 	char	   *schema;
+	Oid			argtypes[1] = {INT8OID};
+	Datum		args[1] = {PG_NARGS() > 0 && !PG_ARGISNULL(0) ? PG_GETARG_DATUM(0) : (Datum) 0};
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (!idem_extension_row(&nspid, &owner))
@@ -319,7 +321,8 @@ idem_audit_entries(PG_FUNCTION_ARGS)
 	idem_use_safe_search_path(&identity);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "idem: SPI_connect failed");
-	if (SPI_execute(psprintf(audit_query, schema, schema), true, 0) != SPI_OK_SELECT)
+	if (SPI_execute_with_args(psprintf(audit_query, schema, schema), 1, argtypes, args,
+							  PG_ARGISNULL(0) ? "n" : " ", true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "idem: reading the audit trail failed");
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
