@@ -99,7 +99,8 @@ UPDATE idem_history SET audit_until = now() - interval '1 second'
 WHERE idempotency_key = 'retention-pay-000001';
 SELECT replayed FROM idem_run(31, 'PAY', 'retention-pay-000001', '{"amount": 10}', 'pay_handler(jsonb)');
 -- the refusals count with the conflicts
-SELECT conflicts >= 3 AS counted FROM idem_stats WHERE operation = 'PAY';
+SELECT conflicts >= 3 AS counted FROM idem_stats
+WHERE datname = current_database() AND kind = 'operation' AND operation = 'PAY';
 -- back to the GUC (execute)
 SELECT reuse_after_expiry FROM idem_set_policy('PAY', reuse_after_expiry => NULL);
 SHOW idem.reuse_after_expiry;
