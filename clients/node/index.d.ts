@@ -64,7 +64,7 @@ export interface Submission {
   taskId: string | null;
 }
 export function submit(db: Queryable, scope: Scope & { payload?: unknown }): Promise<Submission>;
-export function consume(db: Queryable, args: { consumer: string; messageId: string; ttl?: number | null }): Promise<boolean>;
+export function consume(db: Queryable, args: { consumer: string; messageId: string; ttl?: number | null; owner?: number | bigint | null }): Promise<boolean>;
 export function emit(db: Queryable, args: { topic: string; payload: unknown; key?: string | null;
   headers?: Record<string, string> | null }): Promise<string>;
 export interface Claim {

@@ -46,6 +46,13 @@ public final class IdemTest {
         void run() throws SQLException;
     }
 
+    static long count(Connection c, String sql) throws SQLException {
+        try (Statement st = c.createStatement(); ResultSet rs = st.executeQuery(sql)) {
+            rs.next();
+            return rs.getLong(1);
+        }
+    }
+
     static String stateOf(Connection c, Call call) throws SQLException {
         try {
             call.run();
@@ -169,6 +176,19 @@ public final class IdemTest {
             boolean twice = idem.consume(c, consumer, "java-topic-" + id, null);
             c.commit();
             check("emit, then consume true once and false for the redelivery", id > 0 && once && !twice, once + " " + twice);
+            // an owner's entry (1.11): idem_forget_owner removes it
+            long owner = 900000 + id % 1000;
+            boolean owned = idem.consume(c, consumer, "java-topic-" + id + "-owned", null, owner);
+            c.commit();
+            long before = count(c, "SELECT count(*) FROM idem_inbox WHERE owner_id = " + owner);
+            try (Statement st = c.createStatement()) {
+                st.execute("SELECT idem_forget_owner(" + owner + ")");
+            }
+            c.commit();
+            long after = count(c, "SELECT count(*) FROM idem_inbox WHERE owner_id = " + owner);
+            c.commit();
+            check("consume with an owner: idem_forget_owner removes its entry", owned && before == 1 && after == 0,
+                owned + " " + before + " " + after);
         }
 
         // without server-side prepares (a transaction pooler): none made, where pgjdbc's default makes some

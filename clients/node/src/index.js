@@ -93,8 +93,12 @@ export async function submit(db, { owner, operation, key, request, payload, ttl:
 }
 
 // idem_consume: true the first time the consumer sees the message.
-export async function consume(db, { consumer, messageId, ttl: t }) {
-  const [r] = await query(db, 'SELECT idem_consume($1, $2, $3::interval) AS first', [consumer, messageId, ttl(t)]);
+// owner (idem 1.11): kept with the inbox entry, for idem_forget_owner.
+export async function consume(db, { consumer, messageId, ttl: t, owner }) {
+  const [r] = owner == null
+    ? await query(db, 'SELECT idem_consume($1, $2, $3::interval) AS first', [consumer, messageId, ttl(t)])
+    : await query(db, 'SELECT idem_consume($1, $2, $3::interval, $4::bigint) AS first',
+      [consumer, messageId, ttl(t), String(owner)]);
   return r.first;
 }
 

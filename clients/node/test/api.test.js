@@ -149,5 +149,12 @@ test('emit, then consume once', async () => {
   const consumer = `billing-${randomUUID().slice(0, 6)}`;
   assert.equal(await idem.consume(c, { consumer, messageId: `node-topic-${id}` }), true);
   assert.equal(await idem.consume(c, { consumer, messageId: `node-topic-${id}` }), false);
+  // an owner's entry (1.11): idem_forget_owner removes it
+  const owner = 800000 + (Number(id) % 1000);
+  assert.equal(await idem.consume(c, { consumer, messageId: `node-topic-${id}-owned`, owner }), true);
+  const count = async () => (await c.query('SELECT count(*)::int AS n FROM idem_inbox WHERE owner_id = $1', [owner])).rows[0].n;
+  assert.equal(await count(), 1);
+  await c.query('SELECT idem_forget_owner($1)', [owner]);
+  assert.equal(await count(), 0);
   await c.end();
 });

@@ -204,6 +204,14 @@ def test_outbox_emit_and_inbox_consume(conn):
         assert idem_pg.consume(conn, consumer, "%s-%d" % (topic, mid)) is True
     with conn.transaction():
         assert idem_pg.consume(conn, consumer, "%s-%d" % (topic, mid)) is False
+    # an owner's entry (1.11): idem_forget_owner removes it
+    owner = 700000 + mid % 1000
+    with conn.transaction():
+        assert idem_pg.consume(conn, consumer, "%s-%d-owned" % (topic, mid), owner=owner) is True
+    assert conn.execute("SELECT count(*) FROM idem_inbox WHERE owner_id = %s", (owner,)).fetchone()[0] == 1
+    conn.execute("SELECT idem_forget_owner(%s)", (owner,))
+    assert conn.execute("SELECT count(*) FROM idem_inbox WHERE owner_id = %s", (owner,)).fetchone()[0] == 0
+    conn.commit()
 
 
 def test_prepare_off_never_prepares(conn):

@@ -200,10 +200,23 @@ public final class Idem {
 
     /** idem_consume: true the first time the consumer sees the message (apply the effect now). */
     public boolean consume(Connection c, String consumer, String messageId, Duration ttl) throws SQLException {
-        try (PreparedStatement ps = prepare(c, "SELECT idem_consume(?, ?, ?::interval)")) {
+        return consume(c, consumer, messageId, ttl, null);
+    }
+
+    /**
+     * idem_consume with the message's owner (idem 1.11), kept with the inbox entry for
+     * idem_forget_owner; null: none.
+     */
+    public boolean consume(Connection c, String consumer, String messageId, Duration ttl, Long owner)
+        throws SQLException {
+        String sql = owner == null ? "SELECT idem_consume(?, ?, ?::interval)" : "SELECT idem_consume(?, ?, ?::interval, ?)";
+        try (PreparedStatement ps = prepare(c, sql)) {
             ps.setString(1, consumer);
             ps.setString(2, messageId);
             ps.setObject(3, interval(ttl));
+            if (owner != null) {
+                ps.setLong(4, owner);
+            }
             try (ResultSet rs = ps.executeQuery()) {
                 rs.next();
                 return rs.getBoolean(1);

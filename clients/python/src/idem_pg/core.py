@@ -144,9 +144,14 @@ def submit(db: Any, owner: int, operation: str, key: str, request: Json, payload
     return Submission(row[0], row[1], row[2], row[3], _headers(row[4]), row[5], row[6])
 
 
-def consume(db: Any, consumer: str, message_id: str, ttl: Ttl = None, prepare: Optional[bool] = None) -> bool:
+def consume(db: Any, consumer: str, message_id: str, ttl: Ttl = None, prepare: Optional[bool] = None,
+            owner: Optional[int] = None) -> bool:
     """idem_consume: True the first time this consumer sees the message (apply
-    the effect in this transaction), False for a redelivery."""
+    the effect in this transaction), False for a redelivery.  ``owner`` (idem
+    1.11) is kept with the inbox entry, for ``idem_forget_owner``."""
+    if owner is not None:
+        return bool(_one(db, "SELECT idem_consume(%s, %s, %s::interval, %s::bigint)",
+                         (consumer, message_id, _ttl(ttl), owner), prepare)[0])
     return bool(_one(db, "SELECT idem_consume(%s, %s, %s::interval)", (consumer, message_id, _ttl(ttl)), prepare)[0])
 
 

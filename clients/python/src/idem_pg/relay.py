@@ -1,0 +1,234 @@
+"""The outbox relay: idem's outbox to a message broker, with publisher
+confirms (docs/messaging.md, "Through a broker").
+
+    python3 -m idem_pg.relay --dsn postgresql:///shop --topic orders \\
+        --broker redis://127.0.0.1:6379/0 --partitions 8
+
+It leases the topic's deliverable messages (``idem_outbox_fetch``),
+publishes them, and acknowledges (``idem_outbox_ack``) only what the broker
+confirmed.  A message goes to partition ``crc32(key) % partitions`` (a
+keyless one to ``message_id % partitions``), so a key always lands on the
+same stream or queue; a fetch hands out only each key's head, and the next
+message of a key is not deliverable before the head is acknowledged, so a
+relay never has two messages of one key unconfirmed, and a key's messages
+reach the broker in commit order.  A relay that dies after publishing and
+before acknowledging leaves the message leased: once the lease lapses it
+is fetched and published again (at-least-once; the consumer's inbox,
+``idem_pg.consumer``, drops the duplicate).  Several relays may run at once:
+the fetch leases with ``FOR UPDATE SKIP LOCKED``.
+
+It waits on ``LISTEN idem_outbox`` (a session connection of its own: not
+through a transaction pooler) and polls every ``--poll`` seconds anyway.
+SIGTERM and SIGINT stop it after the batch in hand is confirmed and
+acknowledged.
+
+Brokers, by URL: ``redis://`` (Redis Streams: one stream per partition,
+``<prefix><topic>.<partition>``, XADD in one pipeline, the replies being the
+confirms) and ``amqp://`` (RabbitMQ: one durable queue per partition,
+``<prefix><topic>.<partition>``, single-active-consumer, persistent messages
+published with confirms, mandatory).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import select
+import signal
+import sys
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence
+
+import psycopg
+
+log = logging.getLogger("idem_pg.relay")
+
+
+@dataclass
+class Message:
+    """An outbox message as fetched, and where it goes."""
+    message_id: int
+    key: Optional[str]
+    payload: str            # the jsonb's text
+    headers: Optional[str]
+    attempt: int
+    partition: int = 0
+
+    def fields(self) -> Dict[str, str]:
+        """What a broker carries: the id (the consumer's message id), the key, the payload, the headers."""
+        out = {"id": str(self.message_id), "payload": self.payload, "attempt": str(self.attempt)}
+        if self.key is not None:
+            out["key"] = self.key
+        if self.headers is not None:
+            out["headers"] = self.headers
+        return out
+
+
+def partition_of(key: Optional[str], message_id: int, partitions: int) -> int:
+    """A key's partition: the same for every message of the key."""
+    if key is None:
+        return message_id % partitions
+    return zlib.crc32(key.encode("utf-8")) % partitions
+
+
+class RedisStreams:
+    """Redis Streams: XADD to ``<prefix><topic>.<partition>``; a reply is the confirm."""
+
+    def __init__(self, url: str, topic: str, partitions: int, prefix: str = ""):
+        import redis
+        self.redis = redis.Redis.from_url(url)
+        self.names = ["%s%s.%d" % (prefix, topic, p) for p in range(partitions)]
+
+    def publish(self, messages: Sequence[Message]) -> List[int]:
+        pipe = self.redis.pipeline(transaction=False)
+        for m in messages:
+            pipe.xadd(self.names[m.partition], m.fields())
+        replies = pipe.execute(raise_on_error=False)
+        return [m.message_id for m, r in zip(messages, replies) if not isinstance(r, Exception)]
+
+    def close(self) -> None:
+        self.redis.close()
+
+
+class RabbitMQ:
+    """RabbitMQ: one durable single-active-consumer queue per partition,
+    persistent messages, publisher confirms, mandatory routing."""
+
+    def __init__(self, url: str, topic: str, partitions: int, prefix: str = ""):
+        import pika
+        self.pika = pika
+        self.connection = pika.BlockingConnection(pika.URLParameters(url))
+        self.channel = self.connection.channel()
+        self.channel.confirm_delivery()
+        self.names = ["%s%s.%d" % (prefix, topic, p) for p in range(partitions)]
+        for name in self.names:
+            declare_rabbit_queue(self.channel, name)
+
+    def publish(self, messages: Sequence[Message]) -> List[int]:
+        confirmed = []
+        for m in messages:
+            fields = m.fields()
+            props = self.pika.BasicProperties(delivery_mode=2, message_id=fields["id"],
+                                              content_type="application/json",
+                                              headers={k: v for k, v in fields.items() if k != "payload"})
+            try:
+                # with confirms, basic_publish returns once the broker has it (persisted)
+                self.channel.basic_publish("", self.names[m.partition], m.payload.encode("utf-8"),
+                                           props, mandatory=True)
+            except (self.pika.exceptions.UnroutableError, self.pika.exceptions.NackError) as e:
+                log.warning("idem_pg.relay: message %d not confirmed: %s", m.message_id, e)
+                break       # the rest of its partition must not overtake it: stop here
+            confirmed.append(m.message_id)
+        return confirmed
+
+    def close(self) -> None:
+        try:
+            self.connection.close()
+        except Exception:       # a broker gone: nothing to close
+            pass
+
+
+def declare_rabbit_queue(channel: Any, name: str) -> None:
+    """A partition's queue: durable, single active consumer (per-key order)."""
+    channel.queue_declare(name, durable=True, arguments={"x-single-active-consumer": True})
+
+
+def broker_of(url: str, topic: str, partitions: int, prefix: str = "") -> Any:
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisStreams(url, topic, partitions, prefix)
+    if url.startswith(("amqp://", "amqps://")):
+        return RabbitMQ(url, topic, partitions, prefix)
+    raise ValueError("broker URL must start with redis:// or amqp://, not %r" % url)
+
+
+class Relay:
+    """One relay of one topic; ``run()`` until ``stop()`` (or a signal)."""
+
+    def __init__(self, dsn: str, topic: str, broker: str, partitions: int = 8, batch: int = 100,
+                 lease: float = 30.0, poll: float = 1.0, prefix: str = ""):
+        if partitions < 1:
+            raise ValueError("partitions must be at least 1")
+        self.dsn, self.topic, self.broker_url = dsn, topic, broker
+        self.partitions, self.batch, self.lease, self.poll, self.prefix = partitions, batch, lease, poll, prefix
+        self.stopping = False
+        self.published = 0
+
+    def stop(self, *_: Any) -> None:
+        self.stopping = True
+
+    def _fetch(self, conn: Any) -> List[Message]:
+        rows = conn.execute("SELECT message_id, msg_key, payload::text, headers::text, attempt"
+                            " FROM idem_outbox_fetch(%s, %s, make_interval(secs => %s))",
+                            (self.topic, self.batch, self.lease), prepare=False).fetchall()
+        return [Message(r[0], r[1], r[2], r[3], r[4], partition_of(r[1], r[0], self.partitions))
+                for r in rows]
+
+    def run_once(self, conn: Any, broker: Any) -> int:
+        """One batch: fetch, publish, acknowledge what was confirmed; how many."""
+        messages = self._fetch(conn)
+        if not messages:
+            return 0
+        confirmed = broker.publish(messages)
+        if confirmed:
+            conn.execute("SELECT idem_outbox_ack(%s::bigint[])", (confirmed,), prepare=False)
+        if len(confirmed) < len(messages):
+            log.warning("idem_pg.relay: %d of %d messages not confirmed; their leases will lapse",
+                        len(messages) - len(confirmed), len(messages))
+        self.published += len(confirmed)
+        return len(confirmed)
+
+    def run(self) -> None:
+        listen = psycopg.connect(self.dsn, autocommit=True)
+        work = psycopg.connect(self.dsn, autocommit=True)
+        listen.execute("LISTEN idem_outbox")
+        broker = broker_of(self.broker_url, self.topic, self.partitions, self.prefix)
+        try:
+            while not self.stopping:
+                if self.run_once(work, broker):
+                    continue        # more may be waiting
+                # nothing now: sleep until a commit notifies, or the poll interval
+                if select.select([listen.fileno()], [], [], self.poll)[0]:
+                    for _ in listen.notifies(timeout=0):
+                        pass
+        finally:
+            broker.close()
+            work.close()
+            listen.close()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m idem_pg.relay",
+                                description="Relay idem's outbox of one topic to a broker, with publisher confirms.")
+    p.add_argument("--dsn", required=True, help="libpq connection string of the database (a session, not a pooler)")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--broker", required=True, help="redis://host:port/db or amqp://user:pass@host:port/vhost")
+    p.add_argument("--partitions", type=int, default=8, help="streams or queues per topic (default 8)")
+    p.add_argument("--prefix", default="", help="prefix of the stream or queue names")
+    p.add_argument("--batch", type=int, default=100)
+    p.add_argument("--lease", type=float, default=30.0, help="seconds a fetched message is leased")
+    p.add_argument("--poll", type=float, default=1.0, help="seconds between polls without a notification")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    relay = Relay(args.dsn, args.topic, args.broker, args.partitions, args.batch, args.lease, args.poll, args.prefix)
+    signal.signal(signal.SIGTERM, relay.stop)
+    signal.signal(signal.SIGINT, relay.stop)
+    while not relay.stopping:
+        try:
+            relay.run()
+        except (psycopg.OperationalError, ConnectionError, OSError) as e:
+            # the database or the broker went away: reconnect after a pause
+            log.warning("idem_pg.relay: %s; reconnecting", e)
+            time.sleep(0.5)
+        except Exception as e:      # the broker's own connection errors
+            if type(e).__module__.split(".")[0] not in ("redis", "pika"):
+                raise
+            log.warning("idem_pg.relay: broker: %s; reconnecting", e)
+            time.sleep(0.5)
+    log.info("idem_pg.relay: stopped after publishing %d messages", relay.published)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
