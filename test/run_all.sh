@@ -184,6 +184,8 @@ run_shell_check clients_node "$IDEM_ROOT/test/clients/node.sh" \
 	"the Node library from its npm pack tarball: its API, the HTTP contract in Express and node:http, Redis"
 run_shell_check clients_java "$IDEM_ROOT/test/clients/java.sh" \
 	"the Java library from its jar: its API, the HTTP contract in a servlet Filter on embedded Tomcat 10.1"
+run_shell_check brokers "$IDEM_ROOT/test/brokers/run.sh" \
+	"the outbox through Redis Streams and RabbitMQ: idem_pg.relay and idem_pg.consumer, 10,000 transactions, relays killed, the broker restarted, a consumer exiting between its commit and its ack"
 run_shell_check citus "$IDEM_ROOT/test/citus/run.sh" \
 	"Citus 13.2 where it is installed: a coordinator and two workers, idem distributed by owner, every call through the coordinator"
 run_shell_check exporter "$IDEM_ROOT/test/exporter/check_queries.sh" \

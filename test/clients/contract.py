@@ -58,7 +58,12 @@ def post(path, body, idem_key=None, owner=None, raw=None, port=None, headers=Non
     if owner is not None:
         h["X-Owner-Id"] = str(owner)
     h.update(headers or {})
-    conn.request("POST", path, raw if raw is not None else json.dumps(body), h)
+    try:
+        conn.request("POST", path, raw if raw is not None else json.dumps(body), h)
+    except (BrokenPipeError, ConnectionResetError):
+        # the server answered (a 413 for a body over its limit) and closed
+        # before the client had sent it all: its answer is still to be read
+        pass
     r = conn.getresponse()
     text = r.read().decode()
     out = {}

@@ -160,7 +160,11 @@ function readBody(req, limit) {
     req.on('data', (c) => {
       size += c.length;
       if (size > limit) {
-        req.pause();
+        // keep reading, and drop, what the client still sends: closing with
+        // unread data would reset the connection before it reads the 413
+        // (RFC 9112, 9.6)
+        req.removeAllListeners('data');
+        req.resume();
         reject(new Problem(413, 'body-too-large', `the request body is over ${limit} bytes`));
       } else chunks.push(c);
     });
@@ -284,6 +288,7 @@ async function handle(settings, declared, req, res, next) {
     }
     const length = Number(req.headers['content-length']);
     if (length > settings.maxBodyBytes) {
+      req.resume();     // drain it, as above
       throw new Problem(413, 'body-too-large', `the request body is over ${settings.maxBodyBytes} bytes`);
     }
     const raw = await readBody(req, settings.maxBodyBytes);

@@ -57,8 +57,11 @@ class Message:
     partition: int = 0
 
     def fields(self) -> Dict[str, str]:
-        """What a broker carries: the id (the consumer's message id), the key, the payload, the headers."""
-        out = {"id": str(self.message_id), "payload": self.payload, "attempt": str(self.attempt)}
+        """What a broker carries: the id (the consumer's message id), the key,
+        the payload, the headers, the attempt, and when the relay published it
+        (milliseconds since the epoch)."""
+        out = {"id": str(self.message_id), "payload": self.payload, "attempt": str(self.attempt),
+               "published_ms": str(int(time.time() * 1000))}
         if self.key is not None:
             out["key"] = self.key
         if self.headers is not None:
@@ -118,8 +121,10 @@ class RabbitMQ:
                 self.channel.basic_publish("", self.names[m.partition], m.payload.encode("utf-8"),
                                            props, mandatory=True)
             except (self.pika.exceptions.UnroutableError, self.pika.exceptions.NackError) as e:
+                # not acknowledged: its lease lapses and it is published again; the
+                # batch holds one message per key, so the others overtake no earlier one
                 log.warning("idem_pg.relay: message %d not confirmed: %s", m.message_id, e)
-                break       # the rest of its partition must not overtake it: stop here
+                continue
             confirmed.append(m.message_id)
         return confirmed
 
@@ -190,8 +195,7 @@ class Relay:
                     continue        # more may be waiting
                 # nothing now: sleep until a commit notifies, or the poll interval
                 if select.select([listen.fileno()], [], [], self.poll)[0]:
-                    for _ in listen.notifies(timeout=0):
-                        pass
+                    listen.execute("SELECT 1")      # reads the notifications that came
         finally:
             broker.close()
             work.close()

@@ -1,0 +1,284 @@
+"""Consumers of what ``idem_pg.relay`` publishes, through idem's inbox
+(docs/messaging.md, "Through a broker").
+
+    def apply(conn, message):              # the effect, in the inbox's transaction
+        conn.execute("INSERT INTO shipment ...", ...)
+
+    RedisConsumer(dsn, "orders", "redis://127.0.0.1:6379/0", consumer="billing",
+                  name="billing-1", partitions=8).run(apply)
+
+For each message: a transaction opens, ``idem_consume(consumer, message
+id)`` says whether this consumer has taken it before; only the first time
+is the effect applied; the transaction commits; then the broker is
+acknowledged.  A crash anywhere in between applies no effect twice: before
+the commit nothing happened, after it the redelivery finds its inbox entry
+and is only acknowledged.
+
+Per-key order needs one active consumer per partition at a time:
+
+- Redis Streams: a consumer holds a partition's stream with a lease in
+  Redis (``SET ... NX PX``, renewed while it works); a consumer taking a
+  stream over first claims and handles the entries its predecessor left
+  unacknowledged (XAUTOCLAIM), in stream order, then reads new ones;
+- RabbitMQ: each partition's queue is single-active-consumer, and the
+  consumer takes one message at a time (prefetch 1) and acknowledges it
+  after its commit; RabbitMQ hands the queue to another consumer when the
+  active one goes, its unacknowledged message first.
+
+A test hook: with ``IDEM_PG_CONSUMER_CRASH_BEFORE_ACK=N`` in the
+environment, the process exits (``os._exit``) right after the commit of its
+N-th message and before the broker's acknowledgement: what a crash there
+does, made deterministic.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+import psycopg
+
+from .core import consume
+
+log = logging.getLogger("idem_pg.consumer")
+
+
+@dataclass
+class Delivery:
+    """A message as the broker delivered it."""
+    message_id: str         # idem's outbox message id: the inbox's key
+    key: Optional[str]
+    payload: Any            # parsed JSON
+    headers: Optional[Dict[str, str]]
+    partition: int
+    redelivered: bool = False
+    published_ms: Optional[int] = None    # when the relay published it
+
+
+Handler = Callable[[Any, Delivery], None]
+
+
+class _CrashHook:
+    """IDEM_PG_CONSUMER_CRASH_BEFORE_ACK=N: exit after the N-th commit, before its ack."""
+
+    def __init__(self) -> None:
+        value = os.environ.get("IDEM_PG_CONSUMER_CRASH_BEFORE_ACK")
+        self.at = int(value) if value else 0
+        self.done = 0
+
+    def committed(self) -> None:
+        self.done += 1
+        if self.at and self.done == self.at:
+            log.warning("idem_pg.consumer: IDEM_PG_CONSUMER_CRASH_BEFORE_ACK=%d: exiting after the commit, before the ack",
+                        self.at)
+            os._exit(70)
+
+
+class _Inbox:
+    """The transaction of one delivery: idem_consume, the effect, commit."""
+
+    def __init__(self, dsn: str, consumer: str, owner_of: Optional[Callable[[Delivery], Optional[int]]]):
+        self.dsn, self.consumer, self.owner_of = dsn, consumer, owner_of
+        self.conn: Optional[psycopg.Connection] = None
+        self.crash = _CrashHook()
+        self.applied = 0
+        self.duplicates = 0
+
+    def connection(self) -> psycopg.Connection:
+        if self.conn is None or self.conn.closed:
+            self.conn = psycopg.connect(self.dsn, autocommit=True)
+        return self.conn
+
+    def take(self, delivery: Delivery, handler: Handler) -> None:
+        """Apply the delivery once; returns when it is committed (ack next)."""
+        conn = self.connection()
+        owner = self.owner_of(delivery) if self.owner_of else None
+        with conn.transaction():
+            first = consume(conn, self.consumer, delivery.message_id, owner=owner, prepare=False)
+            if first:
+                handler(conn, delivery)
+        if first:
+            self.applied += 1
+        else:
+            self.duplicates += 1
+        self.crash.committed()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+
+def _delivery(fields: Dict[str, str], partition: int, redelivered: bool) -> Delivery:
+    headers = fields.get("headers")
+    published = fields.get("published_ms")
+    return Delivery(str(fields["id"]), fields.get("key"), json.loads(fields["payload"]),
+                    json.loads(headers) if headers else None, partition, redelivered,
+                    int(published) if published else None)
+
+
+# a lease is released only by its holder
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+_RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
+
+
+class RedisConsumer:
+    """A consumer group member on the streams ``<prefix><topic>.<p>`` that
+    holds each stream it reads with a lease (one active consumer a stream)."""
+
+    def __init__(self, dsn: str, topic: str, broker: str, consumer: str, name: str, partitions: int = 8,
+                 prefix: str = "", lease: float = 5.0, block: float = 0.5,
+                 owner_of: Optional[Callable[[Delivery], Optional[int]]] = None):
+        import redis
+        self.redis_module = redis
+        self.url, self.topic, self.consumer, self.name = broker, topic, consumer, name
+        self.partitions, self.prefix, self.lease_ms, self.block_ms = partitions, prefix, int(lease * 1000), int(block * 1000)
+        self.streams = ["%s%s.%d" % (prefix, topic, p) for p in range(partitions)]
+        self.inbox = _Inbox(dsn, consumer, owner_of)
+        self.held: Dict[int, bool] = {}      # partition -> its leftovers handled
+        self.stopping = False
+        self.redis: Any = None
+
+    def stop(self, *_: Any) -> None:
+        self.stopping = True
+
+    def _connect(self) -> None:
+        self.redis = self.redis_module.Redis.from_url(self.url, decode_responses=True)
+        for s in self.streams:
+            try:
+                self.redis.xgroup_create(s, self.consumer, id="0", mkstream=True)
+            except self.redis_module.ResponseError as e:
+                if "BUSYGROUP" not in str(e):
+                    raise
+
+    def _lock(self, p: int) -> str:
+        return "%s:lease:%s" % (self.streams[p], self.consumer)
+
+    def _hold(self) -> None:
+        """Renew the leases held; take the free ones."""
+        for p in range(self.partitions):
+            if p in self.held:
+                if not self.redis.eval(_RENEW, 1, self._lock(p), self.name, self.lease_ms):
+                    log.warning("idem_pg.consumer: %s lost stream %s", self.name, self.streams[p])
+                    del self.held[p]
+            elif self.redis.set(self._lock(p), self.name, nx=True, px=self.lease_ms):
+                self.held[p] = False
+
+    def _leftovers(self, p: int, handler: Handler) -> None:
+        """A stream just taken: its unacknowledged entries first, in order."""
+        stream = self.streams[p]
+        start = "0-0"
+        while True:     # every pending entry, whoever had it, is now ours
+            reply = self.redis.xautoclaim(stream, self.consumer, self.name, 0, start, count=100)
+            start = reply[0]
+            if start in ("0-0", b"0-0"):
+                break
+        while True:
+            entries = self.redis.xreadgroup(self.consumer, self.name, {stream: "0"}, count=100)
+            items = entries[0][1] if entries else []
+            if not items:
+                break
+            for entry_id, fields in items:
+                self._take(p, entry_id, fields, True, handler)
+        self.held[p] = True
+
+    def _take(self, p: int, entry_id: str, fields: Dict[str, str], redelivered: bool, handler: Handler) -> None:
+        self.inbox.take(_delivery(fields, p, redelivered), handler)
+        self.redis.xack(self.streams[p], self.consumer, entry_id)
+
+    def run_once(self, handler: Handler) -> int:
+        self._hold()
+        for p, done in list(self.held.items()):
+            if not done:
+                self._leftovers(p, handler)
+        if not self.held:
+            time.sleep(self.block_ms / 1000.0)
+            return 0
+        reply = self.redis.xreadgroup(self.consumer, self.name, {self.streams[p]: ">" for p in self.held},
+                                      count=50, block=self.block_ms)
+        n = 0
+        for stream, items in reply or []:
+            p = self.streams.index(stream)
+            for entry_id, fields in items:
+                if p not in self.held:
+                    break       # lost meanwhile: its next holder claims the rest
+                self._take(p, entry_id, fields, False, handler)
+                n += 1
+        return n
+
+    def run(self, handler: Handler) -> None:
+        """Consume until ``stop()``; reconnects to Redis and PostgreSQL on failures."""
+        while not self.stopping:
+            try:
+                if self.redis is None:
+                    self._connect()
+                self.run_once(handler)
+            except (self.redis_module.ConnectionError, self.redis_module.TimeoutError, psycopg.OperationalError) as e:
+                log.warning("idem_pg.consumer: %s; reconnecting", e)
+                self.redis, self.held = None, {}
+                self.inbox.close()
+                time.sleep(0.3)
+        if self.redis is not None:
+            for p in list(self.held):
+                self.redis.eval(_RELEASE, 1, self._lock(p), self.name)
+        self.inbox.close()
+
+
+class RabbitConsumer:
+    """A consumer of the single-active-consumer queues ``<prefix><topic>.<p>``,
+    one message at a time, acknowledged after its commit."""
+
+    def __init__(self, dsn: str, topic: str, broker: str, consumer: str, name: str, partitions: int = 8,
+                 prefix: str = "", owner_of: Optional[Callable[[Delivery], Optional[int]]] = None):
+        import pika
+        self.pika = pika
+        self.url, self.name = broker, name
+        self.queues = ["%s%s.%d" % (prefix, topic, p) for p in range(partitions)]
+        self.inbox = _Inbox(dsn, consumer, owner_of)
+        self.stopping = False
+        self.connection: Any = None
+
+    def stop(self, *_: Any) -> None:
+        self.stopping = True
+        if self.connection is not None:
+            self.connection.add_callback_threadsafe(lambda: None)
+
+    def run(self, handler: Handler) -> None:
+        from .relay import declare_rabbit_queue
+        while not self.stopping:
+            try:
+                self.connection = self.pika.BlockingConnection(self.pika.URLParameters(self.url))
+                channel = self.connection.channel()
+                channel.basic_qos(prefetch_count=1)
+                for p, q in enumerate(self.queues):
+                    declare_rabbit_queue(channel, q)
+
+                    def on_message(ch: Any, method: Any, props: Any, body: bytes, p: int = p) -> None:
+                        fields = dict(props.headers or {})
+                        fields["payload"] = body.decode("utf-8")
+                        fields.setdefault("id", props.message_id)
+                        self.inbox.take(_delivery(fields, p, bool(method.redelivered)), handler)
+                        ch.basic_ack(method.delivery_tag)
+                    channel.basic_consume(q, on_message, consumer_tag="%s-%d" % (self.name, p))
+                while not self.stopping:
+                    self.connection.process_data_events(time_limit=0.5)
+                self.connection.close()
+            except (self.pika.exceptions.AMQPError, psycopg.OperationalError, OSError) as e:
+                log.warning("idem_pg.consumer: %s; reconnecting", e)
+                self.inbox.close()
+                time.sleep(0.5)
+        self.inbox.close()
+
+
+def consumer_of(broker: str, *args: Any, **kwargs: Any) -> Any:
+    """The consumer for a broker URL: RedisConsumer or RabbitConsumer."""
+    if broker.startswith(("redis://", "rediss://", "unix://")):
+        return RedisConsumer(args[0], args[1], broker, *args[2:], **kwargs)
+    if broker.startswith(("amqp://", "amqps://")):
+        return RabbitConsumer(args[0], args[1], broker, *args[2:], **kwargs)
+    raise ValueError("broker URL must start with redis:// or amqp://, not %r" % broker)
+
+
+__all__: List[str] = ["Delivery", "RedisConsumer", "RabbitConsumer", "consumer_of"]

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The outbox and the inbox through real brokers: idem_pg.relay publishing
+# to Redis Streams and to RabbitMQ, idem_pg.consumer applying each
+# message through the inbox, with relays killed, the broker restarted and a
+# consumer exiting between its commit and its broker ack
+# (test/brokers/pipeline.py).  Both brokers are Debian's, started here on
+# loopback on private ports, and stopped with the script.  Prints one
+# "ok - ..." / "not ok - ..." line per check.
+#
+#   bash test/brokers/run.sh
+source "$(dirname "$0")/../clients/common.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+
+ensure_client_packages python3-build python3-setuptools python3-wheel python3-venv python3-pip \
+	python3-psycopg python3-redis python3-pika redis-server
+start_clients_server
+"$PG_BINDIR/createdb" idem_brokers
+"$PG_BINDIR/psql" -X -q -d idem_brokers -c "CREATE EXTENSION idem"
+build_python_client || exit 0
+export PY IDEM_TMP
+export PIPELINE_DSN="host=$PGHOST port=$PGPORT user=$PGUSER dbname=idem_brokers"
+
+# ---- Redis Streams: append-only file fsynced on every write, so that a
+# restart keeps every message the relay had confirmed ----
+redis_dir=$IDEM_TMP/redis
+mkdir -p "$redis_dir"
+redis_port=$(free_port)
+redis_start() {
+	redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$redis_dir" --save '' \
+		--appendonly yes --appendfsync always --daemonize yes --pidfile "$redis_dir/redis.pid" >/dev/null
+	for _ in $(seq 1 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
+	return 1
+}
+redis_stop() { redis-cli -p "$redis_port" shutdown >/dev/null 2>&1 || true; for _ in $(seq 1 100); do [ -f "$redis_dir/redis.pid" ] || return 0; sleep 0.05; done; }
+trap 'redis_stop; rabbit_stop 2>/dev/null; stop_server' EXIT
+redis_start
+export -f redis_start redis_stop
+export redis_port redis_dir
+log "Redis Streams on 127.0.0.1:$redis_port"
+"$PY" "$here/pipeline.py" redis "redis://127.0.0.1:$redis_port/0" bash -c 'redis_stop && redis_start'
+redis_stop
+
+# ---- RabbitMQ: its own node name, ports, data directory and cookie ----
+rabbit_stop() { :; }
+if command -v rabbitmq-server >/dev/null || [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
+	source "$here/rabbitmq.sh"
+	if rabbit_start; then
+		trap 'redis_stop; rabbit_stop; stop_server' EXIT
+		log "RabbitMQ on 127.0.0.1:$RABBIT_PORT"
+		"$PY" "$here/pipeline.py" rabbitmq "amqp://guest:guest@127.0.0.1:$RABBIT_PORT/%2F" bash "$here/rabbitmq.sh" restart
+	else
+		echo "not ok - rabbitmq: the broker starts"
+		tail -n 30 "$RABBIT_DIR/log/server.out" >&2
+	fi
+fi
