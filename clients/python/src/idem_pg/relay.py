@@ -39,7 +39,7 @@ import sys
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import psycopg
 
@@ -97,40 +97,93 @@ class RedisStreams:
 
 class RabbitMQ:
     """RabbitMQ: one durable single-active-consumer queue per partition,
-    persistent messages, publisher confirms, mandatory routing."""
+    persistent messages, mandatory routing, publisher confirms.  A batch is
+    published at once and its confirms awaited together (the broker confirms
+    a persistent message once it is on disk)."""
 
-    def __init__(self, url: str, topic: str, partitions: int, prefix: str = ""):
+    def __init__(self, url: str, topic: str, partitions: int, prefix: str = "", timeout: float = 30.0):
         import pika
-        self.pika = pika
-        self.connection = pika.BlockingConnection(pika.URLParameters(url))
-        self.channel = self.connection.channel()
-        self.channel.confirm_delivery()
+        self.pika, self.timeout = pika, timeout
         self.names = ["%s%s.%d" % (prefix, topic, p) for p in range(partitions)]
+        self.channel: Any = None
+        self.declared = 0
+        self.closed: Optional[str] = None
+        self.next_tag = 0
+        self.pending: Dict[int, int] = {}       # delivery tag -> message id
+        self.acked: List[int] = []
+        self.returned: set = set()              # message ids the broker could not route
+        self.connection = pika.SelectConnection(
+            pika.URLParameters(url), on_open_callback=self._opened,
+            on_open_error_callback=lambda c, e: self._lost(str(e)),
+            on_close_callback=lambda c, e: self._lost(str(e)))
+        self._wait(lambda: self.declared == len(self.names), "declaring the queues")
+
+    def _lost(self, why: str) -> None:
+        self.closed = why or "closed"
+
+    def _opened(self, connection: Any) -> None:
+        connection.channel(on_open_callback=self._channel)
+
+    def _channel(self, channel: Any) -> None:
+        self.channel = channel
+        channel.confirm_delivery(self._confirmed)
+        channel.add_on_return_callback(self._returned)
         for name in self.names:
-            declare_rabbit_queue(self.channel, name)
+            channel.queue_declare(name, durable=True, arguments={"x-single-active-consumer": True},
+                                  callback=self._declared)
+
+    def _declared(self, _frame: Any) -> None:
+        self.declared += 1
+
+    def _confirmed(self, frame: Any) -> None:
+        method = frame.method
+        acked = isinstance(method, self.pika.spec.Basic.Ack)
+        tags = [t for t in self.pending if t <= method.delivery_tag] if method.multiple else [method.delivery_tag]
+        for t in tags:
+            message_id = self.pending.pop(t, None)
+            if message_id is not None and acked:
+                self.acked.append(message_id)
+
+    def _returned(self, _channel: Any, _method: Any, props: Any, _body: bytes) -> None:
+        self.returned.add(int(props.message_id))
+
+    def _wait(self, done: Callable[[], bool], what: str) -> None:
+        """Run the connection's loop until done() (or the connection is lost, or the timeout)."""
+        loop = self.connection.ioloop
+        deadline = time.monotonic() + self.timeout
+
+        def check() -> None:
+            if done() or self.closed is not None or time.monotonic() > deadline:
+                loop.stop()
+            else:
+                loop.call_later(0.001, check)
+        loop.call_later(0, check)
+        loop.start()
+        if self.closed is not None:
+            raise ConnectionError("RabbitMQ: %s (%s)" % (self.closed, what))
+        if not done():
+            raise ConnectionError("RabbitMQ: no answer in %.0f s (%s)" % (self.timeout, what))
 
     def publish(self, messages: Sequence[Message]) -> List[int]:
-        confirmed = []
+        self.acked, self.returned = [], set()
         for m in messages:
             fields = m.fields()
             props = self.pika.BasicProperties(delivery_mode=2, message_id=fields["id"],
                                               content_type="application/json",
                                               headers={k: v for k, v in fields.items() if k != "payload"})
-            try:
-                # with confirms, basic_publish returns once the broker has it (persisted)
-                self.channel.basic_publish("", self.names[m.partition], m.payload.encode("utf-8"),
-                                           props, mandatory=True)
-            except (self.pika.exceptions.UnroutableError, self.pika.exceptions.NackError) as e:
-                # not acknowledged: its lease lapses and it is published again; the
-                # batch holds one message per key, so the others overtake no earlier one
-                log.warning("idem_pg.relay: message %d not confirmed: %s", m.message_id, e)
-                continue
-            confirmed.append(m.message_id)
-        return confirmed
+            self.next_tag += 1
+            self.pending[self.next_tag] = m.message_id
+            self.channel.basic_publish("", self.names[m.partition], m.payload.encode("utf-8"), props,
+                                       mandatory=True)
+        self._wait(lambda: not self.pending, "awaiting the confirms")
+        # a message routed nowhere is confirmed too: not acknowledged, it is published again
+        return [i for i in self.acked if i not in self.returned]
 
     def close(self) -> None:
         try:
-            self.connection.close()
+            if self.closed is None:
+                self.connection.close()
+                self._wait(lambda: False, "closing")
         except Exception:       # a broker gone: nothing to close
             pass
 
