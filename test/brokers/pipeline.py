@@ -55,7 +55,7 @@ def setup():
         c.execute("DROP TABLE IF EXISTS biz, effect")
         c.execute("CREATE TABLE biz (key text, seq int, emitted_ms bigint, PRIMARY KEY (key, seq))")
         c.execute("CREATE TABLE effect (id bigserial PRIMARY KEY, key text, seq int, message_id text,"
-                  " relay_lag_ms bigint)")
+                  " relay_lag_ms bigint, consumer_name text)")
 
 
 def producer(p):
@@ -90,12 +90,41 @@ from idem_pg.consumer import consumer_of
 dsn, topic, url, consumer, name, prefix = sys.argv[1:7]
 def apply(conn, m):
     lag = m.published_ms - m.payload['emitted_ms'] if m.published_ms else None
-    conn.execute("INSERT INTO effect (key, seq, message_id, relay_lag_ms) VALUES (%s, %s, %s, %s)",
-                 (m.payload['key'], m.payload['seq'], m.message_id, lag))
+    conn.execute("INSERT INTO effect (key, seq, message_id, relay_lag_ms, consumer_name) VALUES (%s, %s, %s, %s, %s)",
+                 (m.payload['key'], m.payload['seq'], m.message_id, lag, name))
 kw = {'lease': 2.0} if url.startswith('redis') else {}
 c = consumer_of(url, dsn, topic, consumer, name, partitions=int(sys.argv[7]), prefix=prefix, **kw)
 signal.signal(signal.SIGTERM, c.stop)
 c.run(apply)
+"""
+
+
+# the Node library's consumer (idem-pg/consumer), when the stage installed it
+NODE_CONSUMER = r"""
+import pg from 'pg';
+import { RedisConsumer, RabbitConsumer } from 'idem-pg/consumer';
+const [url, consumer, name, prefix, partitions, topic] = process.argv.slice(2);
+const client = new pg.Client({ database: 'idem_brokers' });
+await client.connect();
+const apply = async (db, m) => {
+  const lag = m.publishedMs ? m.publishedMs - m.payload.emitted_ms : null;
+  await db.query('INSERT INTO effect (key, seq, message_id, relay_lag_ms, consumer_name) VALUES ($1, $2, $3, $4, $5)',
+    [m.payload.key, m.payload.seq, m.messageId, lag, name]);
+};
+let c;
+if (url.startsWith('redis')) {
+  const { createClient } = await import('redis');
+  const redis = createClient({ url });
+  redis.on('error', () => {});
+  await redis.connect();
+  c = new RedisConsumer({ pg: client, redis, topic, consumer, name, partitions: Number(partitions), prefix, lease: 2 });
+} else {
+  const amqp = (await import('amqplib')).default;
+  c = new RabbitConsumer({ pg: client, amqp, url, topic, consumer, name, partitions: Number(partitions), prefix });
+}
+process.on('SIGTERM', () => c.stop());
+await c.run(apply);
+process.exit(0);
 """
 
 
@@ -112,6 +141,13 @@ def start_consumer(name, crash_at=None):
     if crash_at:
         env["IDEM_PG_CONSUMER_CRASH_BEFORE_ACK"] = str(crash_at)
     log = open(os.path.join(os.environ.get("IDEM_TMP", "/tmp"), "consumer-%s-%s.log" % (RUN, name)), "a")
+    node_app = os.environ.get("NODE_APP")
+    if name == "c2" and node_app:       # one Python and one Node consumer in one group
+        script = os.path.join(node_app, "broker-consumer.mjs")
+        with open(script, "w") as f:
+            f.write(NODE_CONSUMER)
+        return subprocess.Popen(["node", script, URL, CONSUMER, name, PREFIX, str(PARTITIONS), TOPIC],
+                                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=node_app)
     return subprocess.Popen([PY, "-c", CONSUMER_CODE, DSN, TOPIC, URL, CONSUMER, name, PREFIX, str(PARTITIONS)],
                             env=env, stdout=log, stderr=subprocess.STDOUT)
 
@@ -187,6 +223,10 @@ def main():
     dups = scalar("SELECT coalesce(sum(inbox_duplicates), 0) FROM idem_stats WHERE datname = current_database()"
                   " AND kind = 'consumer' AND operation = %s", CONSUMER)
     check("redeliveries were recognised by the inbox (the consumer's crash, the killed relays)", dups >= 1, dups)
+    if os.environ.get("NODE_APP"):
+        by = dict(db().execute("SELECT consumer_name, count(*) FROM effect GROUP BY 1").fetchall())
+        check("the Python consumer (until its crash) and then the Node consumer (idem-pg/consumer) applied them, in one group",
+              by.get("c1", 0) >= 300 and by.get("c2", 0) > 0, by)
     check("the outbox holds no unacknowledged message", scalar(
         "SELECT count(*) FROM idem_outbox WHERE topic = %s AND acked_at IS NULL", TOPIC) == 0)
     lags = [r[0] for r in db().execute("SELECT relay_lag_ms FROM effect WHERE relay_lag_ms IS NOT NULL ORDER BY 1")]

@@ -12,11 +12,17 @@ source "$(dirname "$0")/../clients/common.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 
 ensure_client_packages python3-build python3-setuptools python3-wheel python3-venv python3-pip \
-	python3-psycopg python3-redis python3-pika redis-server
+	python3-psycopg python3-redis python3-pika redis-server nodejs npm
 start_clients_server
 "$PG_BINDIR/createdb" idem_brokers
 "$PG_BINDIR/psql" -X -q -d idem_brokers -c "CREATE EXTENSION idem"
 build_python_client || exit 0
+# the Node library too, with amqplib: one of the two consumers is Node's
+if build_node_client && (cd "$NODE_APP" && npm install --no-audit --no-fund --silent amqplib@^0.10.4 >>"$IDEM_TMP/npm.log" 2>&1); then
+	export NODE_APP
+else
+	echo "not ok - node: amqplib installs"
+fi
 export PY IDEM_TMP
 export PIPELINE_DSN="host=$PGHOST port=$PGPORT user=$PGUSER dbname=idem_brokers"
 

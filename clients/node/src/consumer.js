@@ -1,0 +1,221 @@
+// idem-pg/consumer: consumers of what the Python library's relay
+// (python3 -m idem_pg.relay) publishes, through idem's inbox
+// (docs/messaging.md, "Through a broker").  The same protocol as
+// idem_pg.consumer: Python and Node consumers of one group work together.
+//
+//   import { RedisConsumer } from 'idem-pg/consumer';
+//   const c = new RedisConsumer({ pg: client, redis, topic: 'orders', consumer: 'billing', name: 'billing-2' });
+//   await c.run(async (client, message) => { await client.query('INSERT INTO invoice ...', [...]); });
+//
+// For each delivery: BEGIN, idem_consume(consumer, id), the effect only the
+// first time, COMMIT, then the broker's ack.  Per-key order: one active
+// consumer per partition (a lease in Redis per stream; RabbitMQ's
+// single-active-consumer queues with prefetch 1).  Test hook:
+// IDEM_PG_CONSUMER_CRASH_BEFORE_ACK=N exits after the N-th commit, before
+// its ack.
+import { consume } from './index.js';
+
+const RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+const RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
+
+// A message as the broker delivered it.
+export class Delivery {
+  constructor(fields, partition, redelivered) {
+    this.messageId = String(fields.id);
+    this.key = fields.key ?? null;
+    this.payload = JSON.parse(fields.payload);
+    this.headers = fields.headers ? JSON.parse(fields.headers) : null;
+    this.partition = partition;
+    this.redelivered = redelivered;
+    this.publishedMs = fields.published_ms ? Number(fields.published_ms) : null;
+  }
+}
+
+// The transaction of one delivery: idem_consume, the effect, COMMIT.
+class Inbox {
+  constructor(pg, consumer, ownerOf) {
+    this.pg = pg;
+    this.consumer = consumer;
+    this.ownerOf = ownerOf;
+    this.applied = 0;
+    this.duplicates = 0;
+    this.crashAt = Number(process.env.IDEM_PG_CONSUMER_CRASH_BEFORE_ACK || 0);
+    this.committed = 0;
+  }
+
+  async take(delivery, handler) {
+    const owner = this.ownerOf ? this.ownerOf(delivery) : null;
+    await this.pg.query('BEGIN');
+    let first;
+    try {
+      first = await consume(this.pg, { consumer: this.consumer, messageId: delivery.messageId, owner });
+      if (first) await handler(this.pg, delivery);
+      await this.pg.query('COMMIT');
+    } catch (e) {
+      await this.pg.query('ROLLBACK').catch(() => {});
+      throw e;
+    }
+    if (first) this.applied += 1; else this.duplicates += 1;
+    this.committed += 1;
+    if (this.crashAt && this.committed === this.crashAt) {
+      console.error(`idem-pg/consumer: IDEM_PG_CONSUMER_CRASH_BEFORE_ACK=${this.crashAt}: exiting after the commit, before the ack`);
+      process.exit(70);
+    }
+  }
+}
+
+// A consumer group member on the streams <prefix><topic>.<p>, holding each
+// stream it reads with a lease.  redis: a connected node-redis v4 client.
+export class RedisConsumer {
+  constructor({ pg, redis, topic, consumer, name, partitions = 8, prefix = '', lease = 5, block = 0.5, ownerOf = null }) {
+    this.redis = redis;
+    this.consumer = consumer;
+    this.name = name;
+    this.partitions = partitions;
+    this.leaseMs = Math.round(lease * 1000);
+    this.blockMs = Math.round(block * 1000);
+    this.streams = Array.from({ length: partitions }, (_, p) => `${prefix}${topic}.${p}`);
+    this.inbox = new Inbox(pg, consumer, ownerOf);
+    this.held = new Map();      // partition -> its leftovers handled
+    this.stopping = false;
+    this.ready = false;
+  }
+
+  stop() { this.stopping = true; }
+
+  lock(p) { return `${this.streams[p]}:lease:${this.consumer}`; }
+
+  async setup() {
+    for (const s of this.streams) {
+      try {
+        await this.redis.xGroupCreate(s, this.consumer, '0', { MKSTREAM: true });
+      } catch (e) {
+        if (!String(e.message).includes('BUSYGROUP')) throw e;
+      }
+    }
+    this.ready = true;
+  }
+
+  async hold() {
+    for (let p = 0; p < this.partitions; p++) {
+      if (this.held.has(p)) {
+        const ok = await this.redis.eval(RENEW, { keys: [this.lock(p)], arguments: [this.name, String(this.leaseMs)] });
+        if (!ok) this.held.delete(p);
+      } else if (await this.redis.set(this.lock(p), this.name, { NX: true, PX: this.leaseMs })) {
+        this.held.set(p, false);
+      }
+    }
+  }
+
+  async take(p, entry, redelivered, handler) {
+    await this.inbox.take(new Delivery(entry.message, p, redelivered), handler);
+    await this.redis.xAck(this.streams[p], this.consumer, entry.id);
+  }
+
+  // A stream just taken: what its previous holder left unacknowledged, first, in order.
+  async leftovers(p, handler) {
+    const stream = this.streams[p];
+    let start = '0-0';
+    do {
+      const r = await this.redis.xAutoClaim(stream, this.consumer, this.name, 0, start, { COUNT: 100 });
+      start = r.nextId;
+    } while (start !== '0-0');
+    for (;;) {
+      const r = await this.redis.xReadGroup(this.consumer, this.name, [{ key: stream, id: '0' }], { COUNT: 100 });
+      const entries = r && r.length ? r[0].messages : [];
+      if (!entries.length) break;
+      for (const entry of entries) await this.take(p, entry, true, handler);
+    }
+    this.held.set(p, true);
+  }
+
+  async runOnce(handler) {
+    await this.hold();
+    for (const [p, done] of [...this.held]) if (!done) await this.leftovers(p, handler);
+    if (!this.held.size) {
+      await new Promise((r) => setTimeout(r, this.blockMs));
+      return 0;
+    }
+    const reply = await this.redis.xReadGroup(this.consumer, this.name,
+      [...this.held.keys()].map((p) => ({ key: this.streams[p], id: '>' })), { COUNT: 50, BLOCK: this.blockMs });
+    let n = 0;
+    for (const { name, messages } of reply || []) {
+      const p = this.streams.indexOf(name);
+      for (const entry of messages) {
+        if (!this.held.has(p)) break;       // lost meanwhile: its next holder claims the rest
+        await this.take(p, entry, false, handler);
+        n += 1;
+      }
+    }
+    return n;
+  }
+
+  async run(handler) {
+    while (!this.stopping) {
+      try {
+        if (!this.ready) await this.setup();
+        await this.runOnce(handler);
+      } catch (e) {
+        console.error(`idem-pg/consumer: ${e.message}; again`);
+        this.held.clear();
+        this.ready = false;
+        await new Promise((r) => setTimeout(r, 300));
+      }
+    }
+    for (const p of this.held.keys()) {
+      await this.redis.eval(RELEASE, { keys: [this.lock(p)], arguments: [this.name] }).catch(() => {});
+    }
+  }
+}
+
+// A consumer of the single-active-consumer queues <prefix><topic>.<p>, one
+// message at a time, acknowledged after its commit.  amqp: amqplib's module
+// (the optional peer dependency); url: amqp://user:pass@host:port/vhost.
+export class RabbitConsumer {
+  constructor({ pg, amqp, url, topic, consumer, name, partitions = 8, prefix = '', ownerOf = null }) {
+    this.amqp = amqp;
+    this.url = url;
+    this.name = name;
+    this.queues = Array.from({ length: partitions }, (_, p) => `${prefix}${topic}.${p}`);
+    this.inbox = new Inbox(pg, consumer, ownerOf);
+    this.stopping = false;
+  }
+
+  stop() { this.stopping = true; }
+
+  async run(handler) {
+    while (!this.stopping) {
+      let connection;
+      try {
+        connection = await this.amqp.connect(this.url);
+        const closed = new Promise((resolve) => { connection.on('close', resolve); connection.on('error', () => {}); });
+        const channel = await connection.createChannel();
+        await channel.prefetch(1);
+        for (const [p, q] of this.queues.entries()) {
+          await channel.assertQueue(q, { durable: true, arguments: { 'x-single-active-consumer': true } });
+          await channel.consume(q, async (msg) => {
+            if (msg === null) return;       // the queue was deleted
+            const fields = { ...(msg.properties.headers || {}), payload: msg.content.toString('utf8') };
+            fields.id = fields.id ?? msg.properties.messageId;
+            try {
+              await this.inbox.take(new Delivery(fields, p, msg.fields.redelivered), handler);
+              channel.ack(msg);
+            } catch (e) {
+              console.error(`idem-pg/consumer: ${e.message}; the message comes again`);
+              connection.close().catch(() => {});
+            }
+          }, { noAck: false, consumerTag: `${this.name}-${p}` });
+        }
+        while (!this.stopping) {
+          const tick = new Promise((r) => setTimeout(r, 500, 'tick'));
+          if (await Promise.race([closed, tick]) !== 'tick') break;
+        }
+        await connection.close().catch(() => {});
+      } catch (e) {
+        console.error(`idem-pg/consumer: ${e.message}; reconnecting`);
+        if (connection) await connection.close().catch(() => {});
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    }
+  }
+}
