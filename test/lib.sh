@@ -161,6 +161,24 @@ start_bench_server() {
 # Benchmarks: the median of the numbers on stdin (space- or newline-separated).
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+# Benchmarks: REPS repetitions of `tps WHAT` (the caller's function) under
+# two configurations, which the functions CONFIG_A and CONFIG_B put the
+# server in, alternating which runs first (neither always warms the other
+# up); prints "FIGURES_A|FIGURES_B".
+interleaved() {	# interleaved CONFIG_A CONFIG_B WHAT
+	local a=() b=() r
+	for r in $(seq 1 "$REPS"); do
+		if [ $((r % 2)) -eq 1 ]; then
+			"$1"; a+=("$(tps "$3")")
+			"$2"; b+=("$(tps "$3")")
+		else
+			"$2"; b+=("$(tps "$3")")
+			"$1"; a+=("$(tps "$3")")
+		fi
+	done
+	echo "${a[*]}|${b[*]}"
+}
+
 # Benchmarks: the ratios A_i / B_i of two lists of per-repetition figures,
 # to two decimals, each followed by a space.
 per_repetition_ratios() {	# per_repetition_ratios "A1 A2 ..." "B1 B2 ..."

@@ -47,6 +47,20 @@ PG_FUNCTION_INFO_V1(idem_canonical_json);
 /* GUC variable */
 char	   *idem_fingerprint_keys_file = NULL;
 
+/* A SHA-256 digest (or HMAC) as lowercase hex; hex holds IDEM_HASH_HEX_LEN + 1 bytes. */
+static void
+hex_of(const uint8 *digest, char *hex)
+{
+	static const char xdigits[] = "0123456789abcdef";
+
+	for (int i = 0; i < PG_SHA256_DIGEST_LENGTH; i++)
+	{
+		hex[2 * i] = xdigits[digest[i] >> 4];
+		hex[2 * i + 1] = xdigits[digest[i] & 0x0F];
+	}
+	hex[IDEM_HASH_HEX_LEN] = '\0';
+}
+
 /* The highest secret version a file may hold (fingerprint_version is a smallint). */
 #define FP_MAX_VERSION	32767
 /* The fewest bytes a secret may have. */
@@ -232,7 +246,6 @@ idem_fingerprint_sign_version(void)
 void
 idem_fingerprint_keyed(const char *plain, int version, char *out)
 {
-	static const char xdigits[] = "0123456789abcdef";
 	uint8		mac[PG_SHA256_DIGEST_LENGTH];
 	const FingerprintKey *key = NULL;
 	pg_hmac_ctx *ctx;
@@ -259,12 +272,7 @@ idem_fingerprint_keyed(const char *plain, int version, char *out)
 		elog(ERROR, "idem: could not compute HMAC-SHA-256: %s",
 			 ctx ? pg_hmac_error(ctx) : "out of memory");
 	pg_hmac_free(ctx);
-	for (int i = 0; i < PG_SHA256_DIGEST_LENGTH; i++)
-	{
-		out[2 * i] = xdigits[mac[i] >> 4];
-		out[2 * i + 1] = xdigits[mac[i] & 0x0F];
-	}
-	out[IDEM_HASH_HEX_LEN] = '\0';
+	hex_of(mac, out);
 }
 
 /* Is stored (keyed with version) the fingerprint plain? In constant time. */
@@ -281,7 +289,6 @@ idem_fingerprint_matches(const char *stored, int version, const char *plain)
 void
 idem_sha256_hex(const char *data, size_t len, char *hex)
 {
-	static const char xdigits[] = "0123456789abcdef";
 	uint8		digest[PG_SHA256_DIGEST_LENGTH];
 	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
 
@@ -291,13 +298,7 @@ idem_sha256_hex(const char *data, size_t len, char *hex)
 		elog(ERROR, "idem: could not compute SHA-256 digest: %s",
 			 pg_cryptohash_error(ctx));
 	pg_cryptohash_free(ctx);
-
-	for (int i = 0; i < PG_SHA256_DIGEST_LENGTH; i++)
-	{
-		hex[2 * i] = xdigits[digest[i] >> 4];
-		hex[2 * i + 1] = xdigits[digest[i] & 0x0F];
-	}
-	hex[IDEM_HASH_HEX_LEN] = '\0';
+	hex_of(digest, hex);
 }
 
 /* The fingerprint of a request: SHA-256 of its canonical text. */

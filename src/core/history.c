@@ -252,11 +252,7 @@ idem_history_in_audit(const IdemCatalog *cat, const IdemScope *scope, TimestampT
 	heap = table_open(t->relid, AccessShareLock);
 	index = index_open(t->indexes[HIST_INDEX_KEY], AccessShareLock);
 	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(scope->owner));
-	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[1], F_TEXTEQ, scope->operation_text);
-	ScanKeyEntryInitialize(&skey[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[2], F_TEXTEQ, scope->key_text);
+	idem_scope_scan_keys(skey, index, scope);
 	scan = idem_index_beginscan(heap, index, snapshot, 3, 0);
 	index_rescan(scan, skey, 3, NULL, 0);
 	slot = table_slot_create(heap, NULL);

@@ -240,6 +240,13 @@ idem_result_make(IdemResult *res, bool http_isnull, int32 http_status,
 	return status;
 }
 
+/* The jsonb of a json text. */
+static Jsonb *
+jsonb_of_json(Datum json_text)
+{
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(TextDatumGetCString(json_text))));
+}
+
 /*
  * Refuse (22023) headers in json form that are neither an object of string
  * values nor an array of [name, value] pairs of strings.
@@ -247,8 +254,7 @@ idem_result_make(IdemResult *res, bool http_isnull, int32 http_status,
 static void
 check_header_list(Datum json_text)
 {
-	Jsonb	   *jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
-														 CStringGetDatum(TextDatumGetCString(json_text))));
+	Jsonb	   *jb = jsonb_of_json(json_text);
 	JsonbIterator *it;
 	JsonbValue	v;
 	JsonbIteratorToken tok;
@@ -311,8 +317,7 @@ idem_result_set_header_list(IdemResult *res, Datum header_list)
 static Datum
 headers_of_list(Datum json_text)
 {
-	Jsonb	   *jb = DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
-														 CStringGetDatum(TextDatumGetCString(json_text))));
+	Jsonb	   *jb = jsonb_of_json(json_text);
 	JsonbIterator *it;
 	JsonbValue	v;
 	JsonbIteratorToken tok;
@@ -412,6 +417,20 @@ idem_result_values(const IdemResult *res, Datum *values, bool *nulls)
 }
 
 /*
+ * The scan keys of scope on an index whose first columns are (owner_id,
+ * operation, idempotency_key): uk_idempotency_scope, idem_history_key.
+ */
+void
+idem_scope_scan_keys(ScanKey skey, Relation index, const IdemScope *scope)
+{
+	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(scope->owner));
+	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[1], F_TEXTEQ, scope->operation_text);
+	ScanKeyEntryInitialize(&skey[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[2], F_TEXTEQ, scope->key_text);
+}
+
+/*
  * Begin a scan of the unique index for the scope under snapshot; the
  * relations stay locked until the end of the transaction, as a statement's
  * do.  key_scan_end closes the scan and the index.
@@ -425,12 +444,7 @@ key_scan_begin(const IdemCatalog *cat, const IdemScope *scope, Snapshot snapshot
 	ScanKeyData skey[3];
 	IndexScanDesc scan;
 
-	ScanKeyInit(&skey[0], 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(scope->owner));
-	ScanKeyEntryInitialize(&skey[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[1], F_TEXTEQ, scope->operation_text);
-	ScanKeyEntryInitialize(&skey[2], 0, 3, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[2], F_TEXTEQ, scope->key_text);
-
+	idem_scope_scan_keys(skey, index, scope);
 	scan = idem_index_beginscan(heap, index, snapshot, 3, 0);
 	index_rescan(scan, skey, 3, NULL, 0);
 	*heapp = heap;

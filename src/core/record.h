@@ -11,7 +11,9 @@
 #define IDEM_RECORD_H
 
 #include "datatype/timestamp.h"
+#include "access/skey.h"
 #include "storage/itemptr.h"
+#include "utils/relcache.h"
 
 #include "catalog.h"
 #include "fingerprint.h"
@@ -99,6 +101,7 @@ extern TimestampTz idem_timestamp_plus(TimestampTz now, const Interval *ttl);
 extern TimestampTz idem_plus_positive(TimestampTz now, const Interval *iv, const char *what);
 extern TimestampTz idem_check_ttl(const Interval *ttl, TimestampTz now);
 extern Interval *idem_ttl_arg(FunctionCallInfo fcinfo, int argno, TimestampTz now);
+extern void idem_scope_scan_keys(ScanKey skey, Relation index, const IdemScope *scope);
 extern bool idem_record_read(const IdemCatalog *cat, const IdemScope *scope,
 							 TimestampTz now, IdemRecord *rec);
 extern IdemProbe idem_record_probe(const IdemCatalog *cat, const IdemScope *scope,

@@ -44,20 +44,6 @@ without_policies() { sql -q -c "TRUNCATE public.idem_policy"; }
 trap 'cat "$IDEM_TMP/pgbench.err" >&2; stop_server' EXIT
 
 for what in replay fresh; do
-	none=() some=()
-	for r in $(seq 1 "$REPS"); do
-		# the order alternates: neither configuration always runs first
-		if [ $((r % 2)) -eq 1 ]; then
-			without_policies
-			none+=("$(tps "$what")")
-			with_policies
-			some+=("$(tps "$what")")
-		else
-			with_policies
-			some+=("$(tps "$what")")
-			without_policies
-			none+=("$(tps "$what")")
-		fi
-	done
-	echo "$what: without policies ${none[*]} tps; with 200 policies ${some[*]} tps; ratios $(per_repetition_ratios "${some[*]}" "${none[*]}")"
+	IFS='|' read -r none some <<<"$(interleaved without_policies with_policies "$what")"
+	echo "$what: without policies $none tps; with 200 policies $some tps; ratios $(per_repetition_ratios "$some" "$none")"
 done

@@ -72,20 +72,6 @@ trap 'cat "$IDEM_TMP/pgbench.err" >&2; stop_server' EXIT
 check "with everything on, a record is keyed (version 1)" "1" \
 	"$(everything_on; sql -At -c "SELECT DISTINCT fingerprint_version FROM public.idempotency_record WHERE idempotency_key LIKE 'replay-%'")"
 for what in replay fresh; do
-	off=() on=()
-	for r in $(seq 1 "$REPS"); do
-		# the order alternates: neither configuration always runs first
-		if [ $((r % 2)) -eq 1 ]; then
-			plain
-			off+=("$(tps "$what")")
-			everything_on
-			on+=("$(tps "$what")")
-		else
-			everything_on
-			on+=("$(tps "$what")")
-			plain
-			off+=("$(tps "$what")")
-		fi
-	done
-	echo "$what: plain ${off[*]} tps; keyed + audit + refuse ${on[*]} tps; ratios $(per_repetition_ratios "${on[*]}" "${off[*]}")"
+	IFS='|' read -r off on <<<"$(interleaved plain everything_on "$what")"
+	echo "$what: plain $off tps; keyed + audit + refuse $on tps; ratios $(per_repetition_ratios "$on" "$off")"
 done
