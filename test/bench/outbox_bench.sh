@@ -12,11 +12,16 @@
 #   fetch+ack: batches of 100 (fetch and ack in one statement), 200 per
 #              client, in messages acknowledged per second of wall time, vs a
 #              PL/pgSQL FOR UPDATE SKIP LOCKED queue doing the same (lease,
-#              then ack) without per-key order; idem keyless and over 1,000
-#              keys (one message per key in flight)
+#              then ack) without per-key order, and vs a pgmq-style queue in
+#              plain SQL (pgmq's table: msg_id, read_ct, enqueued_at, vt,
+#              message; read = UPDATE ... SET vt, read_ct over FOR UPDATE SKIP
+#              LOCKED; then DELETE by id); idem keyless and over 1,000 keys
+#              (one message per key in flight), idem's deferred delete of the
+#              acknowledged messages (idem_cleanup_expired) inside the window
 #
 #   bash test/bench/outbox_bench.sh               # 3 repetitions of 10 s
 #   IDEM_BENCH_REPS=5 IDEM_BENCH_SECONDS=5 bash test/bench/outbox_bench.sh
+#   IDEM_BENCH_ONLY=drain bash test/bench/outbox_bench.sh   # fetch+ack only
 source "$(dirname "$0")/../lib.sh"
 
 REPS=${IDEM_BENCH_REPS:-3}
@@ -56,6 +61,20 @@ BEGIN
     UPDATE plain.queue q SET attempt = q.attempt + 1, leased_until = clock_timestamp() + interval '30 seconds'
     FROM d WHERE q.id = d.id RETURNING q.*;
 END $$;
+-- pgmq's queue table and its read and delete, in plain SQL
+CREATE TABLE plain.pgmq (msg_id bigserial PRIMARY KEY, read_ct int NOT NULL DEFAULT 0,
+                         enqueued_at timestamptz NOT NULL DEFAULT now(),
+                         vt timestamptz NOT NULL DEFAULT clock_timestamp(), message jsonb);
+CREATE INDEX ON plain.pgmq (vt);
+CREATE FUNCTION plain.pgmq_read(n int) RETURNS SETOF plain.pgmq LANGUAGE sql AS $$
+    WITH cte AS (SELECT msg_id FROM plain.pgmq WHERE vt <= clock_timestamp()
+                 ORDER BY msg_id LIMIT n FOR UPDATE SKIP LOCKED)
+    UPDATE plain.pgmq m SET vt = clock_timestamp() + interval '30 seconds', read_ct = m.read_ct + 1
+    FROM cte WHERE m.msg_id = cte.msg_id RETURNING m.*
+$$;
+CREATE FUNCTION plain.pgmq_delete(ids bigint[]) RETURNS bigint LANGUAGE sql AS $$
+    WITH d AS (DELETE FROM plain.pgmq WHERE msg_id = ANY (ids) RETURNING 1) SELECT count(*) FROM d
+$$;
 CREATE FUNCTION plain.ack(ids bigint[]) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE n bigint;
 BEGIN
@@ -90,6 +109,9 @@ SQL
 cat >"$W/plain_fetch_ack.sql" <<'SQL'
 SELECT plain.ack(ARRAY(SELECT id FROM plain.fetch('drain', 100))) AS acked \gset
 SQL
+cat >"$W/pgmq_read_delete.sql" <<'SQL'
+SELECT plain.pgmq_delete(ARRAY(SELECT msg_id FROM plain.pgmq_read(100))) AS deleted \gset
+SQL
 
 run_pgbench() {	# run_pgbench NAME [pgbench args]: prints the TPS
 	local name=$1
@@ -108,6 +130,9 @@ fill() {	# fill idem|plain N KEYED
 		sql -c "TRUNCATE public.idem_outbox" -c "SELECT count(public.idem_outbox_emit('drain',
 			'{\"order\": 1}', CASE WHEN $3 THEN 'account-' || g % 1000 END)) FROM generate_series(1, $2) g" >/dev/null
 		sql -c "VACUUM ANALYZE public.idem_outbox" >/dev/null
+	elif [ "$1" = pgmq ]; then
+		sql -c "TRUNCATE plain.pgmq" -c "INSERT INTO plain.pgmq (message)
+			SELECT '{\"order\": 1}' FROM generate_series(1, $2) g" -c "VACUUM ANALYZE plain.pgmq" >/dev/null
 	else
 		sql -c "TRUNCATE plain.queue" -c "INSERT INTO plain.queue (seq, topic, payload)
 			SELECT g, 'drain', '{\"order\": 1}' FROM generate_series(1, $2) g" -c "VACUUM ANALYZE plain.queue" >/dev/null
@@ -117,28 +142,38 @@ fill() {	# fill idem|plain N KEYED
 declare -A TPS MSGS
 N=$((CLIENTS * DRAIN_TXNS * 100))
 log "$REPS interleaved repetitions, $SECONDS_PER_RUN s per run, $CLIENTS clients"
+ONLY=${IDEM_BENCH_ONLY:-}	# "drain": the fetch+ack comparison only
 for rep in $(seq 1 "$REPS"); do
-	for v in emit bare_insert consume on_conflict; do
+	[ "$ONLY" = drain ] || for v in emit bare_insert consume on_conflict; do
 		t=$(run_pgbench "$v.$rep" -T "$SECONDS_PER_RUN" -f "$W/$v.sql")
 		TPS[$v]="${TPS[$v]:-} $t"
 		log "  rep $rep $v: $t TPS"
 	done
 	# where NOTIFY's commit serialization would show: each commit waits for its flush
-	for v in emit bare_insert; do
+	[ "$ONLY" = drain ] || for v in emit bare_insert; do
 		t=$(PGOPTIONS="-c synchronous_commit=on" run_pgbench "${v}_sync.$rep" -T "$SECONDS_PER_RUN" -f "$W/$v.sql")
 		TPS[${v}_sync]="${TPS[${v}_sync]:-} $t"
 		log "  rep $rep $v (synchronous_commit = on): $t TPS"
 	done
-	for v in fetch_ack_false fetch_ack_true plain_fetch_ack; do
+	for v in fetch_ack_false fetch_ack_true plain_fetch_ack pgmq; do
 		case $v in
 		fetch_ack_false) fill idem "$N" false; table=public.idem_outbox; script=fetch_ack ;;
 		fetch_ack_true) fill idem "$N" true; table=public.idem_outbox; script=fetch_ack ;;
 		plain_fetch_ack) fill plain "$N" false; table=plain.queue; script=plain_fetch_ack ;;
+		pgmq) fill pgmq "$N"; table=plain.pgmq; script=pgmq_read_delete ;;
 		esac
+		before=$(sql -At -c "SELECT count(*) FROM $table")
 		start=$(date +%s.%N)
 		run_pgbench "$v.$rep" -t "$DRAIN_TXNS" -f "$W/$script.sql" >/dev/null
+		# idem deletes what was acknowledged later, in the cleanup: inside the window
+		case $v in fetch_ack_*) acked=$(sql -At -c "SELECT count(*) FROM $table WHERE acked_at IS NOT NULL")
+			sql -c "SELECT public.idem_cleanup_expired(10000)" >/dev/null ;; esac
 		end=$(date +%s.%N)
-		acked=$(sql -At -c "SELECT count(*) FROM $table WHERE acked_at IS NOT NULL")
+		case $v in
+		fetch_ack_*) ;;
+		pgmq) acked=$((before - $(sql -At -c "SELECT count(*) FROM $table"))) ;;
+		*) acked=$(sql -At -c "SELECT count(*) FROM $table WHERE acked_at IS NOT NULL") ;;
+		esac
 		t=$(awk -v n="$acked" -v a="$start" -v b="$end" 'BEGIN {printf "%.0f", n / (b - a)}')
 		MSGS[$v]="${MSGS[$v]:-} $t"
 		log "  rep $rep $v: $acked messages acknowledged, $t messages/s"
@@ -153,11 +188,16 @@ pair() {	# pair LABEL A B: medians and per-repetition ratios A / B
 	printf '%s: %s %.0f TPS, %s %.0f TPS; ratio per repetition: %s(median %s)\n' "$1" \
 		"$2" "$(echo "${TPS[$2]}" | median)" "$3" "$(echo "${TPS[$3]}" | median)" "$per" "$(echo "$per" | median)"
 }
-pair "emit (one keyed message per transaction)" emit bare_insert
-pair "emit, synchronous_commit = on" emit_sync bare_insert_sync
-pair "consume (new message ids)" consume on_conflict
+if [ "$ONLY" != drain ]; then
+	pair "emit (one keyed message per transaction)" emit bare_insert
+	pair "emit, synchronous_commit = on" emit_sync bare_insert_sync
+	pair "consume (new message ids)" consume on_conflict
+fi
 msgs() { echo "${MSGS[$1]}" | median; }
 echo "fetch+ack, batches of 100, 8 workers: idem keyless $(msgs fetch_ack_false) messages/s," \
 	"idem over 1,000 keys (per-key order) $(msgs fetch_ack_true) messages/s," \
-	"PL/pgSQL SKIP LOCKED queue $(msgs plain_fetch_ack) messages/s" \
-	"(ratio keyless $(awk -v a="$(msgs fetch_ack_false)" -v b="$(msgs plain_fetch_ack)" 'BEGIN {printf "%.2f", a / b}'))"
+	"PL/pgSQL SKIP LOCKED queue $(msgs plain_fetch_ack) messages/s," \
+	"pgmq-style read + delete $(msgs pgmq) messages/s" \
+	"(ratios to pgmq: keyless $(awk -v a="$(msgs fetch_ack_false)" -v b="$(msgs pgmq)" 'BEGIN {printf "%.2f", a / b}')," \
+	"keyed $(awk -v a="$(msgs fetch_ack_true)" -v b="$(msgs pgmq)" 'BEGIN {printf "%.2f", a / b}');" \
+	"idem's include its cleanup of the acknowledged messages)"

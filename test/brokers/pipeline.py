@@ -199,11 +199,13 @@ def main():
     elapsed = time.monotonic() - t0
     for proc in list(relays.values()) + list(consumers.values()):
         proc.send_signal(signal.SIGTERM)
+    stopped = []
     for proc in list(relays.values()) + list(consumers.values()):
         try:
-            proc.wait(timeout=10)
+            stopped.append(proc.wait(timeout=10))
         except subprocess.TimeoutExpired:
             proc.kill()
+            stopped.append("still running")
 
     committed = scalar("SELECT count(*) FROM biz")
     check("%d of %d business transactions committed (%d rolled back), on %d keys" % (
@@ -227,6 +229,8 @@ def main():
         by = dict(db().execute("SELECT consumer_name, count(*) FROM effect GROUP BY 1").fetchall())
         check("the Python consumer (until its crash) and then the Node consumer (idem-pg/consumer) applied them, in one group",
               by.get("c1", 0) >= 300 and by.get("c2", 0) > 0, by)
+    check("SIGTERM stops the two relays and the two consumers, each with status 0, within 10 s",
+          stopped == [0, 0, 0, 0], stopped)
     check("the outbox holds no unacknowledged message", scalar(
         "SELECT count(*) FROM idem_outbox WHERE topic = %s AND acked_at IS NULL", TOPIC) == 0)
     lags = [r[0] for r in db().execute("SELECT relay_lag_ms FROM effect WHERE relay_lag_ms IS NOT NULL ORDER BY 1")]

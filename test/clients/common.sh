@@ -210,13 +210,13 @@ build_java_client() {
 	log "javac and jar: clients/java"
 	if ! javac -Xlint:all -Werror -d "$JAVA_BUILD/classes" -cp "$J/postgresql.jar:$J/tomcat10-embed-core.jar" \
 		$(find "$CLIENTS/java/src" -name '*.java') >"$JAVA_BUILD/javac.log" 2>&1 ||
-		! jar --create --file "$JAVA_BUILD/idem-pg-1.9.0.jar" -C "$JAVA_BUILD/classes" . ; then
+		! jar --create --file "$JAVA_BUILD/idem-pg-1.11.0.jar" -C "$JAVA_BUILD/classes" . ; then
 		cat "$JAVA_BUILD/javac.log" >&2
 		echo "not ok - java: the jar builds"
 		return 1
 	fi
-	echo "ok - java: the jar builds with -Xlint:all -Werror (idem-pg-1.9.0.jar)"
-	JAVA_JARCP=$JAVA_BUILD/idem-pg-1.9.0.jar:$J/postgresql.jar
+	echo "ok - java: the jar builds with -Xlint:all -Werror (idem-pg-1.11.0.jar)"
+	JAVA_JARCP=$JAVA_BUILD/idem-pg-1.11.0.jar:$J/postgresql.jar
 	JAVA_APPCP=$JAVA_BUILD/example:$JAVA_JARCP:$J/tomcat10-embed-core.jar:$J/jakarta-annotation-api.jar
 	if ! javac -Xlint:all -Werror -d "$JAVA_BUILD/example" -cp "$JAVA_APPCP" "$EXAMPLES/java/OrderServer.java" \
 		>"$JAVA_BUILD/javac-ex.log" 2>&1; then
