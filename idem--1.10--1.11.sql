@@ -241,6 +241,8 @@ DECLARE
     total bigint := 0;
     n bigint;
     batches integer;
+    tbl text;
+    keys text;
 BEGIN
     IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
         RAISE EXCEPTION 'permission denied to forget an owner'
@@ -259,38 +261,23 @@ BEGIN
             DETAIL = pg_catalog.format('The call has max_batches %s.', max_batches);
     END IF;
 
-    batches := 0;
+    -- each table in statements of batch_size rows, at most max_batches
+    FOR tbl, keys IN SELECT * FROM (VALUES
+        ('@extschema@.idempotency_record', 'id'),
+        ('@extschema@.idem_history', 'record_id'),
+        ('@extschema@.idem_inbox', 'consumer, message_id')) AS t (tbl, keys)
     LOOP
-        DELETE FROM @extschema@.idempotency_record r
-        WHERE r.owner_id OPERATOR(pg_catalog.=) owner AND r.id IN (
-            SELECT s.id FROM @extschema@.idempotency_record s
-            WHERE s.owner_id OPERATOR(pg_catalog.=) owner LIMIT batch_size);
-        GET DIAGNOSTICS n = ROW_COUNT;
-        total := total OPERATOR(pg_catalog.+) n;
-        batches := batches OPERATOR(pg_catalog.+) 1;
-        EXIT WHEN n OPERATOR(pg_catalog.<) batch_size OR batches OPERATOR(pg_catalog.>=) max_batches;
-    END LOOP;
-    batches := 0;
-    LOOP
-        DELETE FROM @extschema@.idem_history h
-        WHERE h.owner_id OPERATOR(pg_catalog.=) owner AND h.record_id IN (
-            SELECT s.record_id FROM @extschema@.idem_history s
-            WHERE s.owner_id OPERATOR(pg_catalog.=) owner LIMIT batch_size);
-        GET DIAGNOSTICS n = ROW_COUNT;
-        total := total OPERATOR(pg_catalog.+) n;
-        batches := batches OPERATOR(pg_catalog.+) 1;
-        EXIT WHEN n OPERATOR(pg_catalog.<) batch_size OR batches OPERATOR(pg_catalog.>=) max_batches;
-    END LOOP;
-    batches := 0;
-    LOOP
-        DELETE FROM @extschema@.idem_inbox i
-        WHERE (i.consumer, i.message_id) IN (
-            SELECT s.consumer, s.message_id FROM @extschema@.idem_inbox s
-            WHERE s.owner_id OPERATOR(pg_catalog.=) owner LIMIT batch_size);
-        GET DIAGNOSTICS n = ROW_COUNT;
-        total := total OPERATOR(pg_catalog.+) n;
-        batches := batches OPERATOR(pg_catalog.+) 1;
-        EXIT WHEN n OPERATOR(pg_catalog.<) batch_size OR batches OPERATOR(pg_catalog.>=) max_batches;
+        batches := 0;
+        LOOP
+            EXECUTE pg_catalog.format(
+                'DELETE FROM %1$s WHERE owner_id OPERATOR(pg_catalog.=) $1 AND (%2$s) IN'
+                ' (SELECT %2$s FROM %1$s WHERE owner_id OPERATOR(pg_catalog.=) $1 LIMIT $2)', tbl, keys)
+                USING owner, batch_size;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            total := total OPERATOR(pg_catalog.+) n;
+            batches := batches OPERATOR(pg_catalog.+) 1;
+            EXIT WHEN n OPERATOR(pg_catalog.<) batch_size OR batches OPERATOR(pg_catalog.>=) max_batches;
+        END LOOP;
     END LOOP;
     RETURN total;
 END

@@ -161,6 +161,24 @@ start_bench_server() {
 # Benchmarks: the median of the numbers on stdin (space- or newline-separated).
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
+# Benchmarks: the generic API's replay (idem_begin of one of 1000 finished
+# keys of operation BENCH) and fresh call (idem_begin + idem_finish of a new
+# key, one transaction) as pgbench scripts $IDEM_TMP/replay.pgbench and
+# $IDEM_TMP/fresh.pgbench.
+write_api_pgbench_scripts() {
+	cat >"$IDEM_TMP/replay.pgbench" <<-'SQL'
+	\set i random(1, 1000)
+	SELECT replayed FROM public.idem_begin(1, 'BENCH', 'replay-' || lpad(:i::text, 12, '0'), '{}');
+	SQL
+	cat >"$IDEM_TMP/fresh.pgbench" <<-'SQL'
+	\set r random(1, 1000000000000)
+	BEGIN;
+	SELECT replayed FROM public.idem_begin(:client_id, 'BENCH', 'fresh-' || :client_id || '-' || lpad(:r::text, 13, '0'), '{}');
+	SELECT public.idem_finish(:client_id, 'BENCH', 'fresh-' || :client_id || '-' || lpad(:r::text, 13, '0'), 201, '{}');
+	COMMIT;
+	SQL
+}
+
 # Benchmarks: REPS repetitions of `tps WHAT` (the caller's function) under
 # two configurations, which the functions CONFIG_A and CONFIG_B put the
 # server in, alternating which runs first (neither always warms the other

@@ -20,17 +20,7 @@ sql -c "SELECT count(*) FROM generate_series(1, 1000) i,
 	LATERAL public.idem_begin(1, 'BENCH', 'replay-' || lpad(i::text, 12, '0'), '{}') b,
 	LATERAL public.idem_finish(1, 'BENCH', 'replay-' || lpad(i::text, 12, '0'), 201, '{}')" >/dev/null
 
-cat >"$IDEM_TMP/replay.pgbench" <<'SQL'
-\set i random(1, 1000)
-SELECT replayed FROM public.idem_begin(1, 'BENCH', 'replay-' || lpad(:i::text, 12, '0'), '{}');
-SQL
-cat >"$IDEM_TMP/fresh.pgbench" <<'SQL'
-\set r random(1, 1000000000000)
-BEGIN;
-SELECT replayed FROM public.idem_begin(:client_id, 'BENCH', 'fresh-' || :client_id || '-' || lpad(:r::text, 13, '0'), '{}');
-SELECT public.idem_finish(:client_id, 'BENCH', 'fresh-' || :client_id || '-' || lpad(:r::text, 13, '0'), 201, '{}');
-COMMIT;
-SQL
+write_api_pgbench_scripts
 
 tps() {	# tps SCRIPT
 	"$PG_BINDIR/pgbench" -n -M prepared -c 4 -j 2 -T "$SECONDS_PER_RUN" -f "$IDEM_TMP/$1.pgbench" "$DB" 2>"$IDEM_TMP/pgbench.err" |
