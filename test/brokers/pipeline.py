@@ -16,6 +16,7 @@ and each key's effects happened in commit order.
 
 Prints one "ok - ..." / "not ok - ..." line per check and "# ..." figures.
 """
+import atexit
 import os
 import random
 import signal
@@ -128,11 +129,27 @@ process.exit(0);
 """
 
 
+CHILDREN = []
+
+
+@atexit.register
+def _no_orphans():
+    """Whatever happens to this script, its relays, consumers and producers go with it."""
+    for proc in CHILDREN:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def started(proc):
+    CHILDREN.append(proc)
+    return proc
+
+
 def start_relay(tag):
     log = open(os.path.join(os.environ.get("IDEM_TMP", "/tmp"), "relay-%s-%s.log" % (RUN, tag)), "a")
-    return subprocess.Popen([PY, "-m", "idem_pg.relay", "--dsn", DSN, "--topic", TOPIC, "--broker", URL,
+    return started(subprocess.Popen([PY, "-m", "idem_pg.relay", "--dsn", DSN, "--topic", TOPIC, "--broker", URL,
                              "--partitions", str(PARTITIONS), "--prefix", PREFIX, "--lease", "2", "--poll", "0.2"],
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT))
 
 
 def start_consumer(name, crash_at=None):
@@ -146,10 +163,10 @@ def start_consumer(name, crash_at=None):
         script = os.path.join(node_app, "broker-consumer.mjs")
         with open(script, "w") as f:
             f.write(NODE_CONSUMER)
-        return subprocess.Popen(["node", script, URL, CONSUMER, name, PREFIX, str(PARTITIONS), TOPIC],
-                                env=env, stdout=log, stderr=subprocess.STDOUT, cwd=node_app)
-    return subprocess.Popen([PY, "-c", CONSUMER_CODE, DSN, TOPIC, URL, CONSUMER, name, PREFIX, str(PARTITIONS)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
+        return started(subprocess.Popen(["node", script, URL, CONSUMER, name, PREFIX, str(PARTITIONS), TOPIC],
+                                        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=node_app))
+    return started(subprocess.Popen([PY, "-c", CONSUMER_CODE, DSN, TOPIC, URL, CONSUMER, name, PREFIX, str(PARTITIONS)],
+                                    env=env, stdout=log, stderr=subprocess.STDOUT))
 
 
 def scalar(sql, *args):
@@ -160,7 +177,7 @@ def scalar(sql, *args):
 def main():
     setup()
     relays = {"a": start_relay("a"), "b": start_relay("b")}
-    producers = [subprocess.Popen([PY, __file__, "--produce", str(p)]) for p in range(PRODUCERS)]
+    producers = [started(subprocess.Popen([PY, __file__, "--produce", str(p)])) for p in range(PRODUCERS)]
     # c1 first, alone until it applies messages: it holds every partition,
     # so its test hook (exit after its 300th commit, before that ack) fires;
     # c2 then takes the partitions over

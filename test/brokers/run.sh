@@ -38,22 +38,24 @@ redis_start() {
 	return 1
 }
 redis_stop() { redis-cli -p "$redis_port" shutdown >/dev/null 2>&1 || true; for _ in $(seq 1 100); do [ -f "$redis_dir/redis.pid" ] || return 0; sleep 0.05; done; }
-trap 'redis_stop; rabbit_stop 2>/dev/null; stop_server' EXIT
+rabbit_stop() { :; }	# until rabbitmq.sh is sourced
+trap 'redis_stop; rabbit_stop; stop_server' EXIT
 redis_start
 export -f redis_start redis_stop
 export redis_port redis_dir
 log "Redis Streams on 127.0.0.1:$redis_port"
-"$PY" "$here/pipeline.py" redis "redis://127.0.0.1:$redis_port/0" bash -c 'redis_stop && redis_start'
+"$PY" "$here/pipeline.py" redis "redis://127.0.0.1:$redis_port/0" bash -c 'redis_stop && redis_start' ||
+	echo "not ok - redis: the pipeline ran to its end"
 redis_stop
 
 # ---- RabbitMQ: its own node name, ports, data directory and cookie ----
-rabbit_stop() { :; }
 if command -v rabbitmq-server >/dev/null || [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
 	source "$here/rabbitmq.sh"
 	if rabbit_start; then
 		trap 'redis_stop; rabbit_stop; stop_server' EXIT
 		log "RabbitMQ on 127.0.0.1:$RABBIT_PORT"
-		"$PY" "$here/pipeline.py" rabbitmq "amqp://guest:guest@127.0.0.1:$RABBIT_PORT/%2F" bash "$here/rabbitmq.sh" restart
+		"$PY" "$here/pipeline.py" rabbitmq "amqp://guest:guest@127.0.0.1:$RABBIT_PORT/%2F" bash "$here/rabbitmq.sh" restart ||
+			echo "not ok - rabbitmq: the pipeline ran to its end"
 	else
 		echo "not ok - rabbitmq: the broker starts"
 		tail -n 30 "$RABBIT_DIR/log/server.out" >&2
