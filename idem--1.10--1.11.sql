@@ -373,29 +373,26 @@ BEGIN
         END IF;
     END LOOP;
 
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) '@extschema@.idempotency_record'::pg_catalog.regclass) THEN
-        PERFORM pg_catalog.create_distributed_table('@extschema@.idempotency_record', 'owner_id');
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) '@extschema@.purchase_order'::pg_catalog.regclass) THEN
-        PERFORM pg_catalog.create_distributed_table('@extschema@.purchase_order', 'owner_id',
-                                                    colocate_with => '@extschema@.idempotency_record');
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) '@extschema@.idem_inbox'::pg_catalog.regclass) THEN
-        PERFORM pg_catalog.create_distributed_table('@extschema@.idem_inbox', 'consumer');
-    END IF;
-    -- 1.11: an owner's history with its records; the policies on every node;
+    -- the distributed tables, each once: records and orders by owner,
+    -- co-located; the inbox by consumer; (1.11) an owner's history with its
+    -- records
+    FOR r IN SELECT * FROM (VALUES
+                 ('@extschema@.idempotency_record', 'owner_id', 'default'),
+                 ('@extschema@.purchase_order', 'owner_id', '@extschema@.idempotency_record'),
+                 ('@extschema@.idem_inbox', 'consumer', 'default'),
+                 ('@extschema@.idem_history', 'owner_id', '@extschema@.idempotency_record')) AS v (tbl, col, colocate)
+    LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                        WHERE p.logicalrelid OPERATOR(pg_catalog.=) r.tbl::pg_catalog.regclass) THEN
+            PERFORM pg_catalog.create_distributed_table(r.tbl::pg_catalog.regclass, r.col,
+                                                        colocate_with => r.colocate);
+        END IF;
+    END LOOP;
     -- the inbox by owner (on a cluster distributed before 1.11)
     IF pg_catalog.to_regclass('@extschema@.idem_inbox_owner') IS NULL THEN
         CREATE INDEX idem_inbox_owner ON @extschema@.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
     END IF;
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) '@extschema@.idem_history'::pg_catalog.regclass) THEN
-        PERFORM pg_catalog.create_distributed_table('@extschema@.idem_history', 'owner_id',
-                                                    colocate_with => '@extschema@.idempotency_record');
-    END IF;
+    -- the policies on every node
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
                     WHERE p.logicalrelid OPERATOR(pg_catalog.=) '@extschema@.idem_policy'::pg_catalog.regclass) THEN
         -- its statement trigger only tells the node's backends that the
