@@ -226,17 +226,30 @@ assign_allowed_owners(const char *newval, void *extra)
 }
 
 /*
+ * Is owner one the current role may act for (idem.allowed_owners; every
+ * owner when it is empty)?  What idem_audit shows a role outside
+ * pg_monitor.
+ */
+bool
+idem_owner_allowed(int64 owner)
+{
+	if (allowed_owners == NULL)
+		return true;
+	for (int i = 0; i < allowed_owners->n; i++)
+		if (owner >= allowed_owners->r[i].lo && owner <= allowed_owners->r[i].hi)
+			return true;
+	return false;
+}
+
+/*
  * Refuse (42501) an owner outside idem.allowed_owners, the owners the
  * current role is bound to; an empty setting binds nothing.
  */
 void
 idem_check_owner(int64 owner)
 {
-	if (allowed_owners == NULL)
+	if (idem_owner_allowed(owner))
 		return;
-	for (int i = 0; i < allowed_owners->n; i++)
-		if (owner >= allowed_owners->r[i].lo && owner <= allowed_owners->r[i].hi)
-			return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("owner " INT64_FORMAT " is not one this session may act for", owner),
@@ -861,20 +874,4 @@ idem_report_key_expired(const IdemScope *scope, TimestampTz expired_at, Timestam
 					   scope->owner, scope->operation, scope->key, timestamptz_to_str(audit_until)),
 			 errhint("The request was executed before and is not executed again. Send a new idempotency key for a new request; an HTTP API answers 422 Unprocessable Content.")));
 	pg_unreachable();
-}
-
-/*
- * Is owner one the current role may act for (idem.allowed_owners; every
- * owner when it is empty)?  What idem_audit shows a role outside
- * pg_monitor.
- */
-bool
-idem_owner_allowed(int64 owner)
-{
-	if (allowed_owners == NULL)
-		return true;
-	for (int i = 0; i < allowed_owners->n; i++)
-		if (owner >= allowed_owners->r[i].lo && owner <= allowed_owners->r[i].hi)
-			return true;
-	return false;
 }
