@@ -16,6 +16,11 @@
 import { consume } from './index.js';
 
 const RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+// new entries of a stream, read only while the reader holds its lease: a
+// consumer whose lease lapsed cannot take entries its successor would miss
+const READ = "if redis.call('get', KEYS[1]) == ARGV[1] then "
+  + "return redis.call('xreadgroup', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[2], '>') "
+  + 'else return false end';
 const RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
 
 // A message as the broker delivered it.
@@ -96,20 +101,30 @@ export class RedisConsumer {
     this.ready = true;
   }
 
+  // Renew the lease of a stream held; false (and let go of it) if it lapsed.
+  async renew(p) {
+    if (await this.redis.eval(RENEW, { keys: [this.lock(p)], arguments: [this.name, String(this.leaseMs)] })) return true;
+    this.held.delete(p);
+    return false;
+  }
+
   async hold() {
     for (let p = 0; p < this.partitions; p++) {
       if (this.held.has(p)) {
-        const ok = await this.redis.eval(RENEW, { keys: [this.lock(p)], arguments: [this.name, String(this.leaseMs)] });
-        if (!ok) this.held.delete(p);
+        await this.renew(p);
       } else if (await this.redis.set(this.lock(p), this.name, { NX: true, PX: this.leaseMs })) {
         this.held.set(p, false);
       }
     }
   }
 
+  // One entry, under a lease renewed for it (a slow batch cannot outlive the
+  // lease); false, with nothing done, if the lease had lapsed.
   async take(p, entry, redelivered, handler) {
+    if (!await this.renew(p)) return false;
     await this.inbox.take(new Delivery(entry.message, p, redelivered), handler);
     await this.redis.xAck(this.streams[p], this.consumer, entry.id);
+    return true;
   }
 
   // A stream just taken: what its previous holder left unacknowledged, first, in order.
@@ -124,7 +139,7 @@ export class RedisConsumer {
       const r = await this.redis.xReadGroup(this.consumer, this.name, [{ key: stream, id: '0' }], { COUNT: 100 });
       const entries = r && r.length ? r[0].messages : [];
       if (!entries.length) break;
-      for (const entry of entries) await this.take(p, entry, true, handler);
+      for (const entry of entries) if (!await this.take(p, entry, true, handler)) return;
     }
     this.held.set(p, true);
   }
@@ -136,17 +151,18 @@ export class RedisConsumer {
       await new Promise((r) => setTimeout(r, this.blockMs));
       return 0;
     }
-    const reply = await this.redis.xReadGroup(this.consumer, this.name,
-      [...this.held.keys()].map((p) => ({ key: this.streams[p], id: '>' })), { COUNT: 50, BLOCK: this.blockMs });
     let n = 0;
-    for (const { name, messages } of reply || []) {
-      const p = this.streams.indexOf(name);
-      for (const entry of messages) {
-        if (!this.held.has(p)) break;       // lost meanwhile: its next holder claims the rest
-        await this.take(p, entry, false, handler);
+    for (const p of [...this.held.keys()]) {
+      const reply = await this.redis.eval(READ, { keys: [this.lock(p), this.streams[p]], arguments: [this.name, this.consumer, '50'] });
+      for (const [id, flat] of (reply ? reply[0][1] : [])) {
+        const message = {};
+        for (let i = 0; i < flat.length; i += 2) message[flat[i]] = flat[i + 1];
+        // lost: its next holder claims the rest
+        if (!this.held.has(p) || !await this.take(p, { id, message }, false, handler)) break;
         n += 1;
       }
     }
+    if (n === 0) await new Promise((r) => setTimeout(r, this.blockMs / 5));
     return n;
   }
 

@@ -121,6 +121,11 @@ def _delivery(fields: Dict[str, str], partition: int, redelivered: bool) -> Deli
 
 # a lease is released only by its holder
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+# new entries of a stream, read only while the reader holds its lease: a
+# consumer whose lease lapsed cannot take entries its successor would miss
+_READ = ("if redis.call('get', KEYS[1]) == ARGV[1] then "
+         "return redis.call('xreadgroup', 'GROUP', ARGV[2], ARGV[1], 'COUNT', ARGV[3], 'STREAMS', KEYS[2], '>') "
+         "else return false end")
 _RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
 
 
@@ -156,13 +161,19 @@ class RedisConsumer:
     def _lock(self, p: int) -> str:
         return "%s:lease:%s" % (self.streams[p], self.consumer)
 
+    def _renew(self, p: int) -> bool:
+        """Renew the lease of a stream held; False (and let go of it) if it lapsed."""
+        if self.redis.eval(_RENEW, 1, self._lock(p), self.name, self.lease_ms):
+            return True
+        log.warning("idem_pg.consumer: %s lost stream %s", self.name, self.streams[p])
+        del self.held[p]
+        return False
+
     def _hold(self) -> None:
         """Renew the leases held; take the free ones."""
         for p in range(self.partitions):
             if p in self.held:
-                if not self.redis.eval(_RENEW, 1, self._lock(p), self.name, self.lease_ms):
-                    log.warning("idem_pg.consumer: %s lost stream %s", self.name, self.streams[p])
-                    del self.held[p]
+                self._renew(p)
             elif self.redis.set(self._lock(p), self.name, nx=True, px=self.lease_ms):
                 self.held[p] = False
 
@@ -181,12 +192,19 @@ class RedisConsumer:
             if not items:
                 break
             for entry_id, fields in items:
-                self._take(p, entry_id, fields, True, handler)
+                if not self._take(p, entry_id, fields, True, handler):
+                    return
         self.held[p] = True
 
-    def _take(self, p: int, entry_id: str, fields: Dict[str, str], redelivered: bool, handler: Handler) -> None:
+    def _take(self, p: int, entry_id: str, fields: Dict[str, str], redelivered: bool, handler: Handler) -> bool:
+        """One entry, under a lease renewed for it: no other consumer can hold the
+        stream before this entry is acknowledged (a slow batch cannot outlive
+        the lease).  False, with nothing done, if the lease had lapsed."""
+        if not self._renew(p):
+            return False
         self.inbox.take(_delivery(fields, p, redelivered), handler)
         self.redis.xack(self.streams[p], self.consumer, entry_id)
+        return True
 
     def run_once(self, handler: Handler) -> int:
         self._hold()
@@ -196,16 +214,17 @@ class RedisConsumer:
         if not self.held:
             time.sleep(self.block_ms / 1000.0)
             return 0
-        reply = self.redis.xreadgroup(self.consumer, self.name, {self.streams[p]: ">" for p in self.held},
-                                      count=50, block=self.block_ms)
         n = 0
-        for stream, items in reply or []:
-            p = self.streams.index(stream)
-            for entry_id, fields in items:
-                if p not in self.held:
-                    break       # lost meanwhile: its next holder claims the rest
-                self._take(p, entry_id, fields, False, handler)
+        for p in list(self.held):
+            reply = self.redis.eval(_READ, 2, self._lock(p), self.streams[p], self.name, self.consumer, 50)
+            for entry_id, flat in (reply[0][1] if reply else []):
+                fields = dict(zip(flat[0::2], flat[1::2]))
+                # lost: its next holder claims the rest
+                if p not in self.held or not self._take(p, entry_id, fields, False, handler):
+                    break
                 n += 1
+        if n == 0:
+            time.sleep(self.block_ms / 1000.0 / 5)
         return n
 
     def run(self, handler: Handler) -> None:
