@@ -12,7 +12,7 @@ OBJS = src/idem.o \
 	src/api/policies.o src/api/task.o src/api/task_sessions.o src/api/task_lease.o src/api/task_holder.o
 
 EXTENSION = idem
-DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql idem--1.2--1.3.sql idem--1.3--1.4.sql idem--1.4--1.5.sql idem--1.5--1.6.sql idem--1.6--1.7.sql idem--1.7--1.8.sql idem--1.8--1.9.sql idem--1.9--1.10.sql idem--1.10--1.11.sql
+DATA = idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql idem--1.2--1.3.sql idem--1.3--1.4.sql idem--1.4--1.5.sql idem--1.5--1.6.sql idem--1.6--1.7.sql idem--1.7--1.8.sql idem--1.8--1.9.sql idem--1.9--1.10.sql idem--1.10--1.11.sql idem--1.11--1.12.sql
 
 IDEM_SRC_DIRS = src src/storage src/citus src/runtime src/core src/api
 PG_CPPFLAGS = $(addprefix -I$(srcdir)/,$(IDEM_SRC_DIRS))
@@ -24,7 +24,7 @@ PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter
 REGRESS = jcs jcs_numbers encoding order cleanup writes api policy retention headers tasks distribute outbox inbox health stats owners operations grant hijack scripts rename tempschema security upgrade
 REGRESS_OPTS = --load-extension=idem --load-extension=pgcrypto
 
-ISOLATION = claim-race-2 claim-race-3 in-flight-timeout policy-invalidation repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint bypass-writer api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race inbox-race stats-waits task-lease-race task-submit-race task-takeover refuse-cleanup-race
+ISOLATION = claim-race-2 claim-race-3 in-flight-timeout policy-invalidation repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint bypass-writer api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race outbox-ack-share inbox-race stats-waits task-lease-race task-submit-race task-takeover refuse-cleanup-race
 ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation --load-extension=idem
 
 # the cleanup worker, restarts, crashes, a standby: PostgreSQL::Test::Cluster (t/*.pl)

@@ -3,7 +3,7 @@
 -- idem_outbox_ack.  A message exists if and only if its transaction
 -- commits; per key, delivery follows commit order and waits for the
 -- acknowledgement of the message before it; input rules; replays emit
--- nothing; the cleanup deletes acknowledged messages.
+-- nothing; an acknowledgement deletes its messages (1.12).
 --
 \set SHOW_CONTEXT never
 TRUNCATE idem_outbox;
@@ -84,6 +84,23 @@ SELECT idem_outbox_emit('shipments', jsonb_build_object('n', n), 'order-9') > 0 
 FROM generate_series(1, 3) n;
 COMMIT;
 SELECT payload, ready FROM idem_outbox WHERE msg_key = 'order-9' ORDER BY commit_seq;
+-- an acknowledgement of a message behind its key's head (an id no fetch
+-- handed out): it goes, the head stays the one deliverable message, and
+-- the head's acknowledgement passes over the gap
+SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox WHERE payload = '{"n": 2}')) AS behind_acked;
+SELECT payload, ready FROM idem_outbox WHERE msg_key = 'order-9' ORDER BY commit_seq;
+SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox WHERE payload = '{"n": 1}')) AS head_acked;
+SELECT payload, ready FROM idem_outbox WHERE msg_key = 'order-9' ORDER BY commit_seq;
+-- an acknowledgement of more than 16 keys' heads at once (the all-keys
+-- lock), some keys with messages behind: each key's next one is its head
+TRUNCATE idem_outbox;
+SELECT count(idem_outbox_emit('many', jsonb_build_object('n', n), 'key-' || k)) AS emitted
+FROM generate_series(1, 3) n, generate_series(1, 30) k WHERE n = 1 OR k % 3 = 0;
+SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox_fetch('many', 100))) AS acked;
+SELECT count(*) AS keys_left, count(*) FILTER (WHERE ready) AS ready,
+       bool_and(ready = (payload->>'n' = '2')) AS each_next_ready
+FROM idem_outbox WHERE topic = 'many';
+SELECT count(*) AS fetched, bool_and(payload->>'n' = '2') AS all_second FROM idem_outbox_fetch('many', 100);
 
 -- A lease that lapses: the message is fetched again, attempt 2.
 TRUNCATE idem_outbox;
@@ -111,7 +128,8 @@ COMMIT;
 SELECT replayed FROM idem_begin(1, 'SHIP', 'outbox-replay-key-02', '{"order": "o-2"}');
 SELECT msg_key, payload FROM idem_outbox WHERE topic = 'ship' ORDER BY message_id;
 
--- The cleanup deletes acknowledged messages only.
+-- An acknowledgement deletes its messages at once (1.12): the cleanup has
+-- none of the outbox's left to delete.
 SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox WHERE topic = 'ship' AND msg_key = 'o-1'));
 SELECT idem_cleanup_expired() AS deleted;
 SELECT topic, msg_key FROM idem_outbox ORDER BY message_id;

@@ -149,7 +149,7 @@ SELECT idem_outbox_ack(ARRAY[:msg]::bigint[]) AS acked;
 \c - :su
 -- nothing was written by the refused calls; the last two wrote as the owner
 SELECT tbl, op, who FROM public.outbox_audit ORDER BY tbl, op;
-SELECT attempt, acked_at IS NOT NULL AS acked FROM idem_outbox WHERE message_id = :msg;
+SELECT count(*) AS unacked FROM idem_outbox WHERE message_id = :msg;
 SELECT count(*) AS records FROM idempotency_record WHERE owner_id = 700;
 SELECT task_lease_expires_at > now() AS admin_lease_holds FROM idempotency_record WHERE id = :task;
 SELECT count(*) AS inbox FROM idem_inbox WHERE consumer = 'tmp-consumer';

@@ -175,8 +175,11 @@ ALTER EXTENSION idem UPDATE;
 SELECT * FROM pg_temp.catalog_diff();
 SELECT count(*) FILTER (WHERE attname = 'kind') AS kind_columns FROM pg_attribute
 WHERE attrelid = 'idem_stats'::regclass AND attnum > 0;
-SELECT prosrc LIKE '%idem_outbox_guard()%' AS guarded FROM pg_proc
-WHERE proname IN ('idem_outbox_fetch', 'idem_outbox_ack') ORDER BY proname;
+-- the fetch (SQL) calls the guard; the acknowledgement is C since 1.12,
+-- guarded by its writes (tempschema)
+SELECT p.proname, l.lanname, l.lanname = 'c' OR p.prosrc LIKE '%idem_outbox_guard()%' AS guarded
+FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+WHERE p.proname IN ('idem_outbox_fetch', 'idem_outbox_ack') ORDER BY p.proname;
 SELECT count(*) AS fetched FROM idem_outbox_fetch('upgrade-topic');
 
 -- From 1.7: idem_grant and idem_revoke do not exist before 1.8; after the
@@ -264,6 +267,28 @@ SELECT count(*) FROM idem_revoke('regress_idem_upgraded', 'app');
 SELECT count(*) FROM idem_revoke('regress_idem_upgraded', 'worker');
 DROP ROLE regress_idem_upgraded;
 -- the grants gone, the update is a fresh install
+SELECT * FROM pg_temp.catalog_diff();
+
+-- From 1.11: an acknowledgement deletes its messages in 1.12.  A message
+-- acknowledged under 1.11 (acked_at set, kept) is deleted by the cleanup;
+-- a key's backlog left by 1.11 drains in order with the new functions,
+-- and a publisher granted on 1.11 keeps its grants (same signatures).
+DROP EXTENSION idem;
+CREATE EXTENSION idem VERSION '1.11';
+CREATE ROLE regress_idem_pub11;
+SELECT count(*) > 0 AS granted FROM idem_grant('regress_idem_pub11', 'publisher');
+SELECT count(idem_outbox_emit('up', jsonb_build_object('n', n), 'k')) AS emitted FROM generate_series(1, 3) n;
+SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox_fetch('up'))) AS acked_on_1_11;
+ALTER EXTENSION idem UPDATE;
+SELECT payload->>'n' AS n, acked_at IS NOT NULL AS acked, ready FROM idem_outbox ORDER BY commit_seq;
+SET ROLE regress_idem_pub11;
+SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox_fetch('up'))) AS acked_on_1_12;
+RESET ROLE;
+SELECT payload->>'n' AS n, acked_at IS NOT NULL AS acked, ready FROM idem_outbox ORDER BY commit_seq;
+SELECT idem_cleanup_expired() AS deleted;
+SELECT payload->>'n' AS n, ready FROM idem_outbox ORDER BY commit_seq;
+SELECT count(*) FROM idem_revoke('regress_idem_pub11', 'publisher');
+DROP ROLE regress_idem_pub11;
 SELECT * FROM pg_temp.catalog_diff();
 
 -- a version that does not exist

@@ -16,8 +16,8 @@
 #              plain SQL (pgmq's table: msg_id, read_ct, enqueued_at, vt,
 #              message; read = UPDATE ... SET vt, read_ct over FOR UPDATE SKIP
 #              LOCKED; then DELETE by id); idem keyless and over 1,000 keys
-#              (one message per key in flight), idem's deferred delete of the
-#              acknowledged messages (idem_cleanup_expired) inside the window
+#              (one message per key in flight), idem's cleanup
+#              (idem_cleanup_expired) inside the window
 #
 #   bash test/bench/outbox_bench.sh               # 3 repetitions of 10 s
 #   IDEM_BENCH_REPS=5 IDEM_BENCH_SECONDS=5 bash test/bench/outbox_bench.sh
@@ -165,14 +165,13 @@ for rep in $(seq 1 "$REPS"); do
 		before=$(sql -At -c "SELECT count(*) FROM $table")
 		start=$(date +%s.%N)
 		run_pgbench "$v.$rep" -t "$DRAIN_TXNS" -f "$W/$script.sql" >/dev/null
-		# idem deletes what was acknowledged later, in the cleanup: inside the window
-		case $v in fetch_ack_*) acked=$(sql -At -c "SELECT count(*) FROM $table WHERE acked_at IS NOT NULL")
-			sql -c "SELECT public.idem_cleanup_expired(10000)" >/dev/null ;; esac
+		# idem's cleanup of acknowledged messages (none since 1.12, whose
+		# acknowledgement deletes them), inside the window
+		case $v in fetch_ack_*) sql -c "SELECT public.idem_cleanup_expired(10000)" >/dev/null ;; esac
 		end=$(date +%s.%N)
 		case $v in
-		fetch_ack_*) ;;
-		pgmq) acked=$((before - $(sql -At -c "SELECT count(*) FROM $table"))) ;;
-		*) acked=$(sql -At -c "SELECT count(*) FROM $table WHERE acked_at IS NOT NULL") ;;
+		plain_fetch_ack) acked=$(sql -At -c "SELECT count(*) FROM $table WHERE acked_at IS NOT NULL") ;;
+		*) acked=$((before - $(sql -At -c "SELECT count(*) FROM $table"))) ;;
 		esac
 		t=$(awk -v n="$acked" -v a="$start" -v b="$end" 'BEGIN {printf "%.0f", n / (b - a)}')
 		MSGS[$v]="${MSGS[$v]:-} $t"
@@ -194,10 +193,12 @@ if [ "$ONLY" != drain ]; then
 	pair "consume (new message ids)" consume on_conflict
 fi
 msgs() { echo "${MSGS[$1]}" | median; }
+keyless=$(per_repetition_ratios "${MSGS[fetch_ack_false]}" "${MSGS[pgmq]}")
+keyed=$(per_repetition_ratios "${MSGS[fetch_ack_true]}" "${MSGS[pgmq]}")
 echo "fetch+ack, batches of 100, 8 workers: idem keyless $(msgs fetch_ack_false) messages/s," \
 	"idem over 1,000 keys (per-key order) $(msgs fetch_ack_true) messages/s," \
 	"PL/pgSQL SKIP LOCKED queue $(msgs plain_fetch_ack) messages/s," \
-	"pgmq-style read + delete $(msgs pgmq) messages/s" \
-	"(ratios to pgmq: keyless $(awk -v a="$(msgs fetch_ack_false)" -v b="$(msgs pgmq)" 'BEGIN {printf "%.2f", a / b}')," \
-	"keyed $(awk -v a="$(msgs fetch_ack_true)" -v b="$(msgs pgmq)" 'BEGIN {printf "%.2f", a / b}');" \
-	"idem's include its cleanup of the acknowledged messages)"
+	"pgmq-style read + delete $(msgs pgmq) messages/s;" \
+	"ratios to pgmq per repetition: keyless ${keyless}(median $(echo "$keyless" | median))," \
+	"keyed ${keyed}(median $(echo "$keyed" | median));" \
+	"idem's include its cleanup of the acknowledged messages"

@@ -364,7 +364,8 @@ cat "$CITUS_TMP/crash_load.out"
 check "worker stop mid-load: the load ran to its end (its 6 checks printed)" 6 \
 	"$(grep -c '^\(not \)\?ok - worker stop mid-load' "$CITUS_TMP/crash_load.out" || true)"
 
-# ---- a cluster distributed at 1.10, updated to 1.11: ALTER EXTENSION idem
+# ---- a cluster distributed at 1.10, updated to the current version
+# (1.11's changes, and 1.12's outbox on each node): ALTER EXTENSION idem
 # UPDATE on the coordinator (Citus runs it on every node), then
 # idem_distribute() again ----
 citus_cluster_stop
@@ -376,7 +377,8 @@ SELECT idem_finish($owner_w1, 'PAY', 'citus-upgrade-$tag-1', 201, '{"v": "1.10"}
 COMMIT;
 SQL
 c -c "ALTER EXTENSION idem UPDATE" -c "SELECT idem_distribute()" >/dev/null
-check "update 1.10 -> 1.11 on Citus: every node is at the new version" "1.11 1.11 1.11" \
+current=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/idem.control")
+check "update 1.10 -> $current on Citus: every node is at the new version" "$current $current $current" \
 	"$(c -c "SELECT extversion FROM pg_extension WHERE extname = 'idem'") $(c -c "SELECT string_agg(result, ' ') FROM run_command_on_workers('SELECT extversion FROM pg_extension WHERE extname = ''idem''')")"
 check "update on Citus: the new columns are on every shard of idempotency_record" "t" \
 	"$(c -c "SELECT bool_and(result::int = 2) FROM run_command_on_placements('idempotency_record',
