@@ -2,7 +2,7 @@
 
 MODULE_big = idem
 OBJS = src/idem.o \
-	src/storage/util.o src/storage/identity.o src/storage/rowwrite.o src/storage/catalog.o \
+	src/storage/util.o src/storage/identity.o src/storage/sequence.o src/storage/rowwrite.o src/storage/catalog.o \
 	src/citus/citus_meta.o src/citus/citus.o \
 	src/runtime/stats.o src/runtime/notify.o \
 	src/core/policy.o src/core/jcs.o src/core/fingerprint.o src/core/key.o src/core/record.o src/core/history.o \

@@ -98,3 +98,32 @@ LANGUAGE C VOLATILE;
 
 COMMENT ON FUNCTION @extschema@.idem_outbox_ack(bigint[]) IS
     'idem: delete the acknowledged messages (the publisher has them confirmed by its broker) and make each key''s next message deliverable; returns how many were not already acknowledged';
+
+-- ---------------------------------------------------------------------------
+-- No sequence value twice across a promotion.  idem hands values of its
+-- sequences out (message ids an inbox keeps, fencing tokens a cut-off
+-- worker holds, order ids and numbers, task ids); a standby promoted after
+-- asynchronous replication has only the values it replayed and would hand
+-- out again those the old primary drew since.  So the first draw on a new
+-- timeline moves each idem sequence 2^36 ahead, and idem_timeline_seq
+-- records the timeline that was done for (sequence.c).  Marked now with the
+-- current timeline: only a later one moves the sequences.
+-- ---------------------------------------------------------------------------
+CREATE SEQUENCE @extschema@.idem_timeline_seq MINVALUE 0 START 0;
+
+COMMENT ON SEQUENCE @extschema@.idem_timeline_seq IS
+    'idem: the timeline idem''s sequences were last moved ahead for (a new one moves them 2^36 on its first draw)';
+
+REVOKE ALL ON SEQUENCE @extschema@.idem_timeline_seq FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.idem_timeline_mark()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_timeline_mark'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION @extschema@.idem_timeline_mark() IS
+    'idem: record the current timeline in idem_timeline_seq without moving the sequences (CREATE EXTENSION, the update to 1.12)';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_timeline_mark() FROM PUBLIC;
+
+SELECT @extschema@.idem_timeline_mark();

@@ -133,6 +133,8 @@ INSERT INTO plants VALUES
  ('function idem_audit_entries()', 'CREATE FUNCTION idem_audit_entries() RETURNS SETOF record LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.11'),
  ('function idem_forget_owner', 'CREATE FUNCTION idem_forget_owner(bigint, integer DEFAULT 10000, integer DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.11'),
  ('function idem_finish of 1.11', 'CREATE FUNCTION idem_finish(bigint, text, text, integer, json, bigint DEFAULT NULL, jsonb DEFAULT NULL, json DEFAULT NULL) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.11'),
+ ('sequence idem_timeline_seq', 'CREATE SEQUENCE idem_timeline_seq', '1.12'),
+ ('function idem_timeline_mark', 'CREATE FUNCTION idem_timeline_mark() RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$', '1.12'),
  ('operators and functions idem compares or calls',
   $p$CREATE FUNCTION evil_cat(text, text) RETURNS text LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN $1 END $$;
      CREATE FUNCTION evil_vc(varchar, varchar) RETURNS boolean LANGUAGE sql AS $$ SELECT public.pwn() $$;

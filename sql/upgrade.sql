@@ -281,6 +281,10 @@ SELECT count(idem_outbox_emit('up', jsonb_build_object('n', n), 'k')) AS emitted
 SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox_fetch('up'))) AS acked_on_1_11;
 ALTER EXTENSION idem UPDATE;
 SELECT payload->>'n' AS n, acked_at IS NOT NULL AS acked, ready FROM idem_outbox ORDER BY commit_seq;
+-- the update records the current timeline: no sequence moved on this one
+SELECT s.last_value = (pg_control_checkpoint()).timeline_id AS timeline_marked, s.is_called
+FROM idem_timeline_seq s;
+SELECT max(message_id) < 100 AS ids_not_moved FROM idem_outbox;
 SET ROLE regress_idem_pub11;
 SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox_fetch('up'))) AS acked_on_1_12;
 RESET ROLE;

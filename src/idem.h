@@ -30,6 +30,7 @@
 #define IDEM_LOCK_CLASS_OUTBOX	479
 #define IDEM_LOCK_CLASS_INBOX	480
 #define IDEM_LOCK_CLASS_OUTBOX_ALL	481	/* every key's commit order at once */
+#define IDEM_LOCK_CLASS_TIMELINE	482	/* moving the sequences for a new timeline */
 
 /* An outbox topic: ^[A-Za-z0-9_.:-]{1,128}$; publishers LISTEN on the channel. */
 #define IDEM_TOPIC_MAX_LEN		128

@@ -180,6 +180,8 @@ run_shell_check chaos "$IDEM_ROOT/test/chaos/tasks.sh" \
 	"10,000 tasks, 6 workers leasing with bind_session, kill -9 of two of them, retryable failures"
 run_shell_check pgbouncer "$IDEM_ROOT/test/pooler/pgbouncer.sh" \
 	"PgBouncer 1.18 in transaction pooling, 50 clients over 10 server connections: the seven tests, the generic API, the outbox and inbox, long flows, bind_session and per-role bindings"
+run_shell_check failover "$IDEM_ROOT/test/failover/patroni.sh" \
+	"etcd and two nodes under Patroni, 20 clients through a multi-host string: kill -9 of the primary, its Patroni stopped (synchronous), kill -9 again (asynchronous)"
 run_shell_check clients_python "$IDEM_ROOT/test/clients/python.sh" \
 	"the Python library from its wheel: its API, the HTTP contract in Flask, FastAPI and Django, Redis, PgBouncer, a double click in Chromium"
 run_shell_check clients_node "$IDEM_ROOT/test/clients/node.sh" \

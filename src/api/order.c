@@ -28,6 +28,7 @@
 
 #include "idem.h"
 #include "compat.h"
+#include "sequence.h"
 #include "citus.h"
 #include "claim.h"
 #include "stats.h"
@@ -223,7 +224,7 @@ order_execute(OrderCall *call, const IdemScope *scope, const char *fingerprint)
 	/* an INSERT's error in a read-only transaction, before nextval's */
 	PreventCommandIfReadOnly("INSERT");
 	/* the order id first, then the record's */
-	call->order_id = Int64GetDatum(nextval_internal(t->seq, true));
+	call->order_id = Int64GetDatum(idem_nextval(t->seq, true));
 	call->order_no = order_number(DatumGetInt64(call->order_id));
 
 	res.http_status = ORDER_HTTP_CREATED;

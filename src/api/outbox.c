@@ -67,6 +67,7 @@
 
 #include "idem.h"
 #include "compat.h"
+#include "sequence.h"
 #include "catalog.h"
 #include "outbox.h"
 #include "identity.h"
@@ -347,7 +348,7 @@ flush_pending(void)
 		CHECK_FOR_INTERRUPTS();
 		if (m->msg_key != NULL)
 		{
-			commit_seq = nextval_internal(target->seq, false);
+			commit_seq = idem_nextval(target->seq, false);
 			/* the head of its key if the key has nothing unacknowledged */
 			if (i > 0 && order[i - 1]->msg_key != NULL && key_order(order[i - 1], m) == 0)
 				ready = false;
@@ -598,7 +599,7 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 
 	m = MemoryContextAllocZero(TopTransactionContext, sizeof(PendingMessage));
 	/* the extension's own sequence, drawn for the caller idem_outbox_emit serves */
-	m->message_id = nextval_internal(t->seq, false);
+	m->message_id = idem_nextval(t->seq, false);
 	m->topic = keep(PG_GETARG_DATUM(0));
 	m->msg_key = PG_ARGISNULL(2) ? NULL : keep(PG_GETARG_DATUM(2));
 	m->payload = keep(PG_GETARG_DATUM(1));

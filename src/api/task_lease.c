@@ -33,6 +33,7 @@
 
 #include "idem.h"
 #include "compat.h"
+#include "sequence.h"
 #include "citus.h"
 #include "key.h"
 #include "stats.h"
@@ -106,7 +107,7 @@ lease_locked(LeaseCall *lc)
 			   DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS))) + 1;
 	if (!TR_ISNULL(tr, REC_TASK_LEASE_EXPIRES))
 		lc->takeovers++;		/* lapsed, or its session ended */
-	token = nextval_internal(idem_task_token_seq, false);
+	token = idem_nextval(idem_task_token_seq, false);
 
 	TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(IDEM_STATUS_PROCESSING)));
 	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(lc->now));

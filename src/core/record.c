@@ -44,6 +44,7 @@
 
 #include "idem.h"
 #include "compat.h"
+#include "sequence.h"
 #include "policy.h"
 #include "record.h"
 
@@ -674,7 +675,7 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 		biz->write(&rows, biz->arg, res);
 
 	idem_row_init(&record, rt);
-	id = nextval_internal(rt->seq, true);
+	id = idem_nextval(rt->seq, true);
 	idem_row_set(&record, REC_ID, Int64GetDatum(id));
 	idem_row_set(&record, REC_OWNER, Int64GetDatum(scope->owner));
 	idem_row_set(&record, REC_OPERATION, scope->operation_text);

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# idem across a Patroni failover (issue 27): etcd and two PostgreSQL nodes
+# under Patroni on loopback, idem preloaded on both, 20 libpq clients
+# (psycopg) through a multi-host connection string with
+# target_session_attrs=read-write.  Three rounds, each a failover in the
+# middle of the load: synchronous replication with the primary's
+# postmaster killed (kill -9), synchronous with its Patroni stopped, and
+# asynchronous with the postmaster killed.  The checks are failover.py's.
+#
+# Prints one "ok - ..." or "not ok - ..." line per check.
+#
+#   bash test/failover/patroni.sh        (test/run_all.sh runs it)
+source "$(dirname "$0")/../lib.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+
+ensure_packages
+missing=()
+for p in patroni etcd-server python3-psycopg; do
+	dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	# the packages' own services must not start: a policy-rc.d refuses them
+	log "installing ${missing[*]} (their services not started)"
+	guard=/usr/sbin/policy-rc.d had_guard=0
+	[ -e "$guard" ] && had_guard=1
+	[ "$had_guard" = 1 ] || printf '#!/bin/sh\nexit 101\n' >"$guard"
+	chmod +x "$guard"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	[ "$had_guard" = 1 ] || rm -f "$guard"
+fi
+[ -f "$("$PG_CONFIG" --pkglibdir)/idem.so" ] || build_install
+
+FO_DIR=$(mktemp -d /tmp/idem-failover.XXXXXX)
+chmod 755 "$FO_DIR"
+chown postgres: "$FO_DIR"
+export FO_DIR PG_BINDIR
+cleanup() {
+	# every process this stage started: Patroni, the servers, etcd
+	pkill -KILL -f "patroni $FO_DIR/" 2>/dev/null || true
+	for d in "$FO_DIR"/node*/data; do
+		[ -f "$d/postmaster.pid" ] && kill -KILL "$(head -1 "$d/postmaster.pid")" 2>/dev/null
+	done
+	pkill -KILL -f "etcd --name idem-failover --data-dir $FO_DIR/" 2>/dev/null || true
+	sleep 0.5
+	[ -n "${IDEM_KEEP_TMP:-}" ] || rm -rf "$FO_DIR"
+}
+trap cleanup EXIT
+/usr/bin/python3 "$here/failover.py"
