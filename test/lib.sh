@@ -94,6 +94,27 @@ ensure_packages() {
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
+# Install the Debian packages of a stage's servers (brokers, poolers, a
+# DCS) that are missing, without starting the machine's own services: a
+# policy-rc.d that refuses every start is in place while apt runs.
+ensure_service_packages() {	# ensure_service_packages PACKAGE...
+	local missing=() p guard=/usr/sbin/policy-rc.d had_guard=0
+	for p in "$@"; do
+		dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+	done
+	[ ${#missing[@]} -gt 0 ] || return 0
+	log "installing ${missing[*]} (their services not started)"
+	[ -e "$guard" ] && had_guard=1
+	[ "$had_guard" = 1 ] || printf '#!/bin/sh\nexit 101\n' >"$guard"
+	chmod +x "$guard"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+	[ "$had_guard" = 1 ] || rm -f "$guard"
+}
+
+# A free TCP port on loopback.
+free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
 # Build idem with -Werror and install it into the PostgreSQL of $PG_CONFIG.
 build_install() {
 	log "building and installing idem"

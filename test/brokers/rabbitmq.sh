@@ -31,15 +31,7 @@ as_rabbit() {
 }
 
 rabbit_install() {
-	dpkg-query -W -f '${Status}' rabbitmq-server 2>/dev/null | grep -q "install ok installed" && return 0
-	log "installing rabbitmq-server (its service not started)"
-	local guard=/usr/sbin/policy-rc.d had_guard=0
-	[ -e "$guard" ] && had_guard=1
-	[ "$had_guard" = 1 ] || printf '#!/bin/sh\nexit 101\n' >"$guard"
-	chmod +x "$guard"
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rabbitmq-server >/dev/null
-	[ "$had_guard" = 1 ] || rm -f "$guard"
+	ensure_service_packages rabbitmq-server
 }
 
 rabbit_start() {
@@ -84,6 +76,7 @@ rabbit_stop() {
 if [ "${1:-}" = "restart" ]; then
 	free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 	log() { echo "==> $*" >&2; }
+	ensure_service_packages() { :; }	# installed by the run that started the node
 	# the node stopped and started again: a broker restart
 	as_rabbit timeout 60 /usr/lib/rabbitmq/bin/rabbitmqctl -q stop >/dev/null 2>&1
 	rabbit_start

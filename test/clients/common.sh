@@ -26,7 +26,6 @@ ensure_client_packages() {	# ensure_client_packages PACKAGE...: the Debian packa
 	fi
 }
 
-free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # the server, the database and the role; the caller's libpq variables then
 # reach it as the superuser (the checks), SERVICE_USER as the services

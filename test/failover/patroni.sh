@@ -14,21 +14,7 @@ source "$(dirname "$0")/../lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 
 ensure_packages
-missing=()
-for p in patroni etcd-server python3-psycopg; do
-	dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-	# the packages' own services must not start: a policy-rc.d refuses them
-	log "installing ${missing[*]} (their services not started)"
-	guard=/usr/sbin/policy-rc.d had_guard=0
-	[ -e "$guard" ] && had_guard=1
-	[ "$had_guard" = 1 ] || printf '#!/bin/sh\nexit 101\n' >"$guard"
-	chmod +x "$guard"
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-	[ "$had_guard" = 1 ] || rm -f "$guard"
-fi
+ensure_service_packages patroni etcd-server python3-psycopg
 [ -f "$("$PG_CONFIG" --pkglibdir)/idem.so" ] || build_install
 
 FO_DIR=$(mktemp -d /tmp/idem-failover.XXXXXX)

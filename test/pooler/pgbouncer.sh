@@ -23,19 +23,8 @@ POOL=10
 here=$(cd "$(dirname "$0")" && pwd)
 
 ensure_packages
-if ! dpkg-query -W -f '${Status}' pgbouncer 2>/dev/null | grep -q "install ok installed"; then
-	# the package's own service must not start: a policy-rc.d refuses it
-	log "installing pgbouncer (its service not started)"
-	guard=/usr/sbin/policy-rc.d had_guard=0
-	[ -e "$guard" ] && had_guard=1
-	[ "$had_guard" = 1 ] || printf '#!/bin/sh\nexit 101\n' >"$guard"
-	chmod +x "$guard"
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null
-	[ "$had_guard" = 1 ] || rm -f "$guard"
-fi
+ensure_service_packages pgbouncer
 [ -f "$("$PG_CONFIG" --pkglibdir)/idem.so" ] || build_install
-free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 port=$(free_port)
 start_server "listen_addresses = '127.0.0.1'" "port = $port" "idem.cleanup_interval = 0" "max_connections = 100"
