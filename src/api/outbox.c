@@ -846,18 +846,17 @@ ack_read(const IdemTableLayout *t, Relation heap, Snapshot snapshot,
 	return nfound;
 }
 
-/* Step 2: the locks of the keyed messages found[0..nkeyed-1], sorted by key. */
+/*
+ * Step 2: the locks of the keyed messages found[0..nkeyed-1], sorted by key;
+ * behind: one of them is not its key's head.
+ */
 static void
-ack_lock(const AckedMessage *found, int nkeyed)
+ack_lock(const AckedMessage *found, int nkeyed, bool behind)
 {
 	uint64	   *hashes = palloc(Max(nkeyed, 1) * sizeof(uint64));
-	bool		behind = false;
 
 	for (int i = 0; i < nkeyed; i++)
-	{
 		hashes[i] = found[i].keyhash;
-		behind |= !found[i].ready;
-	}
 	lock_key_order(hashes, nkeyed, behind ? ExclusiveLock : ShareLock);
 	pfree(hashes);
 }
@@ -1011,7 +1010,7 @@ idem_outbox_ack(PG_FUNCTION_ARGS)
 		behind |= !found[nkeyed++].ready;
 
 	/* steps 2 and 3 */
-	ack_lock(found, nkeyed);
+	ack_lock(found, nkeyed, behind);
 	deleted = ack_delete(t, &rows, snapshot, found, nfound);
 	UnregisterSnapshot(snapshot);
 	idem_rows_end(&rows);
