@@ -45,7 +45,7 @@ SELECT operation, status, http_status, response_body::text, response_headers, re
        response_json IS NULL AS no_jsonb_snapshot,
        request_hash = idem_request_hash('{"account": 1, "amount": 100}') AS hash_ok,
        expires_at - created_at AS ttl
-FROM idempotency_record WHERE idempotency_key = 'begin-finish-key-0001';
+FROM idem_internal.idempotency_record WHERE idempotency_key = 'begin-finish-key-0001';
 
 -- the same key with another request: IK001; under another operation, or
 -- another owner, an independent record
@@ -57,7 +57,7 @@ SELECT idem_finish(1, 'REFUND', 'begin-finish-key-0001', 200, '{}');
 SELECT replayed FROM idem_begin(2, 'DEBIT', 'begin-finish-key-0001', '{"account": 1, "amount": 101}');
 SELECT idem_finish(2, 'DEBIT', 'begin-finish-key-0001', 200, '{}');
 COMMIT;
-SELECT owner_id, operation, status FROM idempotency_record
+SELECT owner_id, operation, status FROM idem_internal.idempotency_record
 WHERE idempotency_key = 'begin-finish-key-0001' ORDER BY owner_id, operation;
 
 -- a record of the order demo replays through idem_begin, its response as body
@@ -73,17 +73,17 @@ BEGIN;
 SELECT replayed FROM idem_begin(1, 'DEBIT', 'failure-ttl-key-00001', '{"account": 3, "amount": 100}');
 SELECT idem_finish(1, 'DEBIT', 'failure-ttl-key-00001', 409, '{"error":"out of stock"}');
 COMMIT;
-SELECT status, http_status, expires_at - created_at AS ttl FROM idempotency_record
+SELECT status, http_status, expires_at - created_at AS ttl FROM idem_internal.idempotency_record
 WHERE idempotency_key = 'failure-ttl-key-00001';
 SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'failure-ttl-key-00001', '{"account": 3, "amount": 100}');
-UPDATE idempotency_record SET expires_at = now() - interval '1 second'
+UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 second'
 WHERE idempotency_key = 'failure-ttl-key-00001';
 BEGIN;
 SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'failure-ttl-key-00001', '{"account": 3, "amount": 100}');
 SELECT idem_finish(1, 'DEBIT', 'failure-ttl-key-00001', 201, '{"ok":true}');
 COMMIT;
 SELECT count(*) AS records, min(status) AS status, min(http_status) AS http_status
-FROM idempotency_record WHERE idempotency_key = 'failure-ttl-key-00001';
+FROM idem_internal.idempotency_record WHERE idempotency_key = 'failure-ttl-key-00001';
 SET idem.failure_ttl = '1min';
 BEGIN;
 SELECT replayed FROM idem_begin(1, 'DEBIT', 'failure-ttl-key-00002', '{}');
@@ -91,14 +91,14 @@ SELECT idem_finish(1, 'DEBIT', 'failure-ttl-key-00002', 400, NULL);
 COMMIT;
 RESET idem.failure_ttl;
 SELECT status, response_body IS NULL AS no_body, expires_at - created_at AS ttl
-FROM idempotency_record WHERE idempotency_key = 'failure-ttl-key-00002';
+FROM idem_internal.idempotency_record WHERE idempotency_key = 'failure-ttl-key-00002';
 
 -- ttl: per call, positive, at most idem.max_ttl (30 days)
 BEGIN;
 SELECT replayed FROM idem_begin(1, 'DEBIT', 'ttl-per-call-key-0001', '{}', '90 minutes');
 SELECT idem_finish(1, 'DEBIT', 'ttl-per-call-key-0001', 204, NULL);
 COMMIT;
-SELECT expires_at - created_at AS ttl FROM idempotency_record
+SELECT expires_at - created_at AS ttl FROM idem_internal.idempotency_record
 WHERE idempotency_key = 'ttl-per-call-key-0001';
 SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'ttl-per-call-key-0002', '{}', '0 seconds');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
@@ -112,7 +112,7 @@ SET idem.max_ttl = '1h';
 SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'DEBIT', 'ttl-per-call-key-0002', '{}', '2 hours');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 RESET idem.max_ttl;
-SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key = 'ttl-per-call-key-0002';
+SELECT count(*) AS records FROM idem_internal.idempotency_record WHERE idempotency_key = 'ttl-per-call-key-0002';
 
 -- expires_at (1.9): when the key's record expires.  A claim: what a
 -- success will get (now() + ttl); a replay and idem_run's first execution:
@@ -131,10 +131,10 @@ SELECT replayed, http_status, expires_at = now() + interval '10 minutes' AS fail
 FROM idem_begin(1, 'DEBIT', 'expires-at-key-00002', '{}', '90 minutes');
 COMMIT;
 SELECT o.replayed, o.expires_at = r.expires_at AS as_stored, r.expires_at - r.created_at AS ttl
-FROM idem_begin(1, 'DEBIT', 'expires-at-key-00001', '{}') o, idempotency_record r
+FROM idem_begin(1, 'DEBIT', 'expires-at-key-00001', '{}') o, idem_internal.idempotency_record r
 WHERE r.idempotency_key = 'expires-at-key-00001';
 SELECT o.replayed, o.http_status, o.expires_at = r.expires_at AS as_stored, r.expires_at - r.created_at AS ttl
-FROM idem_begin(1, 'DEBIT', 'expires-at-key-00002', '{}') o, idempotency_record r
+FROM idem_begin(1, 'DEBIT', 'expires-at-key-00002', '{}') o, idem_internal.idempotency_record r
 WHERE r.idempotency_key = 'expires-at-key-00002';
 
 -- Arguments: NULL is 22004, a bad key or operation 22023; nothing written.
@@ -174,7 +174,7 @@ SELECT idem_finish(1, 'DEBIT', 'null-argument-key-001', 200, '{}', NULL, '{"Retr
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT idem_finish(1, 'DEBIT', 'null-argument-key-001', 200, '{}', NULL, '{"A": {"b": "c"}}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key = 'null-argument-key-001';
+SELECT count(*) AS records FROM idem_internal.idempotency_record WHERE idempotency_key = 'null-argument-key-001';
 
 -- IK003: nothing claimed by this transaction, or already finished.
 SELECT idem_finish(1, 'DEBIT', 'never-claimed-key-001', 200, '{}');
@@ -214,7 +214,7 @@ UPDATE account SET balance = balance - 100 WHERE id = 2;
 COMMIT;
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT balance FROM account WHERE id = 2;
-SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key = 'unfinished-key-000001';
+SELECT count(*) AS records FROM idem_internal.idempotency_record WHERE idempotency_key = 'unfinished-key-000001';
 -- ... nor be prepared
 BEGIN;
 SELECT replayed FROM idem_begin(1, 'DEBIT', 'unfinished-key-000002', '{}');
@@ -243,7 +243,7 @@ SAVEPOINT s;
 SELECT idem_finish(1, 'DEBIT', 'unfinished-key-000005', 200, '{}');
 RELEASE s;
 COMMIT;
-SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key LIKE 'unfinished-key-%';
+SELECT count(*) AS records FROM idem_internal.idempotency_record WHERE idempotency_key LIKE 'unfinished-key-%';
 
 -- idem_run: the handler runs once; a repeat replays without calling it.
 SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'DEBIT', 'run-debit-key-0000001', '{"account": 2, "amount": 100}',
@@ -257,13 +257,13 @@ SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'DEBIT
                        'debit_handler(jsonb)');
 SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'DEBIT', 'run-debit-key-0000002', '{"account": 3, "amount": 100}',
                        'debit_handler(jsonb)');
-SELECT status FROM idempotency_record WHERE idempotency_key = 'run-debit-key-0000002';
+SELECT status FROM idem_internal.idempotency_record WHERE idempotency_key = 'run-debit-key-0000002';
 -- idem_begin and idem_run share the record
 SELECT replayed, http_status FROM idem_begin(1, 'DEBIT', 'run-debit-key-0000001', '{"account": 2, "amount": 100}');
 -- ttl per call
 SELECT replayed FROM idem_run(1, 'DEBIT', 'run-debit-key-0000003', '{"account": 2, "amount": 1}',
                               'debit_handler(jsonb)', '2 hours');
-SELECT expires_at - created_at AS ttl FROM idempotency_record WHERE idempotency_key = 'run-debit-key-0000003';
+SELECT expires_at - created_at AS ttl FROM idem_internal.idempotency_record WHERE idempotency_key = 'run-debit-key-0000003';
 
 -- A handler that raises: the error unchanged, nothing of the call remains,
 -- the key stays retryable.
@@ -282,7 +282,7 @@ SELECT count(*) AS debits_before FROM debit;
 SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'flaky-handler-key-001', '{}', 'flaky_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT count(*) AS debits_after FROM debit;
-SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key = 'flaky-handler-key-001';
+SELECT count(*) AS records FROM idem_internal.idempotency_record WHERE idempotency_key = 'flaky-handler-key-001';
 -- caught in a savepoint (a PL/pgSQL block): the claim and its lock go too
 DO $$
 BEGIN
@@ -338,7 +338,7 @@ SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY',
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'signature-key-0000001', '{}', NULL);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key = 'signature-key-0000001';
+SELECT count(*) AS records FROM idem_internal.idempotency_record WHERE idempotency_key = 'signature-key-0000001';
 
 -- A handler that calls idem for the key being run (idem_run, idem_finish,
 -- idem_begin, idem_submit): IK006, before anything is written.
@@ -374,7 +374,7 @@ BEGIN
 END $$;
 SELECT replayed, http_status, body, headers, resource_id FROM idem_run(1, 'PAY', 'nested-handler-key-04', '{}', 'nested_submit_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key LIKE 'nested-handler-key-%';
+SELECT count(*) AS records FROM idem_internal.idempotency_record WHERE idempotency_key LIKE 'nested-handler-key-%';
 -- the handler may call idem for other keys; the key is its own again after the run
 CREATE FUNCTION other_key_handler(request jsonb) RETURNS idem_result
 LANGUAGE plpgsql AS $$
@@ -410,7 +410,7 @@ SET ROLE regress_idem_caller;
 SELECT replayed FROM idem_run(1, 'WHOAMI', 'handler-identity-key1', '{}', 'whoami_handler(jsonb)');
 SELECT current_user, current_setting('search_path') AS path_after;
 -- the caller needs no right on idem's tables
-SELECT count(*) FROM idempotency_record;
+SELECT count(*) FROM idem_internal.idempotency_record;
 RESET ROLE;
 RESET search_path;
 SELECT * FROM handler_seen;
@@ -450,7 +450,7 @@ SELECT replayed FROM idem_run(10, 'DEBIT', 'article-4-key-0000001', '{"account":
 SELECT count(*) AS debits, (SELECT balance FROM account WHERE id = 1) AS balance FROM debit;
 -- 5. No cache decides anything: the unique index refuses a second record
 -- of a scope, whoever writes it.
-INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
 VALUES (10, 'DEBIT', 'article-1-key-0000001', repeat('0', 64), 'SUCCEEDED', now() + interval '1 day');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 -- 6. The replay has the first call's status and body.
@@ -468,7 +468,7 @@ SELECT replayed, expires_at = now() + interval '1 day' AS stored_expiry
 FROM idem_run(10, 'DEBIT', 'article-exp-key-000001', '{"account": 1, "amount": 1}', 'debit_handler(jsonb)');
 SELECT o.replayed, o.expires_at = r.expires_at AS as_stored
 FROM idem_run(10, 'DEBIT', 'article-exp-key-000001', '{"account": 1, "amount": 1}', 'debit_handler(jsonb)') o,
-     idempotency_record r WHERE r.idempotency_key = 'article-exp-key-000001';
+     idem_internal.idempotency_record r WHERE r.idempotency_key = 'article-exp-key-000001';
 
 -- The handlers depend on idem_result: drop them with their tables.
 DROP FUNCTION debit_handler(jsonb), flaky_handler(jsonb), status_handler(jsonb),

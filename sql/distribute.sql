@@ -6,13 +6,13 @@
 CREATE FUNCTION pg_temp.keys() RETURNS TABLE (conname name, def text)
 LANGUAGE sql AS $$
 SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint
- WHERE conrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass)
+ WHERE conrelid IN ('idem_internal.idempotency_record'::regclass, 'idem_internal.purchase_order'::regclass)
    AND contype IN ('p', 'u')
  ORDER BY conname
 $$;
 CREATE TEMP TABLE keys_before AS SELECT * FROM pg_temp.keys();
 SELECT * FROM keys_before;
-SELECT last_value FROM idempotency_record_id_seq \gset before_
+SELECT last_value FROM idem_internal.idempotency_record_id_seq \gset before_
 
 \set VERBOSITY default
 SELECT idem_distribute();
@@ -23,8 +23,8 @@ SELECT idem_distribute();
 SELECT count(*) AS changed_keys FROM
   ((SELECT * FROM keys_before EXCEPT SELECT * FROM pg_temp.keys())
    UNION ALL (SELECT * FROM pg_temp.keys() EXCEPT SELECT * FROM keys_before)) d;
-SELECT seqmin, seqmax FROM pg_sequence WHERE seqrelid = 'idempotency_record_id_seq'::regclass;
-SELECT last_value = :before_last_value AS same_last_value FROM idempotency_record_id_seq;
+SELECT seqmin, seqmax FROM pg_sequence WHERE seqrelid = 'idem_internal.idempotency_record_id_seq'::regclass;
+SELECT last_value = :before_last_value AS same_last_value FROM idem_internal.idempotency_record_id_seq;
 
 -- a role that is not a superuser, even granted EXECUTE, may not
 CREATE ROLE regress_idem_distributor;
@@ -35,7 +35,7 @@ SELECT idem_distribute();
 RESET ROLE;
 -- and without a grant, not at all
 SELECT has_function_privilege('public', 'idem_distribute()', 'EXECUTE') AS public_may,
-       has_function_privilege('public', 'idem_distribute_node()', 'EXECUTE') AS public_may_node;
+       has_function_privilege('public', 'idem_internal.idem_distribute_node()', 'EXECUTE') AS public_may_node;
 REVOKE EXECUTE ON FUNCTION idem_distribute() FROM regress_idem_distributor;
 DROP ROLE regress_idem_distributor;
 \set VERBOSITY default

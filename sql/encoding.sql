@@ -13,6 +13,6 @@ SELECT idem_request_hash('{"qty":2,"sku":1001,"note":"déjà vu","zé":1,"z":"\u
 -- the order protocol works there too
 SELECT order_no, replayed FROM idem_create_order(1, 'latin1-database-0001', 1001, 2);
 SELECT order_no, replayed FROM idem_create_order(1, 'latin1-database-0001', 1001, 2);
-SELECT request_hash = idem_request_hash('{"sku":1001,"qty":2}') AS fingerprint_matches FROM idempotency_record;
+SELECT request_hash = idem_request_hash('{"sku":1001,"qty":2}') AS fingerprint_matches FROM idem_internal.idempotency_record;
 \c contrib_regression
 DROP DATABASE regress_idem_latin1;

@@ -117,10 +117,10 @@ REVOKE USAGE ON SCHEMA regress_idem_home FROM regress_idem_k_consumer;
 \c :regdb
 DROP DATABASE regress_idem_grant_db;
 
-DELETE FROM idempotency_record WHERE owner_id = 31;
-DELETE FROM purchase_order WHERE owner_id = 31;
-DELETE FROM idem_outbox WHERE topic = 'grant-topic';
-DELETE FROM idem_inbox WHERE consumer = 'c1';
+DELETE FROM idem_internal.idempotency_record WHERE owner_id = 31;
+DELETE FROM idem_internal.purchase_order WHERE owner_id = 31;
+DELETE FROM idem_internal.idem_outbox WHERE topic = 'grant-topic';
+DELETE FROM idem_internal.idem_inbox WHERE consumer = 'c1';
 REVOKE ALL ON FUNCTION idem_grant(regrole, text) FROM regress_idem_granter;
 REVOKE ALL ON FUNCTION idem_create_order(bigint, text, bigint, integer) FROM regress_idem_granter CASCADE;
 SELECT count(*) FROM unnest(ARRAY['app', 'worker', 'publisher', 'consumer', 'monitor']) k,

@@ -3,7 +3,7 @@
 -- [name, value] pairs, replayed byte for byte next to the jsonb form.
 --
 \set SHOW_CONTEXT never
-TRUNCATE idempotency_record;
+TRUNCATE idem_internal.idempotency_record;
 
 -- an object, spacing and order as given
 BEGIN;
@@ -21,7 +21,7 @@ SELECT idem_finish(41, 'PAY', 'headers-key-00000002', 200, '{}',
                    header_list => '[["Set-Cookie", "a=1; Path=/"], ["Set-Cookie", "b=2"],  ["X-Trace", "t1"]]');
 COMMIT;
 SELECT replayed, header_list::text, headers FROM idem_begin(41, 'PAY', 'headers-key-00000002', '{}');
-SELECT response_headers, response_header_list::text FROM idempotency_record
+SELECT response_headers, response_header_list::text FROM idem_internal.idempotency_record
 WHERE idempotency_key = 'headers-key-00000002';
 
 -- the jsonb form works as before, positionally too; header_list is then
@@ -63,7 +63,7 @@ ROLLBACK TO s;
 SELECT idem_finish(41, 'PAY', 'headers-key-00000004', 201, '{}', header_list => '[{"A": "1"}]');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 ROLLBACK;
-SELECT count(*) AS written FROM idempotency_record WHERE idempotency_key = 'headers-key-00000004';
+SELECT count(*) AS written FROM idem_internal.idempotency_record WHERE idempotency_key = 'headers-key-00000004';
 -- an empty list is headers too
 BEGIN;
 SELECT replayed FROM idem_begin(41, 'PAY', 'headers-key-00000005', '{}');
@@ -105,10 +105,10 @@ SELECT replayed FROM idem_begin(41, 'PAY', 'headers-key-00000010', '{}');
 SELECT idem_finish(41, 'PAY', 'headers-key-00000010', 200, '{}',
                    header_list => '[["X-A",  "1"]]');
 COMMIT;
-SELECT idempotency_key, response_header_list::text FROM idempotency_record
+SELECT idempotency_key, response_header_list::text FROM idem_internal.idempotency_record
 WHERE idempotency_key IN ('headers-key-00000008', 'headers-key-00000009', 'headers-key-00000010')
 ORDER BY 1;
 SELECT idem_drop_policy('PAY');
 
 DROP FUNCTION cookie_handler(jsonb), bad_cookie_handler(jsonb);
-TRUNCATE idempotency_record;
+TRUNCATE idem_internal.idempotency_record;

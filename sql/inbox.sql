@@ -4,7 +4,7 @@
 -- rollbacks, scopes, expiry, input rules.
 --
 \set SHOW_CONTEXT never
-TRUNCATE idem_inbox;
+TRUNCATE idem_internal.idem_inbox;
 CREATE TABLE effect (consumer text, message_id text);
 
 -- The consumer's transaction: the check and the effect commit together.
@@ -36,25 +36,25 @@ SELECT idem_consume('billing', 'msg-savepoint') AS first_time;
 ROLLBACK TO s;
 SELECT idem_consume('billing', 'msg-savepoint') AS after_rollback_to_savepoint;
 COMMIT;
-SELECT consumer, message_id FROM idem_inbox ORDER BY 1, 2;
+SELECT consumer, message_id FROM idem_internal.idem_inbox ORDER BY 1, 2;
 SELECT * FROM effect;
 
 -- Expiry: idem.inbox_ttl, or ttl per call; an expired entry is taken
 -- afresh (and the cleanup deletes it).
 SHOW idem.inbox_ttl;
-SELECT expires_at - consumed_at AS default_ttl FROM idem_inbox WHERE message_id = 'msg-rolled-back';
+SELECT expires_at - consumed_at AS default_ttl FROM idem_internal.idem_inbox WHERE message_id = 'msg-rolled-back';
 SET idem.inbox_ttl = '1h';
 SELECT idem_consume('billing', 'msg-guc-ttl');
 RESET idem.inbox_ttl;
 SELECT idem_consume('billing', 'msg-call-ttl', '2 days');
-SELECT message_id, expires_at - consumed_at AS ttl FROM idem_inbox
+SELECT message_id, expires_at - consumed_at AS ttl FROM idem_internal.idem_inbox
 WHERE message_id IN ('msg-guc-ttl', 'msg-call-ttl') ORDER BY 1;
-UPDATE idem_inbox SET expires_at = now() - interval '1 second' WHERE message_id = 'msg-call-ttl';
+UPDATE idem_internal.idem_inbox SET expires_at = now() - interval '1 second' WHERE message_id = 'msg-call-ttl';
 SELECT idem_consume('billing', 'msg-call-ttl') AS after_expiry;
-SELECT count(*) AS entries, min(expires_at) > now() AS renewed FROM idem_inbox WHERE message_id = 'msg-call-ttl';
-UPDATE idem_inbox SET expires_at = now() - interval '1 second' WHERE message_id = 'msg-guc-ttl';
+SELECT count(*) AS entries, min(expires_at) > now() AS renewed FROM idem_internal.idem_inbox WHERE message_id = 'msg-call-ttl';
+UPDATE idem_internal.idem_inbox SET expires_at = now() - interval '1 second' WHERE message_id = 'msg-guc-ttl';
 SELECT idem_cleanup_expired() AS deleted;
-SELECT count(*) AS left_after_cleanup FROM idem_inbox WHERE message_id = 'msg-guc-ttl';
+SELECT count(*) AS left_after_cleanup FROM idem_internal.idem_inbox WHERE message_id = 'msg-guc-ttl';
 
 -- Message ids: any printable text up to 512 characters.
 SELECT idem_consume('c', 'projects/p/subscriptions/s:7') AS pubsub,
@@ -64,7 +64,7 @@ SELECT idem_consume('c', 'projects/p/subscriptions/s:7') AS pubsub,
 
 -- Input rules: 22004 for NULLs, 22023 otherwise; nothing written.
 \set VERBOSITY terse
-TRUNCATE idem_inbox;
+TRUNCATE idem_internal.idem_inbox;
 SELECT idem_consume(NULL, 'm');
 SELECT idem_consume('c', NULL);
 SELECT idem_consume('', 'm');
@@ -83,11 +83,11 @@ BEGIN READ ONLY;
 SELECT idem_consume('c', 'm');
 ROLLBACK;
 \set VERBOSITY default
-SELECT count(*) AS rows_written FROM idem_inbox;
+SELECT count(*) AS rows_written FROM idem_internal.idem_inbox;
 -- the message id is never echoed in an error
 SELECT idem_consume('c', E'secret\u0001token');
 
--- A trigger an administrator puts on idem_inbox runs as the extension's
+-- A trigger an administrator puts on idem_internal.idem_inbox runs as the extension's
 -- owner under search_path = pg_catalog, pg_temp, whatever the caller's.
 CREATE TABLE inbox_trigger_log (who text, path text);
 CREATE FUNCTION inbox_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -95,20 +95,20 @@ BEGIN
     INSERT INTO public.inbox_trigger_log VALUES (current_user, current_setting('search_path'));
     RETURN NEW;
 END $$;
-CREATE TRIGGER inbox_audit AFTER INSERT ON idem_inbox FOR EACH ROW EXECUTE FUNCTION inbox_trigger();
+CREATE TRIGGER inbox_audit AFTER INSERT ON idem_internal.idem_inbox FOR EACH ROW EXECUTE FUNCTION inbox_trigger();
 SET search_path = public, pg_temp;
 SELECT idem_consume('c', 'with-trigger');
 RESET search_path;
 SELECT who = (SELECT extowner::regrole::text FROM pg_extension WHERE extname = 'idem') AS as_owner, path
 FROM inbox_trigger_log;
 SHOW search_path;
-DROP TRIGGER inbox_audit ON idem_inbox;
+DROP TRIGGER inbox_audit ON idem_internal.idem_inbox;
 DROP TABLE inbox_trigger_log;
 DROP FUNCTION inbox_trigger();
 
 -- Not for PUBLIC: granted by the administrator.
 SELECT has_function_privilege('public', 'idem_consume(text, text, interval, bigint)', 'EXECUTE') AS public_may,
-       has_table_privilege('public', 'idem_inbox', 'SELECT') AS public_reads_inbox;
+       has_table_privilege('public', 'idem_internal.idem_inbox', 'SELECT') AS public_reads_inbox;
 
 DROP TABLE effect;
-TRUNCATE idem_inbox;
+TRUNCATE idem_internal.idem_inbox;

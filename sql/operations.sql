@@ -81,18 +81,18 @@ RESET idem.allowed_operations;
 SHOW idem.allowed_operations;
 
 \c - :su
-SELECT operation, status, count(*) FROM idempotency_record WHERE owner_id = 5
+SELECT operation, status, count(*) FROM idem_internal.idempotency_record WHERE owner_id = 5
 GROUP BY operation, status ORDER BY operation, status;
-SELECT count(*) AS orders_for_5 FROM purchase_order WHERE owner_id = 5;
+SELECT count(*) AS orders_for_5 FROM idem_internal.purchase_order WHERE owner_id = 5;
 -- CREATE_ORDER is the order demo's operation
 ALTER ROLE regress_idem_shipper SET idem.allowed_operations = 'SHIP, CREATE_ORDER';
 \c - regress_idem_shipper
 SELECT replayed FROM idem_create_order(5, 'ops-order-key-000001', 1, 1);
 \c - :su
-DELETE FROM idempotency_record WHERE owner_id = 5;
-DELETE FROM purchase_order WHERE owner_id = 5;
-DELETE FROM idem_outbox WHERE topic = 'REFUND';
-DELETE FROM idem_inbox WHERE consumer = 'REFUND';
+DELETE FROM idem_internal.idempotency_record WHERE owner_id = 5;
+DELETE FROM idem_internal.purchase_order WHERE owner_id = 5;
+DELETE FROM idem_internal.idem_outbox WHERE topic = 'REFUND';
+DELETE FROM idem_internal.idem_inbox WHERE consumer = 'REFUND';
 DROP FUNCTION ops_handler(jsonb);
 DROP OWNED BY regress_idem_shipper;
 DROP ROLE regress_idem_shipper;

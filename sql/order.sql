@@ -7,47 +7,47 @@ SET idem.ttl = '24h';
 -- 1. Same key and same request twice: one order; the second call replays.
 SELECT * FROM idem_create_order(1, 'double-click-0000001', 1001, 2);
 SELECT * FROM idem_create_order(1, 'double-click-0000001', 1001, 2);
-SELECT count(*) AS orders FROM purchase_order WHERE owner_id = 1;
+SELECT count(*) AS orders FROM idem_internal.purchase_order WHERE owner_id = 1;
 
 -- 6. The replay is the stored snapshot: same status and body as the first call.
 SELECT owner_id, operation, idempotency_key, status, http_status,
        response_json, resource_id, expires_at - created_at AS ttl
-FROM idempotency_record WHERE owner_id = 1;
+FROM idem_internal.idempotency_record WHERE owner_id = 1;
 SELECT o.id, o.order_no, o.sku_id, o.quantity, o.status
-FROM purchase_order o WHERE owner_id = 1;
+FROM idem_internal.purchase_order o WHERE owner_id = 1;
 -- The fingerprint is idem_request_hash of {"sku": sku, "qty": qty}.
 SELECT request_hash = idem_request_hash('{"sku": 1001, "qty": 2}') AS fingerprint_matches
-FROM idempotency_record WHERE owner_id = 1;
+FROM idem_internal.idempotency_record WHERE owner_id = 1;
 
 -- 3. Same key, different request: IK001, nothing written.
 SELECT * FROM idem_create_order(1, 'double-click-0000001', 1001, 3);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT * FROM idem_create_order(1, 'double-click-0000001', 1002, 2);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT count(*) AS orders FROM purchase_order WHERE owner_id = 1;
+SELECT count(*) AS orders FROM idem_internal.purchase_order WHERE owner_id = 1;
 SELECT count(*) AS records, min(request_hash) = idem_request_hash('{"qty":2,"sku":1001}') AS unchanged
-FROM idempotency_record WHERE owner_id = 1;
+FROM idem_internal.idempotency_record WHERE owner_id = 1;
 
 -- 4. The first transaction fails: nothing of it remains, the retry executes.
 BEGIN;
 SELECT replayed FROM idem_create_order(2, 'gateway-retry-000001', 7, 1);
 SELECT 1 / 0;	-- the caller's transaction fails after the call
 ROLLBACK;
-SELECT count(*) AS records FROM idempotency_record WHERE owner_id = 2;
-SELECT count(*) AS orders FROM purchase_order WHERE owner_id = 2;
+SELECT count(*) AS records FROM idem_internal.idempotency_record WHERE owner_id = 2;
+SELECT count(*) AS orders FROM idem_internal.purchase_order WHERE owner_id = 2;
 SELECT replayed FROM idem_create_order(2, 'gateway-retry-000001', 7, 1);
 SELECT replayed FROM idem_create_order(2, 'gateway-retry-000001', 7, 1);
-SELECT count(*) AS orders FROM purchase_order WHERE owner_id = 2;
+SELECT count(*) AS orders FROM idem_internal.purchase_order WHERE owner_id = 2;
 
 -- 4b. The business insert itself fails (its order_no is taken): the claim
 -- goes with it, and the same key succeeds on retry.  (The blocker takes the
 -- next id itself; the call takes the one after.)
-INSERT INTO purchase_order (order_no, owner_id, sku_id, quantity, status)
+INSERT INTO idem_internal.purchase_order (order_no, owner_id, sku_id, quantity, status)
 SELECT 'ORD-' || lpad((last_value + 2)::text, 12, '0'), 0, 0, 1, 'BLOCKER'
-FROM purchase_order_id_seq;
+FROM idem_internal.purchase_order_id_seq;
 SELECT * FROM idem_create_order(2, 'insert-fails-0000001', 8, 1);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT count(*) AS records FROM idempotency_record WHERE idempotency_key = 'insert-fails-0000001';
+SELECT count(*) AS records FROM idem_internal.idempotency_record WHERE idempotency_key = 'insert-fails-0000001';
 SELECT replayed, order_no <> '' AS has_order_no FROM idem_create_order(2, 'insert-fails-0000001', 8, 1);
 SELECT replayed FROM idem_create_order(2, 'insert-fails-0000001', 8, 1);
 
@@ -57,14 +57,14 @@ SELECT owner_id, count(*) FROM (
     UNION ALL
     SELECT 4, * FROM idem_create_order(4, 'shared-key-000000001', 2, 5)
 ) s WHERE NOT replayed GROUP BY owner_id ORDER BY owner_id;
-SELECT owner_id, sku_id, quantity FROM purchase_order WHERE owner_id IN (3, 4) ORDER BY owner_id;
+SELECT owner_id, sku_id, quantity FROM idem_internal.purchase_order WHERE owner_id IN (3, 4) ORDER BY owner_id;
 
 -- A repeat inside the transaction that executed replays its own, uncommitted order.
 BEGIN;
 SELECT order_no, replayed FROM idem_create_order(5, 'same-transaction-001', 1, 1);
 SELECT order_no, replayed FROM idem_create_order(5, 'same-transaction-001', 1, 1);
 COMMIT;
-SELECT count(*) AS orders FROM purchase_order WHERE owner_id = 5;
+SELECT count(*) AS orders FROM idem_internal.purchase_order WHERE owner_id = 5;
 
 -- REPEATABLE READ callers run the protocol as well, serially.
 BEGIN ISOLATION LEVEL REPEATABLE READ;
@@ -76,7 +76,7 @@ SELECT replayed FROM idem_create_order(5, 'repeatable-read-0001', 1, 1);
 COMMIT;
 
 -- A committed record still PROCESSING (a long flow's) is reported in flight.
-INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
 VALUES (6, 'CREATE_ORDER', 'left-processing-0001', idem_request_hash('{"sku":1,"qty":1}'),
         'PROCESSING', now() + interval '1 hour');
 SELECT * FROM idem_create_order(6, 'left-processing-0001', 1, 1);
@@ -104,15 +104,15 @@ SELECT http_create_order(9, 'http-mapping-000001', 1, 1) AS first,
        http_create_order(9, 'http-mapping-000001', 1, 2) AS reused,
        http_create_order(6, 'left-processing-0001', 1, 1) AS processing,
        http_create_order(9, 'too-short', 1, 1) AS bad_key;
-SELECT count(*) AS orders FROM purchase_order WHERE owner_id = 9;
+SELECT count(*) AS orders FROM idem_internal.purchase_order WHERE owner_id = 9;
 DROP FUNCTION http_create_order;
 
 --
 -- Bad input: SQLSTATE, a message to act on, and nothing written.
 --
 CREATE TEMP TABLE counts AS
-SELECT (SELECT count(*) FROM idempotency_record) AS records,
-       (SELECT count(*) FROM purchase_order) AS orders;
+SELECT (SELECT count(*) FROM idem_internal.idempotency_record) AS records,
+       (SELECT count(*) FROM idem_internal.purchase_order) AS orders;
 
 -- NULL in each position: 22004
 SELECT * FROM idem_create_order(NULL, 'null-argument-000001', 1, 1);
@@ -153,8 +153,8 @@ SELECT * FROM idem_create_order(1, 'bad-quantity-0000001', 1, -5);
 SELECT * FROM idem_create_order(1, 'bad-sku-000000000001', 9007199254740992, 1);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 
-SELECT (SELECT count(*) FROM idempotency_record) = records AS no_record_written,
-       (SELECT count(*) FROM purchase_order) = orders AS no_order_written
+SELECT (SELECT count(*) FROM idem_internal.idempotency_record) = records AS no_record_written,
+       (SELECT count(*) FROM idem_internal.purchase_order) = orders AS no_order_written
 FROM counts;
 
 -- The bounds themselves are accepted: 16 and 128 characters, every allowed
@@ -169,14 +169,14 @@ SELECT replayed FROM idem_create_order(1, 'AZaz09_-AZaz09_-', 9007199254740991, 
 -- holds its key; the request executes anew, even with another body.
 --
 SELECT order_no AS first_order FROM idem_create_order(7, 'expiring-key-0000001', 1, 1) \gset
-UPDATE idempotency_record SET expires_at = now() - interval '1 second'
+UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 second'
 WHERE owner_id = 7;
 SELECT order_no <> :'first_order' AS new_order, replayed
 FROM idem_create_order(7, 'expiring-key-0000001', 2, 2);
 SELECT count(*) AS records, min(request_hash) = idem_request_hash('{"sku":2,"qty":2}') AS new_fingerprint,
        min(expires_at) > now() AS live_again
-FROM idempotency_record WHERE owner_id = 7;
-SELECT count(*) AS orders FROM purchase_order WHERE owner_id = 7;
+FROM idem_internal.idempotency_record WHERE owner_id = 7;
+SELECT count(*) AS orders FROM idem_internal.purchase_order WHERE owner_id = 7;
 
 -- idem.ttl sets the lifetime of new records; here it runs out for real.
 SET idem.ttl = 1;
@@ -184,7 +184,7 @@ SELECT replayed FROM idem_create_order(8, 'short-lived-00000001', 1, 1);
 SELECT replayed FROM idem_create_order(8, 'short-lived-00000001', 1, 1);
 SELECT pg_sleep(1.2);
 SELECT replayed FROM idem_create_order(8, 'short-lived-00000001', 1, 1);
-SELECT count(*) AS orders FROM purchase_order WHERE owner_id = 8;
+SELECT count(*) AS orders FROM idem_internal.purchase_order WHERE owner_id = 8;
 RESET idem.ttl;
 
 -- GUCs
@@ -208,4 +208,4 @@ SELECT order_id, replayed FROM idem_create_order(90, 'read-only-key-00001', 1, 1
 SELECT order_id, replayed FROM idem_create_order(90, 'read-only-key-00002', 1, 1);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 ROLLBACK;
-SELECT count(*) AS records_for_key_2 FROM idempotency_record WHERE owner_id = 90 AND idempotency_key = 'read-only-key-00002';
+SELECT count(*) AS records_for_key_2 FROM idem_internal.idempotency_record WHERE owner_id = 90 AND idempotency_key = 'read-only-key-00002';

@@ -83,7 +83,7 @@ SELECT * FROM idem_create_order(8, 'tenant-eight-key-0002', 1, 1);
 
 \c - :su
 -- nothing was written for owners 8 and 200 by the bound role
-SELECT owner_id, idempotency_key FROM idempotency_record
+SELECT owner_id, idempotency_key FROM idem_internal.idempotency_record
 WHERE idempotency_key LIKE 'tenant-%' ORDER BY owner_id, idempotency_key;
 -- an unbound role (the superuser here) acts for any owner
 SELECT replayed FROM idem_create_order(8, 'tenant-eight-key-0001', 1, 1);

@@ -24,13 +24,13 @@ SELECT idem_finish(1, 'PAY', 'policy-key-000000003', 201, '{}');
 SELECT replayed FROM idem_begin(1, 'PAY', 'policy-key-000000004', '{}');
 SELECT idem_finish(1, 'PAY', 'policy-key-000000004', 402, '{"error": "declined"}');
 COMMIT;
-SELECT idempotency_key, status, expires_at - created_at AS lifetime FROM idempotency_record
+SELECT idempotency_key, status, expires_at - created_at AS lifetime FROM idem_internal.idempotency_record
 WHERE idempotency_key LIKE 'policy-key-%' ORDER BY idempotency_key;
 
 -- idem_create_order and idem_run take the policy of their operation too
 SELECT (idem_set_policy('CREATE_ORDER', ttl => '3 hours')).operation;
 SELECT order_id > 0 AS ordered FROM idem_create_order(2, 'policy-order-key-0001', 5, 1);
-SELECT expires_at - created_at AS lifetime FROM idempotency_record
+SELECT expires_at - created_at AS lifetime FROM idem_internal.idempotency_record
 WHERE idempotency_key = 'policy-order-key-0001';
 
 -- omitted: unchanged; NULL: back to the GUC
@@ -66,8 +66,8 @@ SELECT replayed FROM idem_submit(3, 'SHIP', 'policy-task-key-00001', '{}');
 SELECT attempt, (SELECT idem_fail(task_id, token, '{"e": 1}')) AS first_failure
 FROM idem_lease('SHIP', 'w1');
 SELECT task_due_at - now() BETWEEN interval '0' AND interval '1 hour' AS backoff_within_retry_base
-FROM idempotency_record WHERE idempotency_key = 'policy-task-key-00001';
-UPDATE idempotency_record SET task_due_at = now() WHERE idempotency_key = 'policy-task-key-00001';
+FROM idem_internal.idempotency_record WHERE idempotency_key = 'policy-task-key-00001';
+UPDATE idem_internal.idempotency_record SET task_due_at = now() WHERE idempotency_key = 'policy-task-key-00001';
 SELECT attempt, (SELECT idem_fail(task_id, token, '{"e": 2}')) AS second_failure
 FROM idem_lease('SHIP', 'w1');
 
@@ -80,7 +80,7 @@ SELECT replayed FROM idem_begin(4, 'CHARGE', '8E03978E-40D5-43E8-BC93-6894A57F93
 SELECT idem_finish(4, 'CHARGE', '8e03978e-40d5-43e8-bc93-6894a57f9324', 201, '{}');
 SELECT replayed FROM idem_begin(4, 'CHARGE', '8e03978e-40d5-43e8-bc93-6894A57F9324', '{}');
 COMMIT;
-SELECT idempotency_key FROM idempotency_record WHERE operation = 'CHARGE';
+SELECT idempotency_key FROM idem_internal.idempotency_record WHERE operation = 'CHARGE';
 SELECT replayed FROM idem_begin(4, 'CHARGE', 'order-7-retry-0000001', '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT replayed FROM idem_begin(4, 'CHARGE', '8e03978e-40d5-43e8-bc93-6894a57f932', '{}');
@@ -94,7 +94,7 @@ BEGIN;
 SELECT replayed FROM idem_begin(4, 'CHARGE', '01jz3k9v4s6t8w0xyz12ab34cd', '{}');
 SELECT idem_finish(4, 'CHARGE', '01JZ3K9V4S6T8W0XYZ12AB34CD', 201, '{}');
 COMMIT;
-SELECT count(*) AS ulid_records FROM idempotency_record WHERE idempotency_key = '01JZ3K9V4S6T8W0XYZ12AB34CD';
+SELECT count(*) AS ulid_records FROM idem_internal.idempotency_record WHERE idempotency_key = '01JZ3K9V4S6T8W0XYZ12AB34CD';
 SELECT replayed FROM idem_begin(4, 'CHARGE', '01JZ3K9V4S6T8W0XYZ12AB34CU', '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT replayed FROM idem_begin(4, 'CHARGE', '81JZ3K9V4S6T8W0XYZ12AB34CD', '{}');
@@ -133,7 +133,7 @@ SELECT idem_finish(5, 'SIGNUP', 'redact-key-000000001', 201,
 SELECT replayed FROM idem_begin(5, 'SIGNUP', 'redact-key-000000002', '{}');
 SELECT idem_finish(5, 'SIGNUP', 'redact-key-000000002', 201, '{"user":  "bob",   "plan": "free"}');
 COMMIT;
-SELECT idempotency_key, response_body, response_headers FROM idempotency_record
+SELECT idempotency_key, response_body, response_headers FROM idem_internal.idempotency_record
 WHERE operation = 'SIGNUP' ORDER BY idempotency_key;
 SELECT body::text, headers FROM idem_begin(5, 'SIGNUP', 'redact-key-000000001', '{}');
 SELECT body::text FROM idem_begin(5, 'SIGNUP', 'redact-key-000000002', '{}');
@@ -170,7 +170,7 @@ SELECT idem_drop_policy('PAY');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT count(*) FROM idem_policies;
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-SELECT count(*) FROM idem_policy;
+SELECT count(*) FROM idem_internal.idem_policy;
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 RESET ROLE;
 SET ROLE regress_policy_monitor;
@@ -185,9 +185,9 @@ FROM idem_begin(1, 'PAY', 'policy-key-000000005', '{}');
 ROLLBACK;
 
 -- a write of the table by hand invalidates the cached copy too
-UPDATE idem_policy SET ttl = '5 hours' WHERE operation = 'CREATE_ORDER';
+UPDATE idem_internal.idem_policy SET ttl = '5 hours' WHERE operation = 'CREATE_ORDER';
 SELECT order_id > 0 AS ordered FROM idem_create_order(2, 'policy-order-key-0002', 5, 1);
-SELECT expires_at - created_at AS lifetime FROM idempotency_record
+SELECT expires_at - created_at AS lifetime FROM idem_internal.idempotency_record
 WHERE idempotency_key = 'policy-order-key-0002';
 
 -- from PL/pgSQL too; every setting omitted: a policy that changes nothing
@@ -198,9 +198,9 @@ REVOKE EXECUTE ON FUNCTION idem_set_policy(text, interval, interval, interval, i
     idem_drop_policy(text) FROM regress_policy_user;
 REVOKE USAGE ON SCHEMA public FROM regress_policy_user;
 DROP ROLE regress_policy_user, regress_policy_monitor;
-TRUNCATE idem_policy;
+TRUNCATE idem_internal.idem_policy;
 SELECT count(*) AS policies FROM idem_policies;
 -- the records of this test go with it
-DELETE FROM idempotency_record
+DELETE FROM idem_internal.idempotency_record
 WHERE idempotency_key LIKE 'policy-%' OR idempotency_key LIKE 'redact-%' OR operation IN ('CHARGE', 'SIGNUP');
 RESET client_min_messages;

@@ -2,11 +2,12 @@
 -- Renaming schemas never points idem at a look-alike (issue D2): idem finds
 -- its tables by OID in its schema, found by OID too, and runs no statement
 -- that names them, so a backend that already ran every function keeps
--- working on the real tables after ALTER SCHEMA ... RENAME, and a table
+-- working on the real tables after ALTER SCHEMA ... RENAME (from 1.13 they
+-- are in idem_internal, which no other role can rename), and a table
 -- renamed into the old name, with triggers of its own, is never touched.
 --
 \set SHOW_CONTEXT never
-INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
 SELECT 500, 'PING', 'rename-warm-' || lpad(g::text, 8, '0'), repeat('0', 64), 'SUCCEEDED', now() - interval '1 hour'
 FROM generate_series(1, 3) g;
 -- warm this backend: every entry point once
@@ -28,8 +29,8 @@ BEGIN
     RETURN NULL;
 END $$;
 CREATE SCHEMA regress_lookalike;
-CREATE TABLE regress_lookalike.idempotency_record (LIKE public.idempotency_record INCLUDING ALL);
-CREATE TABLE regress_lookalike.purchase_order (LIKE public.purchase_order INCLUDING ALL);
+CREATE TABLE regress_lookalike.idempotency_record (LIKE idem_internal.idempotency_record INCLUDING ALL);
+CREATE TABLE regress_lookalike.purchase_order (LIKE idem_internal.purchase_order INCLUDING ALL);
 INSERT INTO regress_lookalike.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
 VALUES (501, 'PING', 'rename-lookalike-0001', repeat('0', 64), 'SUCCEEDED', now() - interval '1 hour');
 CREATE TRIGGER trap_stmt BEFORE INSERT OR UPDATE OR DELETE ON regress_lookalike.idempotency_record
@@ -39,7 +40,7 @@ CREATE TRIGGER trap_row BEFORE INSERT OR UPDATE OR DELETE ON regress_lookalike.i
 CREATE TRIGGER trap_order BEFORE INSERT ON regress_lookalike.purchase_order
     FOR EACH ROW EXECUTE FUNCTION regress_trap.fire();
 -- expired records in the real table
-INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
 SELECT 501, 'PING', 'rename-real-' || lpad(g::text, 8, '0'), repeat('0', 64), 'SUCCEEDED', now() - interval '1 hour'
 FROM generate_series(1, 3) g;
 
@@ -56,8 +57,8 @@ COMMIT;
 SELECT * FROM regress_trap.fired;
 SELECT count(*) AS lookalike_records FROM public.idempotency_record;
 SELECT count(*) AS lookalike_orders FROM public.purchase_order;
-SELECT count(*) AS real_expired_left FROM regress_real.idempotency_record WHERE expires_at < now();
-SELECT count(*) AS real_new_records FROM regress_real.idempotency_record WHERE idempotency_key LIKE 'rename-swapped-%';
+SELECT count(*) AS real_expired_left FROM idem_internal.idempotency_record WHERE expires_at < now();
+SELECT count(*) AS real_new_records FROM idem_internal.idempotency_record WHERE idempotency_key LIKE 'rename-swapped-%';
 
 -- and back
 ALTER SCHEMA public RENAME TO regress_lookalike;

@@ -1,9 +1,9 @@
 --
--- Retention that keeps the audit trail (1.11): audit_ttl, idem_history,
+-- Retention that keeps the audit trail (1.11): audit_ttl, idem_internal.idem_history,
 -- idem_audit, reuse_after_expiry 'refuse' (IK007), idem_forget_owner.
 --
 \set SHOW_CONTEXT never
-TRUNCATE idempotency_record, idem_history, idem_inbox;
+TRUNCATE idem_internal.idempotency_record, idem_internal.idem_history, idem_internal.idem_inbox;
 
 -- a payment keeps 30 days of audit after its record; an order none
 SELECT operation, audit_ttl, reuse_after_expiry
@@ -20,25 +20,25 @@ SELECT replayed, http_status FROM idem_run(31, 'ORDER', 'retention-ord-000001', 
 SELECT replayed FROM idem_submit(31, 'PAY', 'retention-task-00001', '{"amount": 30}', '{"card": "4242"}');
 SELECT task_id, token FROM idem_lease('PAY', 'w1') \gset
 SELECT idem_complete(:task_id, :token, 200, '{"done": 1}');
-SELECT status, task_request, task_payload FROM idempotency_record WHERE id = :task_id;
+SELECT status, task_request, task_payload FROM idem_internal.idempotency_record WHERE id = :task_id;
 
 -- everything expires; nothing has been cleaned yet.  The cleanup deletes
 -- every record, and keeps the payments' audit fields (one transaction, so
 -- that now() is the same)
 BEGIN;
-UPDATE idempotency_record SET expires_at = now() - interval '1 hour';
+UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 hour';
 SELECT idem_cleanup_expired() AS deleted;
-SELECT count(*) AS records_left FROM idempotency_record;
+SELECT count(*) AS records_left FROM idem_internal.idempotency_record;
 SELECT owner_id, operation, idempotency_key, status, http_status, resource_id,
        length(request_hash) AS fingerprint_length, fingerprint_version,
        expires_at = now() - interval '1 hour' AS kept_expiry,
        audit_until = expires_at + interval '30 days' AS audit_until_ok,
        archived_at = now() AS archived_now
-FROM idem_history ORDER BY idempotency_key;
+FROM idem_internal.idem_history ORDER BY idempotency_key;
 COMMIT;
 -- what the history holds: the audit fields, no request or response
 SELECT string_agg(attname, ', ' ORDER BY attnum) AS history_columns
-FROM pg_attribute WHERE attrelid = 'idem_history'::regclass AND attnum > 0 AND NOT attisdropped;
+FROM pg_attribute WHERE attrelid = 'idem_internal.idem_history'::regclass AND attnum > 0 AND NOT attisdropped;
 
 -- the key executes afresh after its expiry (reuse_after_expiry 'execute'),
 -- and idem_audit shows both executions
@@ -49,24 +49,24 @@ FROM idem_audit WHERE idempotency_key = 'retention-pay-000001' ORDER BY live, ex
 
 -- an expired record replaced before the cleanup reached it: the renewal
 -- itself archives it
-UPDATE idempotency_record SET expires_at = now() - interval '1 minute'
+UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 minute'
 WHERE idempotency_key = 'retention-pay-000001';
 SELECT replayed FROM idem_run(31, 'PAY', 'retention-pay-000001', '{"amount": 10}', 'pay_handler(jsonb)');
 SELECT count(*) FILTER (WHERE live) AS live, count(*) FILTER (WHERE NOT live) AS past
 FROM idem_audit WHERE idempotency_key = 'retention-pay-000001';
 
 -- the history goes at audit_until, in the cleanup's batches
-UPDATE idem_history SET audit_until = now() - interval '1 second'
+UPDATE idem_internal.idem_history SET audit_until = now() - interval '1 second'
 WHERE idempotency_key = 'retention-pay-000002';
 SELECT idem_cleanup_expired(1) AS deleted;
-SELECT count(*) AS history_of_key_2 FROM idem_history WHERE idempotency_key = 'retention-pay-000002';
+SELECT count(*) AS history_of_key_2 FROM idem_internal.idem_history WHERE idempotency_key = 'retention-pay-000002';
 
 -- reuse_after_expiry 'refuse': a key in its audit period is refused with
 -- IK007, whether its record is still there (expired) or in the history
 SELECT operation, audit_ttl, reuse_after_expiry FROM idem_set_policy('PAY', reuse_after_expiry => 'refuse');
 -- (the details name times: terse)
 \set VERBOSITY terse
-UPDATE idempotency_record SET expires_at = now() - interval '1 minute'
+UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 minute'
 WHERE idempotency_key = 'retention-pay-000001';
 SELECT replayed FROM idem_run(31, 'PAY', 'retention-pay-000001', '{"amount": 10}', 'pay_handler(jsonb)');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
@@ -87,15 +87,15 @@ EXCEPTION WHEN SQLSTATE 'IK007' THEN
     DECLARE d text;
     BEGIN
         GET STACKED DIAGNOSTICS d = PG_EXCEPTION_DETAIL;
-        RAISE NOTICE 'names audit_until: %', strpos(d, (SELECT to_char(audit_until, 'YYYY-MM-DD HH24:MI:SS') FROM idem_history
+        RAISE NOTICE 'names audit_until: %', strpos(d, (SELECT to_char(audit_until, 'YYYY-MM-DD HH24:MI:SS') FROM idem_internal.idem_history
             WHERE idempotency_key = 'retention-task-00001')) > 0;
     END;
 END $$;
 -- nothing written by a refusal
-SELECT count(*) AS records FROM idempotency_record WHERE owner_id = 31;
+SELECT count(*) AS records FROM idem_internal.idempotency_record WHERE owner_id = 31;
 -- a new key is not refused; a key whose audit period ended executes
 SELECT replayed FROM idem_run(31, 'PAY', 'retention-pay-000003', '{"amount": 10}', 'pay_handler(jsonb)');
-UPDATE idem_history SET audit_until = now() - interval '1 second'
+UPDATE idem_internal.idem_history SET audit_until = now() - interval '1 second'
 WHERE idempotency_key = 'retention-pay-000001';
 SELECT replayed FROM idem_run(31, 'PAY', 'retention-pay-000001', '{"amount": 10}', 'pay_handler(jsonb)');
 -- the refusals count with the conflicts
@@ -129,7 +129,7 @@ SET ROLE regress_audit_monitor;
 SELECT owner_id, count(*) FROM idem_audit GROUP BY 1 ORDER BY 1;
 -- one owner's, through the indexes
 SELECT owner_id, count(*) FROM idem_audit_entries(32) GROUP BY 1;
-SELECT count(*) FROM idem_history;
+SELECT count(*) FROM idem_internal.idem_history;
 RESET ROLE;
 SET idem.allowed_owners = '32';
 SET ROLE regress_audit_reader;
@@ -143,11 +143,11 @@ RESET idem.allowed_owners;
 SET ROLE regress_audit_reader;
 SELECT owner_id, count(*) FROM idem_audit GROUP BY 1 ORDER BY 1;
 -- the tables and the function are not the reader's
-SELECT count(*) FROM idem_history;
+SELECT count(*) FROM idem_internal.idem_history;
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 RESET ROLE;
 SET ROLE regress_audit_monitor;
-SELECT count(*) FROM idem_history;
+SELECT count(*) FROM idem_internal.idem_history;
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 RESET ROLE;
 SELECT has_table_privilege('public', 'idem_audit', 'SELECT') AS public_reads,
@@ -157,12 +157,12 @@ SELECT has_table_privilege('public', 'idem_audit', 'SELECT') AS public_reads,
 -- owner, in batches; superuser only
 SELECT idem_consume('billing', 'msg-31-1', owner => 31), idem_consume('billing', 'msg-31-2', owner => 31),
        idem_consume('billing', 'msg-32-1', owner => 32), idem_consume('billing', 'msg-none');
-UPDATE idempotency_record SET expires_at = now() - interval '1 minute' WHERE owner_id = 31;
+UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 minute' WHERE owner_id = 31;
 SELECT idem_cleanup_expired() AS deleted;
 SELECT replayed FROM idem_run(31, 'PAY', 'retention-pay-000004', '{"amount": 4}', 'pay_handler(jsonb)');
-SELECT (SELECT count(*) FROM idempotency_record WHERE owner_id = 31) AS records,
-       (SELECT count(*) FROM idem_history WHERE owner_id = 31) AS history,
-       (SELECT count(*) FROM idem_inbox WHERE owner_id = 31) AS inbox;
+SELECT (SELECT count(*) FROM idem_internal.idempotency_record WHERE owner_id = 31) AS records,
+       (SELECT count(*) FROM idem_internal.idem_history WHERE owner_id = 31) AS history,
+       (SELECT count(*) FROM idem_internal.idem_inbox WHERE owner_id = 31) AS inbox;
 SET ROLE regress_audit_monitor;
 SELECT idem_forget_owner(31);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
@@ -181,13 +181,13 @@ SELECT idem_forget_owner(NULL);
 -- one batch of 1 row a table, then the rest
 SELECT idem_forget_owner(31, batch_size => 1, max_batches => 1) AS forgotten;
 SELECT idem_forget_owner(31, batch_size => 1) AS forgotten;
-SELECT (SELECT count(*) FROM idempotency_record WHERE owner_id = 31) AS records,
-       (SELECT count(*) FROM idem_history WHERE owner_id = 31) AS history,
-       (SELECT count(*) FROM idem_inbox WHERE owner_id = 31) AS inbox;
+SELECT (SELECT count(*) FROM idem_internal.idempotency_record WHERE owner_id = 31) AS records,
+       (SELECT count(*) FROM idem_internal.idem_history WHERE owner_id = 31) AS history,
+       (SELECT count(*) FROM idem_internal.idem_inbox WHERE owner_id = 31) AS inbox;
 -- other owners' rows stay; the inbox entry without an owner too
-SELECT (SELECT count(*) FROM idempotency_record WHERE owner_id = 32) AS records_32,
-       (SELECT count(*) FROM idem_inbox WHERE owner_id = 32) AS inbox_32,
-       (SELECT count(*) FROM idem_inbox WHERE owner_id IS NULL) AS inbox_no_owner;
+SELECT (SELECT count(*) FROM idem_internal.idempotency_record WHERE owner_id = 32) AS records_32,
+       (SELECT count(*) FROM idem_internal.idem_inbox WHERE owner_id = 32) AS inbox_32,
+       (SELECT count(*) FROM idem_internal.idem_inbox WHERE owner_id IS NULL) AS inbox_no_owner;
 -- the forgotten owner's key executes afresh
 SELECT replayed FROM idem_run(31, 'PAY', 'retention-pay-000004', '{"amount": 4}', 'pay_handler(jsonb)');
 -- idem_consume's owner is bound by idem.allowed_owners
@@ -201,4 +201,4 @@ REVOKE ALL ON FUNCTION idem_audit_entries(bigint) FROM regress_audit_reader;
 DROP ROLE regress_audit_reader, regress_audit_monitor;
 SELECT idem_drop_policy('PAY'), idem_drop_policy('ORDER');
 DROP FUNCTION pay_handler(jsonb);
-TRUNCATE idempotency_record, idem_history, idem_inbox;
+TRUNCATE idem_internal.idempotency_record, idem_internal.idem_history, idem_internal.idem_inbox;

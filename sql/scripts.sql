@@ -53,7 +53,8 @@ BEGIN
                         LANGUAGE sql AS $h$ SELECT ROW(200, NULL, NULL, NULL)::%1$I.idem_result $h$', s);
         EXECUTE format('SELECT %I.idem_run(1, %L, %L, %L, %L)', s, 'PING', 'scripts-key-00000002',
                        '{}', 'pg_temp.scripts_handler(jsonb)');
-        EXECUTE format('UPDATE %I.idempotency_record SET expires_at = now() - interval %L', s, '1 day');
+        -- (idem's tables are in idem_internal from 1.13)
+        UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 day';
         EXECUTE format('SELECT %I.idem_cleanup_expired()', s);
         EXECUTE format('SELECT %I.idem_outbox_emit(%L, %L, %L)', s, 'scripts', '{}', 'k');
         EXECUTE format('SELECT %I.idem_outbox_ack(ARRAY(SELECT message_id FROM %I.idem_outbox_fetch(%L)))',

@@ -6,9 +6,9 @@
 -- The tables are not PUBLIC's; the writing functions need an explicit GRANT.
 CREATE ROLE regress_idem_app LOGIN;
 SET ROLE regress_idem_app;
-SELECT * FROM idempotency_record;
+SELECT * FROM idem_internal.idempotency_record;
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
-INSERT INTO purchase_order (order_no, owner_id, sku_id, quantity, status) VALUES ('x', 1, 1, 1, 'x');
+INSERT INTO idem_internal.purchase_order (order_no, owner_id, sku_id, quantity, status) VALUES ('x', 1, 1, 1, 'x');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT * FROM idem_create_order(1, 'no-grant-yet-000001', 1, 1);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
@@ -22,7 +22,7 @@ GRANT EXECUTE ON FUNCTION idem_create_order(bigint, text, bigint, integer) TO re
 SET ROLE regress_idem_app;
 SELECT order_no IS NOT NULL AS created, replayed FROM idem_create_order(200, 'granted-call-0000001', 1, 1);
 SELECT replayed FROM idem_create_order(200, 'granted-call-0000001', 1, 1);
-SELECT count(*) FROM purchase_order;	-- still no direct access
+SELECT count(*) FROM idem_internal.purchase_order;	-- still no direct access
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 RESET ROLE;
 
@@ -44,7 +44,7 @@ BEGIN
            pg_catalog.current_setting('search_path');
     RETURN NULL;
 END $$;
-CREATE TRIGGER record_write_context AFTER INSERT ON purchase_order
+CREATE TRIGGER record_write_context AFTER INSERT ON idem_internal.purchase_order
     FOR EACH ROW EXECUTE FUNCTION public.record_write_context();
 SET ROLE regress_idem_app;
 SET search_path = public, pg_catalog;
@@ -67,8 +67,8 @@ END $$;
 RESET search_path;
 RESET ROLE;
 SELECT is_owner, path FROM public.write_context;
-SELECT count(*) AS refused_records FROM idempotency_record WHERE idempotency_key = 'write-context-000002';
-DROP TRIGGER record_write_context ON purchase_order;
+SELECT count(*) AS refused_records FROM idem_internal.idempotency_record WHERE idempotency_key = 'write-context-000002';
+DROP TRIGGER record_write_context ON idem_internal.purchase_order;
 DROP TABLE public.write_context;
 DROP FUNCTION public.record_write_context();
 
@@ -90,7 +90,7 @@ SELECT replayed FROM public.idem_create_order(201, 'hijack-attempt-00001', 1, 1)
 SELECT public.idem_cleanup_expired() >= 0 AS cleanup_ran;
 RESET search_path;
 DROP TABLE pg_temp.idempotency_record, pg_temp.purchase_order;
-SELECT count(*) AS real_records FROM idempotency_record WHERE owner_id = 201;
+SELECT count(*) AS real_records FROM idem_internal.idempotency_record WHERE owner_id = 201;
 DROP SCHEMA regress_evil CASCADE;
 
 -- Dropped and created again in the same session: the kept plans follow.
@@ -105,7 +105,7 @@ CREATE SCHEMA "Idem Odd Schema";
 CREATE EXTENSION idem SCHEMA "Idem Odd Schema";
 SELECT order_id, order_no, replayed FROM "Idem Odd Schema".idem_create_order(203, 'odd-schema-000000001', 1, 1);
 SELECT replayed FROM "Idem Odd Schema".idem_create_order(203, 'odd-schema-000000001', 1, 1);
-UPDATE "Idem Odd Schema".idempotency_record SET expires_at = now() - interval '1 hour';
+UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 hour';
 SELECT "Idem Odd Schema".idem_cleanup_expired() AS deleted;
 DROP EXTENSION idem;
 DROP SCHEMA "Idem Odd Schema";

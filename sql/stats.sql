@@ -35,7 +35,7 @@ BEGIN;
 SELECT replayed FROM idem_begin(71, 'STATS_OP', 'stats-key-0000000006', '{}');
 SELECT idem_begin(71, 'STATS_OP', 'stats-key-0000000006', '{}');
 ROLLBACK;
-INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
 VALUES (71, 'STATS_OP', 'stats-key-0000000005', idem_request_hash('{}'), 'SUCCEEDED', now() - interval '1 second');
 BEGIN;
 SELECT replayed FROM idem_begin(71, 'STATS_OP', 'stats-key-0000000005', '{}');
@@ -48,7 +48,7 @@ BEGIN;
 SELECT idem_outbox_emit('stats_topic', '{}') > 0 AS rolled_back;
 ROLLBACK;
 SELECT idem_outbox_emit('stats_topic', '{}', 'k') > 0 AS emitted;
-SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox WHERE topic = 'stats_topic'));
+SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_internal.idem_outbox WHERE topic = 'stats_topic'));
 SELECT idem_consume('stats_consumer', 'm-1'), idem_consume('stats_consumer', 'm-1'),
        idem_consume('stats_consumer', 'm-1');
 -- a topic and a consumer named like an operation count in rows of their own
@@ -56,9 +56,9 @@ SELECT idem_outbox_emit('STATS_OP', '{}') > 0 AS emitted;
 SELECT idem_consume('STATS_OP', 'm-2'), idem_consume('STATS_OP', 'm-2');
 -- the cleanup: 2 acknowledged messages, the 4xx record once it expires, and
 -- an expired inbox entry (counted under its consumer)
-UPDATE idempotency_record SET expires_at = now() - interval '1 second'
+UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 second'
 WHERE idempotency_key = 'stats-key-0000000003';
-UPDATE idem_inbox SET expires_at = now() - interval '1 second'
+UPDATE idem_internal.idem_inbox SET expires_at = now() - interval '1 second'
 WHERE consumer = 'stats_consumer' AND message_id = 'm-1';
 SELECT idem_cleanup_expired() AS deleted;
 
@@ -81,5 +81,5 @@ SELECT has_table_privilege('pg_monitor', 'idem_stats', 'SELECT') AS monitor_read
        has_function_privilege('pg_monitor', 'idem_stats_reset()', 'EXECUTE') AS monitor_resets,
        has_table_privilege('public', 'idem_stats', 'SELECT') AS public_reads,
        has_function_privilege('public', 'idem_stats_reset()', 'EXECUTE') AS public_resets,
-       has_function_privilege('public', 'idem_stats_add(text, text, bigint)', 'EXECUTE') AS public_adds;
-TRUNCATE idempotency_record, idem_outbox, idem_inbox;
+       has_function_privilege('public', 'idem_internal.idem_stats_add(text, text, bigint)', 'EXECUTE') AS public_adds;
+TRUNCATE idem_internal.idempotency_record, idem_internal.idem_outbox, idem_internal.idem_inbox;

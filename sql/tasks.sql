@@ -8,8 +8,8 @@
 SET idem.ttl = '24h';
 SELECT idem_stats_reset();
 -- ids and tokens this test can show, whatever ran before it
-SELECT setval('idempotency_record_id_seq', 500000, false) IS NOT NULL AS ids_set,
-       setval('idem_task_token_seq', 1, false) IS NOT NULL AS tokens_set;
+SELECT setval('idem_internal.idempotency_record_id_seq', 500000, false) IS NOT NULL AS ids_set,
+       setval('idem_internal.idem_task_token_seq', 1, false) IS NOT NULL AS tokens_set;
 
 CREATE TABLE shipment (id bigserial PRIMARY KEY, task_id bigint NOT NULL UNIQUE, carrier text);
 
@@ -19,11 +19,11 @@ SELECT * FROM idem_submit(1, 'SHIP', 'task-key-000000000001', '{"order": 1, "car
 SELECT status, http_status, task_attempts, task_token, task_lease_expires_at,
        task_due_at <= now() AS due, expires_at = 'infinity' AS never_expires,
        task_request, task_payload
-FROM idempotency_record WHERE idempotency_key = 'task-key-000000000001';
+FROM idem_internal.idempotency_record WHERE idempotency_key = 'task-key-000000000001';
 -- a repeat reports the current state; nothing is written, no second task
 SELECT * FROM idem_submit(1, 'SHIP', 'task-key-000000000001', '{"carrier": "dhl", "order": 1.0}');
 SELECT count(*) AS records, max(xmin::text) = min(xmin::text) AS untouched
-FROM idempotency_record WHERE idempotency_key = 'task-key-000000000001';
+FROM idem_internal.idempotency_record WHERE idempotency_key = 'task-key-000000000001';
 -- a different request under the key
 SELECT * FROM idem_submit(1, 'SHIP', 'task-key-000000000001', '{"order": 2}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
@@ -35,12 +35,12 @@ SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'SHI
 SELECT task_id > 0 AS has_id, owner, key, request, payload, attempt, token > 0 AS has_token,
        lease_expires_at > now() + interval '50 seconds' AS leased_for_a_minute
 FROM idem_lease('SHIP', 'worker-a', '1 minute');
-SELECT task_id AS t1, token AS tok1 FROM idempotency_record r, LATERAL (SELECT r.id AS task_id, r.task_token AS token) x
+SELECT task_id AS t1, token AS tok1 FROM idem_internal.idempotency_record r, LATERAL (SELECT r.id AS task_id, r.task_token AS token) x
 WHERE idempotency_key = 'task-key-000000000001' \gset
 -- leased: nobody else gets it
 SELECT count(*) AS leased_again FROM idem_lease('SHIP', 'worker-b');
 SELECT status, task_attempts, task_worker, task_due_at < task_lease_expires_at AS due_time_kept
-FROM idempotency_record WHERE id = :t1;
+FROM idem_internal.idempotency_record WHERE id = :t1;
 SELECT replayed, status, http_status, body FROM idem_submit(1, 'SHIP', 'task-key-000000000001', '{"order": 1, "carrier": "dhl"}');
 
 -- Heartbeats extend the lease: by the interval it was granted, or by extend.
@@ -60,7 +60,7 @@ SELECT idem_complete(:t1, :tok1, 201, '{"shipment":  7}', :shipment_id, '{"Locat
 COMMIT;
 SELECT status, http_status, response_body, task_due_at, task_lease_expires_at,
        expires_at - updated_at AS kept_for
-FROM idempotency_record WHERE id = :t1;
+FROM idem_internal.idempotency_record WHERE id = :t1;
 -- a repeat replays the stored result
 SELECT replayed, status, http_status, body, headers, resource_id = :shipment_id AS resource, task_id = :t1 AS same_task
 FROM idem_submit(1, 'SHIP', 'task-key-000000000001', '{"order": 1, "carrier": "dhl"}');
@@ -85,12 +85,12 @@ SELECT idem_complete(:t2, :tok2, NULL, '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT idem_complete(:t2, :tok2, 409, '{"error": "address unknown"}');
 -- kept for idem.failure_ttl (10 minutes), whatever the submit's ttl
-SELECT status, http_status, expires_at - updated_at AS kept_for FROM idempotency_record WHERE id = :t2;
+SELECT status, http_status, expires_at - updated_at AS kept_for FROM idem_internal.idempotency_record WHERE id = :t2;
 SELECT replayed, status, http_status, body FROM idem_submit(2, 'SHIP', 'task-key-000000000002', '{"order": 2}');
 -- a success keeps the submit's ttl
 SELECT task_id AS t3 FROM idem_submit(3, 'SHIP', 'task-key-000000000003', '{"order": 3}', NULL, '1 hour') \gset
 SELECT idem_complete(task_id, token, 200, '{}') FROM idem_lease('SHIP', 'worker-a');
-SELECT status, expires_at - updated_at AS kept_for FROM idempotency_record WHERE id = :t3;
+SELECT status, expires_at - updated_at AS kept_for FROM idem_internal.idempotency_record WHERE id = :t3;
 
 -- A stale worker's business write rolls back with its IK004.
 SELECT task_id AS t4 FROM idem_submit(4, 'SHIP', 'task-key-000000000004', '{"order": 4}') \gset
@@ -98,7 +98,7 @@ SELECT token AS old_token FROM idem_lease('SHIP', 'worker-slow', '10 millisecond
 SELECT pg_sleep(0.05);
 -- lapsed: another worker takes it over, with attempt 2 and a greater token
 SELECT attempt, token > :old_token AS greater_token FROM idem_lease('SHIP', 'worker-fast');
-SELECT task_token AS new_token FROM idempotency_record WHERE id = :t4 \gset
+SELECT task_token AS new_token FROM idem_internal.idempotency_record WHERE id = :t4 \gset
 BEGIN;
 INSERT INTO shipment (task_id, carrier) VALUES (:t4, 'slow');
 SELECT idem_complete(:t4, :old_token, 201, '{"by": "slow"}');
@@ -106,7 +106,7 @@ SELECT idem_complete(:t4, :old_token, 201, '{"by": "slow"}');
 COMMIT;
 SELECT count(*) AS slow_shipments FROM shipment WHERE carrier = 'slow';
 SELECT idem_complete(:t4, :new_token, 201, '{"by": "fast"}');
-SELECT status, task_attempts, task_worker, response_body FROM idempotency_record WHERE id = :t4;
+SELECT status, task_attempts, task_worker, response_body FROM idem_internal.idempotency_record WHERE id = :t4;
 
 -- Retryable failures: FAILED_RETRYABLE with a backoff, then leased again.
 SET idem.retry_base = '1ms';
@@ -115,7 +115,7 @@ SELECT task_id AS t5 FROM idem_submit(5, 'SHIP', 'task-key-000000000005', '{"ord
 SELECT token AS tok5 FROM idem_lease('SHIP', 'worker-a') \gset
 SELECT idem_fail(:t5, :tok5, '{"carrier": "timeout"}');
 SELECT status, task_lease_expires_at, task_last_error, task_due_at - updated_at <= interval '1 millisecond' AS backoff_within_base
-FROM idempotency_record WHERE id = :t5;
+FROM idem_internal.idempotency_record WHERE id = :t5;
 -- the failed lease's token is stale now
 SELECT idem_complete(:t5, :tok5, 200, '{}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
@@ -123,21 +123,21 @@ SELECT replayed, status, http_status, body::text LIKE '{"status": "FAILED_RETRYA
 FROM idem_submit(5, 'SHIP', 'task-key-000000000005', '{"order": 5}');
 SELECT pg_sleep(0.01);
 SELECT attempt, token > :tok5 AS greater_token FROM idem_lease('SHIP', 'worker-b');
-SELECT status FROM idempotency_record WHERE id = :t5;
+SELECT status FROM idem_internal.idempotency_record WHERE id = :t5;
 
 -- idem.max_attempts: the last attempt's failure is final, HTTP 500 with
 -- the caller's error as the body, and nothing else.
 SET idem.max_attempts = 3;
-SELECT idem_fail(id, task_token, '{"carrier": "timeout", "attempt": 2}') FROM idempotency_record WHERE id = :t5;
+SELECT idem_fail(id, task_token, '{"carrier": "timeout", "attempt": 2}') FROM idem_internal.idempotency_record WHERE id = :t5;
 SELECT pg_sleep(0.01);
 SELECT attempt, idem_fail(task_id, token, '{"carrier": "timeout", "attempt": 3}') FROM idem_lease('SHIP', 'worker-c');
-SELECT status, http_status, response_body, task_due_at, task_attempts FROM idempotency_record WHERE id = :t5;
+SELECT status, http_status, response_body, task_due_at, task_attempts FROM idem_internal.idempotency_record WHERE id = :t5;
 SELECT replayed, status, http_status, body FROM idem_submit(5, 'SHIP', 'task-key-000000000005', '{"order": 5}');
 RESET idem.max_attempts;
 -- retryable => false is final at once
 SELECT (idem_submit(6, 'SHIP', 'task-key-000000000006', '{"order": 6}')).task_id IS NOT NULL AS submitted;
 SELECT idem_fail(task_id, token, '"card declined"', false) FROM idem_lease('SHIP', 'worker-a');
-SELECT status, http_status, response_body FROM idempotency_record WHERE idempotency_key = 'task-key-000000000006';
+SELECT status, http_status, response_body FROM idem_internal.idempotency_record WHERE idempotency_key = 'task-key-000000000006';
 
 -- The backoff schedule: attempt n waits a uniform time up to
 -- retry_base * 2^(n-1), capped at retry_max (full jitter).  200 tasks
@@ -154,13 +154,13 @@ DECLARE
 BEGIN
     FOR n IN 1..6 LOOP
         -- make every task due now (as its backoff would, later)
-        UPDATE idempotency_record SET task_due_at = now() - interval '1 second'
+        UPDATE idem_internal.idempotency_record SET task_due_at = now() - interval '1 second'
         WHERE operation = 'BACKOFF';
         PERFORM idem_fail(task_id, token, '{}') FROM idem_lease('BACKOFF', 'w', '1 minute', 1000);
         INSERT INTO waits
         SELECT task_attempts, extract(epoch FROM task_due_at - updated_at) * 1000,
                least(10 * 2 ^ (task_attempts - 1), 200)
-        FROM idempotency_record WHERE operation = 'BACKOFF';
+        FROM idem_internal.idempotency_record WHERE operation = 'BACKOFF';
     END LOOP;
 END $$;
 SELECT attempt, bound_ms, count(*) AS tasks,
@@ -188,18 +188,18 @@ SELECT attempt FROM idem_lease('BATCH', 'w');
 -- lease holds (the TAP test ends the session).
 SELECT (idem_submit(10, 'BOUND', 'bound-key-0000000010', '{}')).task_id IS NOT NULL AS submitted;
 SELECT attempt FROM idem_lease('BOUND', 'w', '1 minute', 1, bind_session => true);
-SELECT task_session IS NOT NULL AS bound FROM idempotency_record WHERE operation = 'BOUND';
+SELECT task_session IS NOT NULL AS bound FROM idem_internal.idempotency_record WHERE operation = 'BOUND';
 SELECT count(*) AS leased_again FROM idem_lease('BOUND', 'w2');
 -- a heartbeat keeps the binding, a retryable failure drops it
-SELECT idem_heartbeat(id, task_token) > now() AS extended FROM idempotency_record WHERE operation = 'BOUND';
-SELECT task_session IS NOT NULL AS still_bound FROM idempotency_record WHERE operation = 'BOUND';
-SELECT idem_fail(id, task_token, '{}') FROM idempotency_record WHERE operation = 'BOUND';
-SELECT task_session IS NULL AS unbound FROM idempotency_record WHERE operation = 'BOUND';
+SELECT idem_heartbeat(id, task_token) > now() AS extended FROM idem_internal.idempotency_record WHERE operation = 'BOUND';
+SELECT task_session IS NOT NULL AS still_bound FROM idem_internal.idempotency_record WHERE operation = 'BOUND';
+SELECT idem_fail(id, task_token, '{}') FROM idem_internal.idempotency_record WHERE operation = 'BOUND';
+SELECT task_session IS NULL AS unbound FROM idem_internal.idempotency_record WHERE operation = 'BOUND';
 
 -- Unfinished tasks never expire: the cleanup leaves them.
-SELECT count(*) AS unfinished_before FROM idempotency_record WHERE task_due_at IS NOT NULL;
+SELECT count(*) AS unfinished_before FROM idem_internal.idempotency_record WHERE task_due_at IS NOT NULL;
 SELECT idem_cleanup_expired() >= 0 AS cleaned;
-SELECT count(*) AS unfinished_after FROM idempotency_record WHERE task_due_at IS NOT NULL;
+SELECT count(*) AS unfinished_after FROM idem_internal.idempotency_record WHERE task_due_at IS NOT NULL;
 
 -- A submit of a key finished synchronously replays it, with no task id; a
 -- submit of a key this transaction claimed is in flight.
@@ -214,7 +214,7 @@ SELECT idem_finish(11, 'SHIP', 'task-key-000000000011', 200, '{"sync": true}');
 COMMIT;
 SELECT replayed, status, http_status, body, task_id FROM idem_submit(11, 'SHIP', 'task-key-000000000011', '{}');
 -- idem_complete on a record that is no task
-SELECT idem_complete(id, 1, 200, '{}') FROM idempotency_record WHERE idempotency_key = 'task-key-000000000011';
+SELECT idem_complete(id, 1, 200, '{}') FROM idem_internal.idempotency_record WHERE idempotency_key = 'task-key-000000000011';
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 
 -- Argument checks.
@@ -263,14 +263,14 @@ FROM idem_stats WHERE datname = current_database() AND operation IN ('SHIP', 'BA
 SELECT status, count(*) AS finished_tasks,
        count(*) FILTER (WHERE task_request IS NOT NULL OR task_payload IS NOT NULL) AS keeping_request,
        count(*) FILTER (WHERE request_hash IS NULL) AS without_fingerprint
-FROM idempotency_record WHERE task_attempts IS NOT NULL AND status IN ('SUCCEEDED', 'FAILED_FINAL')
+FROM idem_internal.idempotency_record WHERE task_attempts IS NOT NULL AND status IN ('SUCCEEDED', 'FAILED_FINAL')
 GROUP BY status ORDER BY status;
 
 -- Nobody but the administrator's grantees may call them.
 SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE') AS public_may
 FROM pg_proc p WHERE p.proname IN ('idem_submit', 'idem_lease', 'idem_heartbeat', 'idem_complete', 'idem_fail')
 ORDER BY 1;
-SELECT has_sequence_privilege('public', 'idem_task_token_seq', 'USAGE') AS public_may_draw_tokens;
+SELECT has_sequence_privilege('public', 'idem_internal.idem_task_token_seq', 'USAGE') AS public_may_draw_tokens;
 
 DROP TABLE shipment;
-DELETE FROM idempotency_record;
+DELETE FROM idem_internal.idempotency_record;

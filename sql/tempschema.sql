@@ -18,7 +18,7 @@ BEGIN
     INSERT INTO order_log VALUES (NEW.id, current_user);
     RETURN NULL;
 END $$;
-CREATE TRIGGER log_order AFTER INSERT ON purchase_order
+CREATE TRIGGER log_order AFTER INSERT ON idem_internal.purchase_order
     FOR EACH ROW EXECUTE FUNCTION public.log_order();
 
 \c - regress_idem_tmp
@@ -38,7 +38,7 @@ SELECT count(*) AS trap_fired FROM regress_tmp_trap.seen;
 DROP TABLE pg_temp.order_log;
 
 \c - :su
-SELECT count(*) AS records FROM idempotency_record WHERE owner_id = 600;
+SELECT count(*) AS records FROM idem_internal.idempotency_record WHERE owner_id = 600;
 -- a session of the same role without temporary tables is not refused (the
 -- trigger then finds no order_log at all: it must qualify its names)
 CREATE OR REPLACE FUNCTION public.log_order() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -50,7 +50,7 @@ END $$;
 SELECT replayed FROM idem_create_order(600, 'temp-trap-key-000001', 1, 1);
 \c - :su
 SELECT who FROM public.order_log;
-DROP TRIGGER log_order ON purchase_order;
+DROP TRIGGER log_order ON idem_internal.purchase_order;
 DROP FUNCTION public.log_order();
 DROP TABLE public.order_log;
 DROP SCHEMA regress_tmp_trap CASCADE;
@@ -75,11 +75,11 @@ BEGIN
     INSERT INTO outbox_audit VALUES (TG_TABLE_NAME, TG_OP, current_user);
     RETURN NULL;
 END $$;
-CREATE TRIGGER audit_row AFTER INSERT OR UPDATE OR DELETE ON idem_outbox
+CREATE TRIGGER audit_row AFTER INSERT OR UPDATE OR DELETE ON idem_internal.idem_outbox
     FOR EACH ROW EXECUTE FUNCTION public.audit_row();
-CREATE TRIGGER audit_row AFTER INSERT OR UPDATE OR DELETE ON idempotency_record
+CREATE TRIGGER audit_row AFTER INSERT OR UPDATE OR DELETE ON idem_internal.idempotency_record
     FOR EACH ROW EXECUTE FUNCTION public.audit_row();
-CREATE TRIGGER audit_row AFTER INSERT OR UPDATE OR DELETE ON idem_inbox
+CREATE TRIGGER audit_row AFTER INSERT OR UPDATE OR DELETE ON idem_internal.idem_inbox
     FOR EACH ROW EXECUTE FUNCTION public.audit_row();
 GRANT EXECUTE ON FUNCTION idem_outbox_fetch(text, integer, interval), idem_outbox_ack(bigint[]),
     idem_outbox_emit(text, jsonb, text, jsonb), idem_consume(text, text, interval, bigint),
@@ -98,7 +98,7 @@ AS $$ SELECT ROW(200, '{}', NULL, NULL)::idem_result $$;
 SELECT idem_outbox_emit('tmp-topic', '{"n": 1}', 'k1') AS msg \gset
 SELECT task_id AS task FROM idem_submit(700, 'TMP_TASK', 'temp-trap-task-00001', '{}') \gset
 SELECT token FROM idem_lease('TMP_TASK', 'admin-worker') \gset
-INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
 VALUES (700, 'TMP', 'temp-trap-expired-01', repeat('0', 64), 'SUCCEEDED', now() - interval '1 hour');
 TRUNCATE public.outbox_audit;
 
@@ -149,18 +149,18 @@ SELECT idem_outbox_ack(ARRAY[:msg]::bigint[]) AS acked;
 \c - :su
 -- nothing was written by the refused calls; the last two wrote as the owner
 SELECT tbl, op, who FROM public.outbox_audit ORDER BY tbl, op;
-SELECT count(*) AS unacked FROM idem_outbox WHERE message_id = :msg;
-SELECT count(*) AS records FROM idempotency_record WHERE owner_id = 700;
-SELECT task_lease_expires_at > now() AS admin_lease_holds FROM idempotency_record WHERE id = :task;
-SELECT count(*) AS inbox FROM idem_inbox WHERE consumer = 'tmp-consumer';
-DROP TRIGGER audit_row ON idem_outbox;
-DROP TRIGGER audit_row ON idempotency_record;
-DROP TRIGGER audit_row ON idem_inbox;
+SELECT count(*) AS unacked FROM idem_internal.idem_outbox WHERE message_id = :msg;
+SELECT count(*) AS records FROM idem_internal.idempotency_record WHERE owner_id = 700;
+SELECT task_lease_expires_at > now() AS admin_lease_holds FROM idem_internal.idempotency_record WHERE id = :task;
+SELECT count(*) AS inbox FROM idem_internal.idem_inbox WHERE consumer = 'tmp-consumer';
+DROP TRIGGER audit_row ON idem_internal.idem_outbox;
+DROP TRIGGER audit_row ON idem_internal.idempotency_record;
+DROP TRIGGER audit_row ON idem_internal.idem_inbox;
 DROP FUNCTION public.audit_row();
 DROP FUNCTION public.pub_handler(jsonb);
 DROP TABLE public.outbox_audit;
-DELETE FROM idempotency_record WHERE owner_id = 700;
-DELETE FROM idem_outbox WHERE topic = 'tmp-topic';
+DELETE FROM idem_internal.idempotency_record WHERE owner_id = 700;
+DELETE FROM idem_internal.idem_outbox WHERE topic = 'tmp-topic';
 DROP SCHEMA regress_pub_trap CASCADE;
 DROP OWNED BY regress_idem_pub;
 DROP ROLE regress_idem_pub;

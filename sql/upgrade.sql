@@ -27,28 +27,28 @@ SELECT 'column', c.relname || '.' || a.attname,
 FROM pg_attribute a
 JOIN pg_class c ON c.oid = a.attrelid
 LEFT JOIN pg_attrdef ad ON ad.adrelid = a.attrelid AND ad.adnum = a.attnum
-WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'c')
+WHERE c.relnamespace IN ('public'::regnamespace, to_regnamespace('idem_internal')) AND c.relkind IN ('r', 'c')
   AND c.relname IN ('idempotency_record', 'purchase_order', 'idem_result', 'idem_outcome',
                     'idem_outbox', 'idem_inbox')
   AND a.attnum > 0 AND NOT a.attisdropped
 UNION ALL
-SELECT 'constraint', conrelid::regclass || '.' || conname, pg_get_constraintdef(oid)
+SELECT 'constraint', (SELECT r.relname FROM pg_class r WHERE r.oid = conrelid) || '.' || conname, pg_get_constraintdef(oid)
 FROM pg_constraint
-WHERE conrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass,
-                   to_regclass('idem_outbox'), to_regclass('idem_inbox'))
+WHERE conrelid IN (to_regclass('idem_internal.idempotency_record'), to_regclass('idem_internal.purchase_order'),
+                   to_regclass('idem_internal.idem_outbox'), to_regclass('idem_internal.idem_inbox'))
   -- NOT NULL is a constraint row from PostgreSQL 18 on; the columns' rows
   -- say it already
   AND contype <> 'n'
 UNION ALL
 SELECT 'index', indexrelid::regclass::text, pg_get_indexdef(indexrelid)
 FROM pg_index
-WHERE indrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass,
-                   to_regclass('idem_outbox'), to_regclass('idem_inbox'))
+WHERE indrelid IN (to_regclass('idem_internal.idempotency_record'), to_regclass('idem_internal.purchase_order'),
+                   to_regclass('idem_internal.idem_outbox'), to_regclass('idem_internal.idem_inbox'))
 UNION ALL
 SELECT 'acl', relname, relacl::text
 FROM pg_class WHERE relname IN ('idempotency_record', 'purchase_order', 'idem_outbox',
                                 'idem_inbox', 'idem_outbox_message_id_seq')
-  AND relnamespace = 'public'::regnamespace
+  AND relnamespace IN ('public'::regnamespace, to_regnamespace('idem_internal'))
 $$;
 
 -- What a fresh install (default_version) holds.
@@ -98,11 +98,11 @@ BEGIN;
 SELECT replayed FROM idem_begin(303, 'DEBIT', 'upgrade-key-0000004', '{"amount": 1}');
 SELECT idem_finish(303, 'DEBIT', 'upgrade-key-0000004', 422, '{"error": "declined"}');
 COMMIT;
-SELECT status FROM idempotency_record WHERE idempotency_key = 'upgrade-key-0000004';
+SELECT status FROM idem_internal.idempotency_record WHERE idempotency_key = 'upgrade-key-0000004';
 
 -- the status constraint now refuses what idem never writes
 \set VERBOSITY terse
-INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
 VALUES (303, 'DEBIT', 'upgrade-key-0000005', repeat('0', 64), 'DONE', now());
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 \set VERBOSITY default
@@ -261,7 +261,7 @@ WHERE a.grantee = 'regress_idem_upgraded'::regrole;
 SELECT operation, ttl, key_format, audit_ttl, reuse_after_expiry FROM idem_policies;
 -- the record of 1.10 replays, with its headers in both forms
 SELECT replayed, http_status, body, headers, header_list FROM idem_begin(309, 'PAY', '0b2c2d3e-0000-4000-8000-000000000001', '{}');
-SELECT fingerprint_version FROM idempotency_record WHERE owner_id = 309;
+SELECT fingerprint_version FROM idem_internal.idempotency_record WHERE owner_id = 309;
 SELECT idem_drop_policy('PAY');
 SELECT count(*) FROM idem_revoke('regress_idem_upgraded', 'app');
 SELECT count(*) FROM idem_revoke('regress_idem_upgraded', 'worker');
@@ -280,17 +280,17 @@ SELECT count(*) > 0 AS granted FROM idem_grant('regress_idem_pub11', 'publisher'
 SELECT count(idem_outbox_emit('up', jsonb_build_object('n', n), 'k')) AS emitted FROM generate_series(1, 3) n;
 SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox_fetch('up'))) AS acked_on_1_11;
 ALTER EXTENSION idem UPDATE;
-SELECT payload->>'n' AS n, acked_at IS NOT NULL AS acked, ready FROM idem_outbox ORDER BY commit_seq;
+SELECT payload->>'n' AS n, acked_at IS NOT NULL AS acked, ready FROM idem_internal.idem_outbox ORDER BY commit_seq;
 -- the update records the current timeline: no sequence moved on this one
 SELECT s.last_value = (pg_control_checkpoint()).timeline_id AS timeline_marked, s.is_called
-FROM idem_timeline_seq s;
-SELECT max(message_id) < 100 AS ids_not_moved FROM idem_outbox;
+FROM idem_internal.idem_timeline_seq s;
+SELECT max(message_id) < 100 AS ids_not_moved FROM idem_internal.idem_outbox;
 SET ROLE regress_idem_pub11;
 SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox_fetch('up'))) AS acked_on_1_12;
 RESET ROLE;
-SELECT payload->>'n' AS n, acked_at IS NOT NULL AS acked, ready FROM idem_outbox ORDER BY commit_seq;
+SELECT payload->>'n' AS n, acked_at IS NOT NULL AS acked, ready FROM idem_internal.idem_outbox ORDER BY commit_seq;
 SELECT idem_cleanup_expired() AS deleted;
-SELECT payload->>'n' AS n, ready FROM idem_outbox ORDER BY commit_seq;
+SELECT payload->>'n' AS n, ready FROM idem_internal.idem_outbox ORDER BY commit_seq;
 SELECT count(*) FROM idem_revoke('regress_idem_pub11', 'publisher');
 DROP ROLE regress_idem_pub11;
 SELECT * FROM pg_temp.catalog_diff();

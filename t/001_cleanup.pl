@@ -58,32 +58,32 @@ my $first = $node->safe_psql('postgres', q{
 	SET idem.ttl = 1;
 	SELECT order_id FROM idem_create_order(7, 'cleanup-key-0000001', 1, 1)});
 is($node->safe_psql('postgres',
-	q{SELECT count(*) FROM idempotency_record WHERE idempotency_key = 'cleanup-key-0000001'}),
+	q{SELECT count(*) FROM idem_internal.idempotency_record WHERE idempotency_key = 'cleanup-key-0000001'}),
 	'1', 'a call leaves its record');
 ok(defined wait_until($node, 'postgres',
-	q{SELECT count(*) FROM idempotency_record WHERE idempotency_key = 'cleanup-key-0000001'},
+	q{SELECT count(*) FROM idem_internal.idempotency_record WHERE idempotency_key = 'cleanup-key-0000001'},
 	'0', 4 * $interval + 1), 'the worker deletes it once it has expired');
 my $second = $node->safe_psql('postgres', q{
 	SELECT order_id || ':' || replayed FROM idem_create_order(7, 'cleanup-key-0000001', 1, 1)});
 is($second, ($first + 1) . ':false', 'the same key then executes afresh');
-is($node->safe_psql('postgres', 'SELECT count(*) FROM purchase_order'), '2',
+is($node->safe_psql('postgres', 'SELECT count(*) FROM idem_internal.purchase_order'), '2',
 	'the first order stays: cleanup deletes records, never business rows');
 
 # --- expired inbox entries go too; acknowledged outbox messages go at once ---
 $node->safe_psql('db_b', q{
 	SELECT idem_outbox_emit('t', jsonb_build_object('n', n), 'k' || n % 3) FROM generate_series(1, 1500) n;
-	SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox WHERE (payload->>'n')::int <= 1200));
+	SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_internal.idem_outbox WHERE (payload->>'n')::int <= 1200));
 	SELECT idem_consume('c', 'expired-' || n, '1 hour') FROM generate_series(1, 1200) n;
 	SELECT idem_consume('c', 'live-' || n) FROM generate_series(1, 30) n;
-	UPDATE idem_inbox SET expires_at = now() - interval '1 second' WHERE message_id LIKE 'expired-%';
+	UPDATE idem_internal.idem_inbox SET expires_at = now() - interval '1 second' WHERE message_id LIKE 'expired-%';
 });
 is($node->safe_psql('db_b', q{
 	SELECT count(*) || ' ' || string_agg(CASE WHEN ready THEN msg_key || ':' || (payload->>'n') END, ',' ORDER BY msg_key)
-	FROM idem_outbox}),
+	FROM idem_internal.idem_outbox}),
 	'300 k0:1203,k1:1201,k2:1202',
 	'an acknowledgement deletes its messages at once (1.12), and each key\'s first message left is its head');
 ok(defined wait_until($node, 'db_b',
-	q{SELECT (SELECT count(*) FROM idem_outbox) || '/' || (SELECT count(*) FROM idem_inbox)},
+	q{SELECT (SELECT count(*) FROM idem_internal.idem_outbox) || '/' || (SELECT count(*) FROM idem_internal.idem_inbox)},
 	'300/30', 4 * $interval + 1),
 	'the worker deletes expired inbox entries, in batches; unacknowledged messages and live entries stay');
 is($node->safe_psql('db_b', q{
@@ -105,7 +105,7 @@ is(count_records($node, 'db_a'), '100', 'with idem.cleanup_interval = 1h nothing
 $node->safe_psql('postgres', 'ALTER SYSTEM SET idem.cleanup_interval = 1');
 $node->safe_psql('postgres', 'SELECT pg_reload_conf()');
 $waited = wait_until($node, 'db_a',
-	q{SELECT count(*) FROM idempotency_record WHERE expires_at < now()}, '0', 10);
+	q{SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()}, '0', 10);
 ok(defined $waited && $waited < 3,
 	sprintf('back to 1 s after a reload, the records go at once (%.2f s)', $waited // -1));
 
@@ -122,7 +122,7 @@ is(count_records($node, 'db_a') . '/' . count_records($node, 'db_b'), '10/10',
 $node->safe_psql('postgres', 'ALTER SYSTEM SET idem.cleanup_interval = 1');
 $node->safe_psql('postgres', 'SELECT pg_reload_conf()');
 ok(defined wait_until($node, 'db_b',
-	q{SELECT count(*) FROM idempotency_record WHERE expires_at < now()}, '0', 10),
+	q{SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()}, '0', 10),
 	'turned on again, it cleans a listed database');
 sleep(2);
 is(count_records($node, 'db_a'), '10', 'and leaves a database not in idem.cleanup_databases alone');

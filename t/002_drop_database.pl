@@ -100,13 +100,13 @@ add_records($node, 'locked_db', 'old', 20000, '-1 second');
 ok(worker_in('locked_db'), 'the worker is busy in locked_db');
 my $holder = $node->background_psql('locked_db');
 my $start = time;
-$holder->query_safe('BEGIN; LOCK TABLE idempotency_record IN ACCESS EXCLUSIVE MODE');
+$holder->query_safe('BEGIN; LOCK TABLE idem_internal.idempotency_record IN ACCESS EXCLUSIVE MODE');
 my $lock_wait = time - $start;
 ok($lock_wait < 1, sprintf('LOCK TABLE ... ACCESS EXCLUSIVE waited %.3f s for the busy worker', $lock_wait));
 my $log_offset = -s $node->logfile;
 add_records($node, 'free_db', 'old', 500, '-1 second');
 ok(defined wait_until($node, 'free_db',
-	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 10),
+	'SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()', '0', 10),
 	'another database is still cleaned while locked_db is held');
 ok(defined wait_until($node, 'free_db', q{
 	SELECT last_error FROM idem_cleanup_status() WHERE datname = 'locked_db'},
@@ -127,7 +127,7 @@ ok($runs >= 1 && $errors >= $runs - 1 && $errors <= $runs + 1,
 $holder->query_safe('COMMIT');
 $holder->quit;
 ok(defined wait_until($node, 'locked_db',
-	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 30),
+	'SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()', '0', 30),
 	'once the lock is gone, locked_db is cleaned');
 is($node->safe_psql('free_db', q{
 	SELECT last_error IS NOT NULL AND last_run_finished > last_error_at
@@ -148,13 +148,13 @@ ok(defined wait_until($node, 'free_db', q{
 	'an owner without DELETE rights: the worker gets a permission error, shown in the status');
 is(count_records($node, 'perm_db'), '100', 'and deleted nothing there');
 ok(defined wait_until($node, 'free_db',
-	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 10),
+	'SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()', '0', 10),
 	'another database is still cleaned');
 $node->safe_psql('perm_db', q{
 	UPDATE pg_extension SET extowner = (SELECT relowner FROM pg_class WHERE relname = 'idempotency_record')
 	WHERE extname = 'idem'});
 ok(defined wait_until($node, 'perm_db',
-	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 10),
+	'SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()', '0', 10),
 	'with the owner back, perm_db is cleaned');
 
 $node->stop;

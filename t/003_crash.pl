@@ -19,7 +19,7 @@ my $node = idem_node('main', conf => [
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION idem');
 
-my $expired = q{SELECT count(*) FROM idempotency_record WHERE expires_at < now()};
+my $expired = q{SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()};
 
 # Wait for the per-database worker of postgres; returns its pid or ''.
 sub busy_worker
@@ -75,7 +75,7 @@ add_records($node, 'postgres', 'd', 100000, '-1 second');
 $node->safe_psql('postgres', q{
 	CREATE FUNCTION public.hold_batch() RETURNS trigger LANGUAGE plpgsql AS $$
 	BEGIN PERFORM pg_catalog.pg_advisory_xact_lock_shared(4242); RETURN NULL; END $$;
-	CREATE TRIGGER hold_batch AFTER DELETE ON idempotency_record
+	CREATE TRIGGER hold_batch AFTER DELETE ON idem_internal.idempotency_record
 	FOR EACH ROW WHEN (OLD.idempotency_key = 'd-1') EXECUTE FUNCTION public.hold_batch()});
 my $holder = $node->background_psql('postgres');
 $holder->query_safe('SELECT pg_advisory_lock(4242)');
@@ -86,7 +86,7 @@ ok(defined wait_until($node, 'postgres', q{
 	WHERE a.backend_type = 'idem cleanup worker' AND a.backend_xid IS NOT NULL
 	  AND l.locktype = 'advisory' AND l.objid = 4242 AND NOT l.granted}, '1', 30),
 	'the worker has deleted its batch of 100k rows and waits, uncommitted, in the batch');
-is($node->safe_psql('postgres', q{SELECT count(*) FROM idempotency_record WHERE idempotency_key LIKE 'd-%'}),
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_internal.idempotency_record WHERE idempotency_key LIKE 'd-%'}),
 	'100000', 'the batch is not committed');
 my $start = time;
 $node->stop('fast');
@@ -94,9 +94,9 @@ my $took = time - $start;
 ok($took < 5, sprintf('pg_ctl stop -m fast took %.2f s', $took));
 eval { $holder->quit };
 $node->start;
-is($node->safe_psql('postgres', q{SELECT count(*) FROM idempotency_record WHERE idempotency_key LIKE 'd-%'}),
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_internal.idempotency_record WHERE idempotency_key LIKE 'd-%'}),
 	'100000', 'the interrupted batch rolled back whole');
-$node->safe_psql('postgres', 'DROP TRIGGER hold_batch ON idempotency_record');
+$node->safe_psql('postgres', 'DROP TRIGGER hold_batch ON idem_internal.idempotency_record');
 ok(defined wait_until($node, 'postgres', $expired, '0', 60), 'the next rounds delete the batch');
 $node->stop;
 done_testing();

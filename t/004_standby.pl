@@ -41,7 +41,7 @@ unlike($log, qr/ERROR|FATAL/, 'the standby logged no error');
 my $start = time;
 $standby->promote;
 my $waited = wait_until($standby, 'postgres',
-	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 4 * $interval);
+	'SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()', '0', 4 * $interval);
 ok(defined $waited && time - $start <= $interval,
 	sprintf('promoted, it cleans within one interval (%.2f s after promotion began)', time - $start));
 is(count_records($standby, 'postgres', 'live'), '10', 'live records stay');

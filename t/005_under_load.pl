@@ -70,14 +70,14 @@ sub deleted_so_far
 sub median { my @s = sort { $a <=> $b } @_; return $s[int(@s / 2)]; }
 
 $node->safe_psql('postgres', qq{
-	INSERT INTO idempotency_record
+	INSERT INTO idem_internal.idempotency_record
 		(owner_id, operation, idempotency_key, request_hash, status, http_status,
 		 response_json, resource_id, expires_at)
 	SELECT g % 1000, 'create_order', 'expired-' || lpad(g::text, 12, '0'), repeat('0', 64),
 	       'SUCCEEDED', 201, jsonb_build_object('orderId', g, 'orderNo', 'ORD-' || g, 'status', 'CREATED'),
 	       g, now() - interval '1 minute' - g * interval '1 millisecond'
 	FROM generate_series(1, $rows) g});
-$node->safe_psql('postgres', 'VACUUM ANALYZE idempotency_record');
+$node->safe_psql('postgres', 'VACUUM ANALYZE idem_internal.idempotency_record');
 
 my (@off, @on, $failed, $on_rows, $on_secs, $worker_seen);
 ($failed, $on_rows, $on_secs, $worker_seen) = (0, 0, 0, 0);
@@ -110,14 +110,14 @@ ok(count_records($node, 'postgres') > 0, 'the backlog outlasted the windows: the
 
 set_interval(1);
 ok(defined wait_until($node, 'postgres', q{
-	SELECT count(*) FROM idempotency_record WHERE expires_at < now()}, '0', 600),
+	SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()}, '0', 600),
 	"the worker deletes all $rows expired rows");
 is(deleted_so_far(), $rows, 'idem_cleanup_status() counts them');
 is($failed, 0, 'pgbench counted no failed transaction');
 is($node->safe_psql('postgres', q{
-	SELECT count(*) FROM idempotency_record r JOIN purchase_order o ON o.id = r.resource_id
+	SELECT count(*) FROM idem_internal.idempotency_record r JOIN idem_internal.purchase_order o ON o.id = r.resource_id
 	WHERE r.idempotency_key LIKE 'load-%'}),
-	$node->safe_psql('postgres', q{SELECT count(*) FROM purchase_order}),
+	$node->safe_psql('postgres', q{SELECT count(*) FROM idem_internal.purchase_order}),
 	'every order made under load still has its record');
 
 my @ratios = map { $on[$_] / (($off[$_] + $off[$_ + 1]) / 2) } 0 .. $#on;

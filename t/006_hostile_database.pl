@@ -37,16 +37,16 @@ $node->safe_psql('postgres', q{
 my $writer = $node->background_psql('hostile_db');
 $writer->query_safe(q{SET statement_timeout = 0});
 $writer->query_safe(q{BEGIN ISOLATION LEVEL SERIALIZABLE READ WRITE});
-$writer->query_safe(q{SELECT count(*) FROM public.idempotency_record});
+$writer->query_safe(q{SELECT count(*) FROM idem_internal.idempotency_record});
 add_records($node, 'other_db', 'old', 200, '-1 second');
 
 # read hostile_db with its defaults turned off for the session
 my $plain = q{SET default_transaction_deferrable = off; SET statement_timeout = 0; SET search_path = public; };
 my $waited = wait_until($node, 'other_db',
-	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 20);
+	'SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()', '0', 20);
 ok(defined $waited, sprintf('another database is cleaned while hostile_db has a serializable writer and hostile defaults (%.1f s)', $waited // -1));
 $waited = wait_until($node, 'hostile_db',
-	$plain . 'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 20);
+	$plain . 'SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()', '0', 20);
 ok(defined $waited, sprintf('hostile_db itself is cleaned: the worker pins isolation, read-only, deferrable, timeouts, search_path (%.1f s)', $waited // -1));
 is($node->safe_psql('other_db', q{
 	SELECT coalesce(last_error, '') FROM idem_cleanup_status() WHERE datname = 'hostile_db'}), '',
@@ -58,7 +58,7 @@ $writer->quit;
 $node->safe_psql('slow_db', q{
 	CREATE FUNCTION public.slow_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 	BEGIN PERFORM pg_catalog.pg_sleep(0.2); RETURN OLD; END $$;
-	CREATE TRIGGER slow_delete BEFORE DELETE ON idempotency_record
+	CREATE TRIGGER slow_delete BEFORE DELETE ON idem_internal.idempotency_record
 	FOR EACH ROW EXECUTE FUNCTION public.slow_delete();});
 add_records($node, 'slow_db', 'old', 100, '-1 second');
 $node->safe_psql('postgres', q{ALTER SYSTEM SET idem.cleanup_database_timeout = '2s'});
@@ -66,7 +66,7 @@ $node->reload;
 my $log_offset = -s $node->logfile;
 add_records($node, 'late_db', 'old', 200, '-1 second');
 $waited = wait_until($node, 'late_db',
-	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 12);
+	'SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()', '0', 12);
 ok(defined $waited, sprintf('a database whose worker needs 20 s does not hold up the next one: cleaned in %.1f s', $waited // -1));
 ok(defined wait_until($node, 'other_db', q{
 	SELECT last_error FROM idem_cleanup_status() WHERE datname = 'slow_db'},
@@ -95,26 +95,29 @@ $node->safe_psql('postgres', 'DROP DATABASE doomed_db');
 sleep(5);
 add_records($node, 'late_db', 'after-drop', 10, '-1 second');
 ok(defined wait_until($node, 'late_db',
-	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 15),
+	'SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()', '0', 15),
 	'the rounds go on after the drop');
 unlike(slurp_file($node->logfile, $log_offset), qr/FATAL:  database \d+ does not exist/,
 	'no worker was started for it: no FATAL "database ... does not exist" in the log');
 
 $node->safe_psql('postgres', q{ALTER SYSTEM RESET idem.cleanup_database_timeout});
-$node->safe_psql('slow_db', q{DROP TRIGGER slow_delete ON idempotency_record});
+$node->safe_psql('slow_db', q{DROP TRIGGER slow_delete ON idem_internal.idempotency_record});
 $node->reload;
 ok(defined wait_until($node, 'slow_db',
-	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 30),
+	'SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()', '0', 30),
 	'without the slow trigger and the short budget, slow_db is cleaned');
 
 # --- schemas renamed between rounds: the worker keeps to the extension's own ---
+# (from 1.13 idem's tables are in idem_internal, which only idem's owner may
+# rename; the extension's schema is renamed here, with a look-alike put in
+# its place)
 $node->safe_psql('other_db', q{
 	CREATE SCHEMA trap;
 	CREATE TABLE trap.fired (what text, who name);
 	CREATE FUNCTION trap.fire() RETURNS trigger LANGUAGE plpgsql AS $$
 	BEGIN INSERT INTO trap.fired VALUES (TG_OP || ' ' || TG_LEVEL, current_user); RETURN NULL; END $$;
 	CREATE SCHEMA lookalike;
-	CREATE TABLE lookalike.idempotency_record (LIKE public.idempotency_record INCLUDING ALL);
+	CREATE TABLE lookalike.idempotency_record (LIKE idem_internal.idempotency_record INCLUDING ALL);
 	INSERT INTO lookalike.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
 	VALUES (1, 'test', 'lookalike-1', repeat('0', 64), 'SUCCEEDED', now() - interval '1 hour');
 	CREATE TRIGGER fire_stmt BEFORE DELETE ON lookalike.idempotency_record
@@ -124,12 +127,12 @@ $node->safe_psql('other_db', q{
 	ALTER SCHEMA public RENAME TO real_idem;
 	ALTER SCHEMA lookalike RENAME TO public;});
 $node->safe_psql('other_db', q{
-	INSERT INTO real_idem.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+	INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
 	SELECT 1, 'test', 'renamed-' || g, repeat('0', 64), 'SUCCEEDED', now() - interval '1 second'
 	FROM generate_series(1, 100) g});
 ok(defined wait_until($node, 'other_db',
-	'SELECT count(*) FROM real_idem.idempotency_record WHERE expires_at < now()', '0', 15),
-	'after ALTER SCHEMA ... RENAME the worker cleans the extension\'s table under its new name');
+	'SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()', '0', 15),
+	'after ALTER SCHEMA ... RENAME of the extension\'s schema the worker cleans idem_internal\'s table');
 is($node->safe_psql('other_db', 'SELECT count(*) FROM trap.fired'), '0',
 	'and never touches the look-alike renamed into the old name (its DELETE triggers never fired)');
 is($node->safe_psql('other_db', 'SELECT count(*) FROM public.idempotency_record'), '1',
@@ -147,7 +150,7 @@ sleep(3);	# rounds of 1 s: any round begun before the reload is over
 add_records($node, 'MixedCase', 'old', 50, '-1 second');
 add_records($node, 'late_db', 'skipped', 50, '-1 second');
 ok(defined wait_until($node, 'MixedCase',
-	'SELECT count(*) FROM idempotency_record WHERE expires_at < now()', '0', 15),
+	'SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()', '0', 15),
 	'idem.cleanup_databases = \'MixedCase, "other_db"\' cleans the database "MixedCase"');
 sleep(2);
 is(count_records($node, 'late_db'), '50', 'and not a database it does not name');

@@ -52,7 +52,7 @@ my $notifications = () = $heard =~ /payload "burst"/g;
 ok($notifications >= 1 && $notifications < 800,
 	"commits in a burst share notifications ($notifications for 800 transactions)");
 $listener->quit;
-$node->safe_psql('postgres', 'TRUNCATE idem_outbox');
+$node->safe_psql('postgres', 'TRUNCATE idem_internal.idem_outbox');
 
 # --- two-phase commit: PostgreSQL refuses to prepare a transaction that
 # notified (idem_outbox_emit queues NOTIFY idem_outbox); nothing is written ---
@@ -63,13 +63,13 @@ my ($ret, $out, $err) = $node->psql('postgres', q{
 });
 like($err, qr/cannot PREPARE a transaction that has executed LISTEN, UNLISTEN, or NOTIFY/,
 	'PREPARE TRANSACTION after an emit fails with PostgreSQL\'s own error');
-is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_outbox}) . '/' .
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_internal.idem_outbox}) . '/' .
    $node->safe_psql('postgres', q{SELECT count(*) FROM pg_prepared_xacts}),
 	'0/0', 'and neither a message nor a prepared transaction is left');
 
 # --- a crash: committed messages and inbox entries survive, an open transaction's do not ---
 $node->safe_psql('postgres', q{
-	TRUNCATE idem_outbox;
+	TRUNCATE idem_internal.idem_outbox;
 	SELECT idem_outbox_emit('crash', jsonb_build_object('n', n), 'k' || n % 5) FROM generate_series(1, 100) n;
 	SELECT idem_consume('billing', 'before-crash');
 });
@@ -86,7 +86,7 @@ $node->stop('immediate');
 $node->start;
 $open->quit;
 
-is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_outbox WHERE topic = 'crash'}),
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_internal.idem_outbox WHERE topic = 'crash'}),
 	'100', 'after the crash: the 100 committed messages, not the open transaction\'s');
 is($node->safe_psql('postgres',
 	q{SELECT idem_consume('billing', 'before-crash') || ',' || idem_consume('billing', 'in-flight-at-crash')}),

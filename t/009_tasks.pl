@@ -42,7 +42,7 @@ my @payloads = sort($heard =~ /Asynchronous notification "idem_tasks" with paylo
 is(join(',', @payloads), 'SHIP',
 	'one notification for the committed submit (its repeat writes nothing), none for the rolled-back one');
 $listener->quit;
-$node->safe_psql('postgres', q{DELETE FROM idempotency_record});
+$node->safe_psql('postgres', q{DELETE FROM idem_internal.idempotency_record});
 
 # --- a bound lease lapses when its session ends; a plain one holds ---
 $node->safe_psql('postgres', q{
@@ -66,9 +66,9 @@ for (my $i = 0; $i < 50 && $taken ne '2'; $i++)
 is($taken, '2', 'once its session ended, its two bound tasks are taken over (attempt 2); the plain leases hold');
 is($node->safe_psql('postgres', q{
 	SELECT string_agg(task_worker || ':' || task_attempts, ',' ORDER BY task_worker)
-	FROM idempotency_record WHERE operation = 'SHIP'}),
+	FROM idem_internal.idempotency_record WHERE operation = 'SHIP'}),
 	'other:2,other:2,plain:1,plain:1', 'the plain leases are still the first worker\'s');
-$node->safe_psql('postgres', q{DELETE FROM idempotency_record});
+$node->safe_psql('postgres', q{DELETE FROM idem_internal.idempotency_record});
 
 # --- a crash with leased tasks ---
 $node->safe_psql('postgres', q{
@@ -79,9 +79,9 @@ $holder->query_safe(q{SELECT count(*) FROM idem_lease('CRASH', 'bound', '1 hour'
 $holder->query_safe(q{SELECT count(*) FROM idem_lease('CRASH', 'short', '3 seconds', 20)});
 # one holder is in the middle of its business write when the server stops
 $holder->query_safe(q{BEGIN});
-$holder->query_safe(q{INSERT INTO shipped SELECT id, task_attempts FROM idempotency_record
+$holder->query_safe(q{INSERT INTO shipped SELECT id, task_attempts FROM idem_internal.idempotency_record
                       WHERE task_worker = 'bound' LIMIT 5});
-$holder->query_safe(q{SELECT idem_complete(id, task_token, 200, '{}') FROM idempotency_record
+$holder->query_safe(q{SELECT idem_complete(id, task_token, 200, '{}') FROM idem_internal.idempotency_record
                       WHERE task_worker = 'bound' LIMIT 5});
 
 $node->stop('immediate');
@@ -90,7 +90,7 @@ $holder->quit;
 
 is($node->safe_psql('postgres', q{
 	SELECT count(*) FILTER (WHERE status = 'PROCESSING') || '/' || count(*) FILTER (WHERE task_attempts = 1)
-	FROM idempotency_record WHERE operation = 'CRASH'} ) . '/' .
+	FROM idem_internal.idempotency_record WHERE operation = 'CRASH'} ) . '/' .
    $node->safe_psql('postgres', q{SELECT count(*) FROM shipped}),
 	'60/40/0', 'after the crash: 60 tasks PROCESSING, 40 of them leased before it, the open transaction gone');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_lease('CRASH', 'after', '1 hour', 100)}),
@@ -101,7 +101,7 @@ my $drained = $node->safe_psql('postgres', q{
 	DO $$
 	DECLARE t record;
 	BEGIN
-	    FOR t IN SELECT id, task_token, task_attempts FROM idempotency_record
+	    FOR t IN SELECT id, task_token, task_attempts FROM idem_internal.idempotency_record
 	             WHERE operation = 'CRASH' AND task_worker = 'after' LOOP
 	        INSERT INTO shipped VALUES (t.id, t.task_attempts);
 	        PERFORM idem_complete(t.id, t.task_token, 201, '{}');
@@ -115,7 +115,7 @@ my $drained = $node->safe_psql('postgres', q{
 	FROM shipped});
 is($drained, '60/60/40', 'every task completed once: the 40 leased at the crash on their second attempt');
 is($node->safe_psql('postgres', q{
-	SELECT count(*) FROM idempotency_record WHERE operation = 'CRASH' AND status = 'SUCCEEDED'
+	SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = 'CRASH' AND status = 'SUCCEEDED'
 	   AND task_due_at IS NULL AND task_lease_expires_at IS NULL AND task_session IS NULL}),
 	'60', 'all 60 SUCCEEDED, nothing left leased');
 

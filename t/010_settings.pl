@@ -77,7 +77,7 @@ unlike($log, qr/WARNING:.*idem\./, 'the log has no warning about an idem setting
 # --- the calls ---
 is($node->safe_psql('postgres', q{
 	SELECT replayed FROM idem_create_order(1, 'settings-key-0000001', 5, 1);
-	SELECT (expires_at - created_at)::text FROM idempotency_record
+	SELECT (expires_at - created_at)::text FROM idem_internal.idempotency_record
 	 WHERE idempotency_key = 'settings-key-0000001'}), "f\n02:00:00",
 	'idem.ttl: a new record expires after 2 hours');
 my ($rc, $out, $err) = $node->psql('postgres',
@@ -110,7 +110,7 @@ $holder->quit;
 # idem.inbox_ttl
 is($node->safe_psql('postgres', q{
 	SELECT idem_consume('billing', 'settings-msg-1');
-	SELECT (expires_at - consumed_at)::text FROM idem_inbox WHERE message_id = 'settings-msg-1'}),
+	SELECT (expires_at - consumed_at)::text FROM idem_internal.idem_inbox WHERE message_id = 'settings-msg-1'}),
 	"t\n03:00:00", 'idem.inbox_ttl: an inbox entry expires after 3 hours');
 
 # --- a task: idem.retry_base, idem.retry_max, idem.max_attempts, idem.failure_ttl ---
@@ -124,12 +124,12 @@ for my $attempt (1 .. 3)
 		"attempt $attempt is leased and fails");
 	push @backoffs, $node->safe_psql('postgres', q{
 		SELECT status || ' ' || coalesce((task_due_at - updated_at <= interval '40 milliseconds')::text, 'not due')
-		  FROM idempotency_record WHERE idempotency_key = 'settings-task-000001'});
+		  FROM idem_internal.idempotency_record WHERE idempotency_key = 'settings-task-000001'});
 }
 is_deeply(\@backoffs, ['FAILED_RETRYABLE true', 'FAILED_RETRYABLE true', 'FAILED_FINAL not due'],
 	'idem.retry_max: each backoff is at most 40 ms; idem.max_attempts = 3: the third failure is final');
 is($node->safe_psql('postgres', q{
-	SELECT task_attempts || ' ' || (expires_at - updated_at)::text FROM idempotency_record
+	SELECT task_attempts || ' ' || (expires_at - updated_at)::text FROM idem_internal.idempotency_record
 	 WHERE idempotency_key = 'settings-task-000001'}), '3 00:20:00',
 	'idem.failure_ttl: the final failure expires after 20 minutes');
 
@@ -139,14 +139,14 @@ ok(defined wait_until($node, 'postgres', q{
 	SELECT last_run_deleted FROM idem_cleanup_status() WHERE datname = 'postgres'}, '385', 30),
 	'a round deletes 5 batches of 77 rows (idem.cleanup_max_batches, idem.cleanup_batch_size)');
 ok(defined wait_until($node, 'postgres',
-	q{SELECT count(*) FROM idempotency_record WHERE idempotency_key LIKE 'expired-%'}, '0', 30),
+	q{SELECT count(*) FROM idem_internal.idempotency_record WHERE idempotency_key LIKE 'expired-%'}, '0', 30),
 	'rounds every 2 s (idem.cleanup_interval) delete the rest');
 is(count_records($node, 'other'), '1000', 'idem.cleanup_databases: database "other" is not visited');
 
 # idem.audit_ttl: the cleanup kept the audit fields of every record for 3 days
 is($node->safe_psql('postgres', q{
 	SELECT count(*) || ' ' || bool_and(audit_until = expires_at + interval '3 days')
-	  FROM idem_history WHERE idempotency_key LIKE 'expired-%'}), '1000 true',
+	  FROM idem_internal.idem_history WHERE idempotency_key LIKE 'expired-%'}), '1000 true',
 	'idem.audit_ttl: 1000 history rows, kept 3 days past their expiry');
 # idem.reuse_after_expiry = refuse: an expired key in its audit period (its
 # record expired, or archived by the worker meanwhile) is IK007
@@ -157,7 +157,7 @@ like($err, qr/idempotency key expired/, 'idem.reuse_after_expiry: a key in its a
 # idem.fingerprint_keys_file: new records are keyed with its secret v1
 is($node->safe_psql('postgres', q{
 	SELECT fingerprint_version || ' ' || (request_hash <> idem_request_hash('{"qty": 1, "sku": 5}'))
-	  FROM idempotency_record WHERE idempotency_key = 'settings-key-0000001'}), '1 true',
+	  FROM idem_internal.idempotency_record WHERE idempotency_key = 'settings-key-0000001'}), '1 true',
 	'idem.fingerprint_keys_file: a new record is keyed with secret v1');
 
 $node->stop;

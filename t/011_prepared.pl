@@ -36,7 +36,7 @@ prepare('p-rollback', 'prepared-key-000001');
 is($node->safe_psql('postgres', $executed), '0 0', 'PREPARE TRANSACTION counts nothing yet');
 $node->safe_psql('postgres', q{ROLLBACK PREPARED 'p-rollback'});
 is($node->safe_psql('postgres', $executed), '0 0', 'ROLLBACK PREPARED: nothing counted, and no record');
-is($node->safe_psql('postgres', q{SELECT count(*) FROM idempotency_record WHERE operation = 'PREP'}),
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = 'PREP'}),
 	'0', 'the rolled back records are gone');
 
 prepare('p-commit', 'prepared-key-000002');
@@ -48,7 +48,7 @@ is($node->safe_psql('postgres', $executed), '2 1', 'COMMIT PREPARED in another s
 prepare('p-restart', 'prepared-key-000003');
 $node->restart;
 $node->safe_psql('postgres', q{COMMIT PREPARED 'p-restart'});
-is($node->safe_psql('postgres', q{SELECT count(*) FROM idempotency_record WHERE operation = 'PREP'}),
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = 'PREP'}),
 	'4', 'the transaction prepared before the restart commits its records');
 is($node->safe_psql('postgres', $executed), '0 0',
 	'its counts were in shared memory: the restart dropped them (and the earlier ones)');

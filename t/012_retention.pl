@@ -5,7 +5,7 @@
 #    and keyed records compared at each step; the file's checks;
 #  - the cleanup worker's snapshot-only cleanup over 1,000,000 records of
 #    an operation with an audit period: every record deleted in batches,
-#    every execution's audit fields kept in idem_history; the tables' sizes
+#    every execution's audit fields kept in idem_internal.idem_history; the tables' sizes
 #    before, after, and after a VACUUM.
 use strict;
 use warnings;
@@ -69,7 +69,7 @@ sub stored
 	return $node->safe_psql('postgres', qq{
 		SELECT coalesce(fingerprint_version::text, 'plain') || ' ' ||
 		       (request_hash = idem_request_hash(jsonb_build_object('amount', 5)))::text
-		  FROM idempotency_record WHERE idempotency_key = '$key'});
+		  FROM idem_internal.idempotency_record WHERE idempotency_key = '$key'});
 }
 
 sub reload_and_wait
@@ -92,7 +92,7 @@ is(stored('fp-keyed-0000000001'), '1 false', 'with the file: keyed (version 1), 
 is($node->safe_psql('postgres', qq{
 	SELECT request_hash = encode(hmac(idem_request_hash('{"amount": 5}'),
 	                                  split_part(split_part(pg_read_file('$keys'), 'v1:', 2), E'\n', 1), 'sha256'), 'hex')
-	  FROM idempotency_record WHERE idempotency_key = 'fp-keyed-0000000001'}), 't',
+	  FROM idem_internal.idempotency_record WHERE idempotency_key = 'fp-keyed-0000000001'}), 't',
 	'the keyed fingerprint is HMAC-SHA-256(secret, plain hex fingerprint), as pgcrypto computes it')
   if $node->safe_psql('postgres', q{SELECT count(*) FROM pg_available_extensions WHERE name = 'pgcrypto'}) eq '1'
   && $node->safe_psql('postgres', 'CREATE EXTENSION IF NOT EXISTS pgcrypto; SELECT 1') eq '1';
@@ -110,7 +110,7 @@ is(stored('fp-keyed-0000000002'), '2 false', 'after the rotation new records are
 is(replays('fp-keyed-0000000001', 5), 't', 'a v1 record still replays (v1 verifies)');
 is(replays('fp-keyed-0000000002', 5), 't', 'the v2 record replays');
 is($node->safe_psql('postgres', q{
-	SELECT count(DISTINCT request_hash) FROM idempotency_record
+	SELECT count(DISTINCT request_hash) FROM idem_internal.idempotency_record
 	 WHERE idempotency_key IN ('fp-plain-0000000001', 'fp-keyed-0000000001', 'fp-keyed-0000000002')}), '3',
 	'one request, three stored fingerprints: plain, v1, v2');
 
@@ -133,7 +133,7 @@ like($err, qr/Line 2: its version appears twice/, 'a version given twice is refu
 write_keys(0600, 'x2:second-secret-0123456789abcdef');
 ($rc, $out, $err) = begin_finish('fp-keyed-0000000003', 5);
 like($err, qr/Line 1: it does not start with "v<version>:"/, 'a line without a version is refused');
-is($node->safe_psql('postgres', q{SELECT count(*) FROM idempotency_record WHERE idempotency_key = 'fp-keyed-0000000003'}),
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_internal.idempotency_record WHERE idempotency_key = 'fp-keyed-0000000003'}),
 	'0', 'nothing was written by the refused calls');
 write_keys(0600, 'v2:second-secret-0123456789abcdef');
 ($rc, $out, $err) = begin_finish('fp-keyed-0000000003', 5);
@@ -155,41 +155,41 @@ $node->safe_psql('postgres', q{
 	SELECT operation FROM idem_set_policy('AUDITED', audit_ttl => '30 days')});
 my $t0 = time;
 $node->safe_psql('postgres', qq{
-	INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status,
+	INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status,
 	                                http_status, response_body, response_headers, task_request, resource_id,
 	                                expires_at)
 	SELECT g % 1000, 'AUDITED', 'audit-' || lpad(g::text, 12, '0'), repeat('a', 64), 'SUCCEEDED', 201,
 	       json_build_object('order', g, 'note', repeat('x', 100)), '{"Location": "/o"}',
 	       jsonb_build_object('card', repeat('4', 16)), g, now() - interval '1 minute'
 	FROM generate_series(1, $n) g});
-$node->safe_psql('postgres', 'VACUUM ANALYZE idempotency_record');
+$node->safe_psql('postgres', 'VACUUM ANALYZE idem_internal.idempotency_record');
 # each table's size: its data (heap and TOAST), its indexes
 my $sizes = q{SELECT string_agg((pg_table_size(t) || ' ' || pg_indexes_size(t)), ' ' ORDER BY t::text)
-	FROM unnest(ARRAY['idem_history', 'idempotency_record']::regclass[]) t};
+	FROM unnest(ARRAY['idem_internal.idem_history', 'idem_internal.idempotency_record']::regclass[]) t};
 sub mb { return sprintf('%.1f MB', $_[0] / 1048576) }
 my ($hist_before, $hist_index_before, $rec_before, $rec_index_before) = split / /, $node->safe_psql('postgres', $sizes);
-note(sprintf('inserted %d expired records in %.1f s: idempotency_record %s of data, %s of indexes',
+note(sprintf('inserted %d expired records in %.1f s: idem_internal.idempotency_record %s of data, %s of indexes',
 	$n, time - $t0, mb($rec_before), mb($rec_index_before)));
 
 $t0 = time;
 $node->safe_psql('postgres', 'ALTER SYSTEM SET idem.cleanup_interval = 1');
 $node->reload;
-ok(defined wait_until($node, 'postgres', 'SELECT count(*) FROM idempotency_record WHERE operation = \'AUDITED\'', '0', 600),
+ok(defined wait_until($node, 'postgres', 'SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = \'AUDITED\'', '0', 600),
 	'the worker deleted every expired record');
 my $took = time - $t0;
 is($node->safe_psql('postgres', q{
 	SELECT count(*) || ' ' || count(DISTINCT record_id) || ' ' || bool_and(audit_until = expires_at + interval '30 days')
 	       || ' ' || bool_and(http_status = 201 AND resource_id IS NOT NULL AND status = 'SUCCEEDED')
-	  FROM idem_history WHERE operation = 'AUDITED'}), "$n $n true true",
-	'every execution\'s audit fields are in idem_history, once, until 30 days past its expiry');
+	  FROM idem_internal.idem_history WHERE operation = 'AUDITED'}), "$n $n true true",
+	'every execution\'s audit fields are in idem_internal.idem_history, once, until 30 days past its expiry');
 # in batches: each commits on its own, its rows archived at its own start
 is($node->safe_psql('postgres', q{
 	SELECT (count(*) >= 100)::text || ' ' || (max(n) <= 10000)::text
-	  FROM (SELECT archived_at, count(*) AS n FROM idem_history WHERE operation = 'AUDITED' GROUP BY 1) b}),
+	  FROM (SELECT archived_at, count(*) AS n FROM idem_internal.idem_history WHERE operation = 'AUDITED' GROUP BY 1) b}),
 	'true true', 'the worker archived in batches of at most 10000 rows, each its own transaction');
 my ($hist_after, $hist_index_after, $rec_after, $rec_index_after) = split / /, $node->safe_psql('postgres', $sizes);
-$node->safe_psql('postgres', 'VACUUM idempotency_record');
-$node->safe_psql('postgres', 'VACUUM idem_history');
+$node->safe_psql('postgres', 'VACUUM idem_internal.idempotency_record');
+$node->safe_psql('postgres', 'VACUUM idem_internal.idem_history');
 my ($hist_vacuumed, $hist_index_vacuumed, $rec_vacuumed, $rec_index_vacuumed) = split / /, $node->safe_psql('postgres', $sizes);
 note(sprintf('the worker archived and deleted %d records in %.1f s (%.0f records/s)', $n, $took, $n / $took));
 note(sprintf('idempotency_record data: %s before, %s after the cleanup, %s after VACUUM (indexes %s, %s, %s)',

@@ -39,15 +39,15 @@ $primary->safe_psql('postgres', q{
 	SELECT count(*) FROM (SELECT idem_create_order(1, 'promotion-ord-' || lpad(g::text, 4, '0'), 1, 1) FROM generate_series(11, 210) g) s;
 });
 my ($msg_max, $token_max, $order_max) = split /\|/, $primary->safe_psql('postgres', q{
-	SELECT (SELECT max(message_id) FROM idem_outbox), (SELECT max(task_token) FROM idempotency_record),
-	       (SELECT max(id) FROM purchase_order)});
+	SELECT (SELECT max(message_id) FROM idem_internal.idem_outbox), (SELECT max(task_token) FROM idem_internal.idempotency_record),
+	       (SELECT max(id) FROM idem_internal.purchase_order)});
 my $timeline = $primary->safe_psql('postgres', 'SELECT timeline_id FROM pg_control_checkpoint()');
 $primary->stop('immediate');
 
 $standby->start;
 $standby->promote;
 $standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()');
-my ($replayed_msg) = $standby->safe_psql('postgres', 'SELECT last_value FROM idem_outbox_message_id_seq');
+my ($replayed_msg) = $standby->safe_psql('postgres', 'SELECT last_value FROM idem_internal.idem_outbox_message_id_seq');
 cmp_ok($replayed_msg, '<', $msg_max,
 	'the promoted standby replayed less of the message id sequence than the old primary drew (the loss this guards against)');
 
@@ -58,7 +58,7 @@ cmp_ok($msg, '>', $msg_max, "a message id drawn after the promotion ($msg) is pa
 cmp_ok($token, '>', $token_max, "a fencing token after the promotion ($token) is past the old primary's ($token_max)");
 cmp_ok($order, '>', $order_max, "an order id after the promotion ($order) is past the old primary's ($order_max)");
 cmp_ok($msg - $replayed_msg, '>=', $reserve, 'the sequences moved 2^36 ahead');
-is($standby->safe_psql('postgres', 'SELECT last_value FROM idem_timeline_seq'), $timeline + 1,
+is($standby->safe_psql('postgres', 'SELECT last_value FROM idem_internal.idem_timeline_seq'), $timeline + 1,
 	'idem_timeline_seq records the new timeline');
 like(slurp_file($standby->logfile), qr/idem: sequences moved 68719476736 ahead for timeline @{[$timeline + 1]}/,
 	'the move is logged');

@@ -33,7 +33,7 @@ sub add_records
 {
 	my ($node, $db, $tag, $n, $expires_in) = @_;
 	$node->safe_psql($db, qq{
-		INSERT INTO idempotency_record
+		INSERT INTO idem_internal.idempotency_record
 			(owner_id, operation, idempotency_key, request_hash, status, expires_at)
 		SELECT 1, 'test', '$tag-' || g, repeat('0', 64), 'SUCCEEDED',
 		       now() + interval '$expires_in'
@@ -46,7 +46,7 @@ sub count_records
 	my ($node, $db, $which) = @_;
 	my $op = ($which // 'expired') eq 'live' ? '>=' : '<';
 	return $node->safe_psql($db,
-		"SELECT count(*) FROM idempotency_record WHERE expires_at $op now()");
+		"SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at $op now()");
 }
 
 # Poll a query until it returns the expected value or the timeout (seconds)

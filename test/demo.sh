@@ -22,14 +22,14 @@ sql -c "CREATE EXTENSION idem"
 say "1. Double click: the same request twice in a row"
 sql -c "SELECT * FROM idem_create_order(42, '01JZ6Q4X7M9K8P2A6T3B5C1D0E', 1001, 2)" \
     -c "SELECT * FROM idem_create_order(42, '01JZ6Q4X7M9K8P2A6T3B5C1D0E', 1001, 2)" \
-    -c "SELECT count(*) AS orders_for_this_key FROM purchase_order WHERE owner_id = 42"
+    -c "SELECT count(*) AS orders_for_this_key FROM idem_internal.purchase_order WHERE owner_id = 42"
 echo "-> one order; the second call replayed the first response (replayed = t)."
 
 say "2. Gateway retry: the first attempt failed, so nothing of it remains"
 sql -c "BEGIN" \
     -c "SELECT * FROM idem_create_order(42, '01JZ6Q4X7M9K8P2A6T3B5C1D0F', 1002, 1)" \
     -c "ROLLBACK" \
-    -c "SELECT count(*) AS records_after_rollback FROM idempotency_record WHERE idempotency_key = '01JZ6Q4X7M9K8P2A6T3B5C1D0F'" \
+    -c "SELECT count(*) AS records_after_rollback FROM idem_internal.idempotency_record WHERE idempotency_key = '01JZ6Q4X7M9K8P2A6T3B5C1D0F'" \
     -c "SELECT * FROM idem_create_order(42, '01JZ6Q4X7M9K8P2A6T3B5C1D0F', 1002, 1)" \
     -c "SELECT * FROM idem_create_order(42, '01JZ6Q4X7M9K8P2A6T3B5C1D0F', 1002, 1)"
 echo "-> the rolled-back attempt left no claim; the retry executed, the next retry replayed."
@@ -45,7 +45,7 @@ sql -c "CREATE TABLE demo_log (order_id bigint, replayed boolean)"
 sql -c "SELECT count(*) AS callers, count(DISTINCT order_id) AS distinct_order_ids,
                count(*) FILTER (WHERE NOT replayed) AS executed,
                count(*) FILTER (WHERE replayed) AS replayed FROM demo_log" \
-    -c "SELECT count(*) AS orders FROM purchase_order WHERE owner_id = 43"
+    -c "SELECT count(*) AS orders FROM idem_internal.purchase_order WHERE owner_id = 43"
 echo "-> 20 callers, 1 order: one executed, 19 replayed it (those that came while it ran waited on the key first)."
 
 say "4. The same key reused for a different request"
@@ -73,22 +73,22 @@ sql -c "SELECT * FROM idem_create_order(44, '01JZ6Q4X7M9K8P2A6T3B5C1D11', 1004, 
 echo "-> once the original committed, the retry replayed it."
 
 say "6. An expired key starts afresh"
-sql -c "UPDATE idempotency_record SET expires_at = now() - interval '1 second' WHERE owner_id = 42 AND idempotency_key = '01JZ6Q4X7M9K8P2A6T3B5C1D0E'" \
+sql -c "UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 second' WHERE owner_id = 42 AND idempotency_key = '01JZ6Q4X7M9K8P2A6T3B5C1D0E'" \
     -c "SELECT * FROM idem_create_order(42, '01JZ6Q4X7M9K8P2A6T3B5C1D0E', 1001, 3)"
 echo "-> the record had expired: the request executed as new (replayed = f)."
 
 say "7. Batch cleanup of expired records"
-sql -c "UPDATE idempotency_record SET expires_at = now() - interval '1 second' WHERE owner_id = 43" \
+sql -c "UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 second' WHERE owner_id = 43" \
     -c "SELECT idem_cleanup_expired(batch_size => 1000) AS deleted" \
-    -c "SELECT owner_id, idempotency_key, status, http_status, response_json FROM idempotency_record ORDER BY id"
+    -c "SELECT owner_id, idempotency_key, status, http_status, response_json FROM idem_internal.idempotency_record ORDER BY id"
 
 say "8. The background cleanup worker"
-sql -c "UPDATE idempotency_record SET expires_at = now() - interval '1 second' WHERE owner_id = 44" \
-    -c "SELECT count(*) AS expired_now FROM idempotency_record WHERE expires_at < now()"
+sql -c "UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 second' WHERE owner_id = 44" \
+    -c "SELECT count(*) AS expired_now FROM idem_internal.idempotency_record WHERE expires_at < now()"
 echo "-> the server started with idem.cleanup_interval = 60s; pace it at one round a second:"
 sql -c "ALTER SYSTEM SET idem.cleanup_interval = '1s'" -c "SELECT pg_reload_conf()" >/dev/null
 sleep 2
-sql -c "SELECT count(*) AS expired_2s_later FROM idempotency_record WHERE expires_at < now()" \
+sql -c "SELECT count(*) AS expired_2s_later FROM idem_internal.idempotency_record WHERE expires_at < now()" \
     -c "SELECT datname, last_run_deleted, total_deleted, runs, last_error FROM idem_cleanup_status()"
 echo "-> the worker deleted it by itself; idem_cleanup_status() shows what it did."
 
@@ -147,7 +147,7 @@ COMMIT;
 BEGIN;
 SELECT idem_consume('billing', 'orders/0/1') AS redelivery;
 COMMIT;
-SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox)) AS acknowledged;
+SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_internal.idem_outbox)) AS acknowledged;
 SQL
 echo "-> the replayed request emitted nothing and the rolled-back one left no message: one message"
 echo "   for one order; the redelivered message is recognised (false) and not applied twice."

@@ -199,7 +199,7 @@ run_shell_check dump "$IDEM_ROOT/test/dump/dump_restore.sh" "pg_dump keeps idem'
 run_shell_check readme "$IDEM_ROOT/test/readme/check.sh" \
 	"the README's quickstart runs as pasted; the Markdown pages' links resolve; the README is at most 40 KB"
 run_shell_check upgrade_suite "$IDEM_ROOT/test/upgrade/suite_after_update.sh" \
-	"the pg_regress suite on databases created at 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 1.10, 1.11 and updated"
+	"the pg_regress suite on databases created at 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 1.10, 1.11, 1.12 and updated"
 
 # last: it replaces the installed files with the package's, then restores them
 run_shell_check package "$IDEM_ROOT/test/package/check.sh" \

@@ -68,9 +68,9 @@ rss_kb() { awk '/^RssAnon/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; 
 sample() {
 	local t=$1
 	local sizes backends launcher
-	sizes=$(psql -c "SELECT pg_total_relation_size('idempotency_record') / 1024,
-	                        pg_indexes_size('idempotency_record') / 1024,
-	                        (SELECT count(*) FROM idempotency_record),
+	sizes=$(psql -c "SELECT pg_total_relation_size('idem_internal.idempotency_record') / 1024,
+	                        pg_indexes_size('idem_internal.idempotency_record') / 1024,
+	                        (SELECT count(*) FROM idem_internal.idempotency_record),
 	                        coalesce((SELECT total_deleted FROM idem_cleanup_status() WHERE datname = 'idem_soak'), 0)" | tr '|' ' ')
 	backends=0 n=0
 	for pid in $(psql -c "SELECT pid FROM pg_stat_activity WHERE datname = 'idem_soak' AND backend_type = 'client backend' AND pid <> pg_backend_pid()"); do
@@ -103,9 +103,9 @@ echo "# $calls calls: $executed executed, $ik001 IK001, $((calls - executed - ik
 check "pgbench ran to the end, no client aborted (every error other than IK001 aborts)" 0 "$rc"
 check "no failed transaction" 0 "$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' "$W/pgbench.out")"
 check "one order per executed key" 0 "$(psql -c "SELECT count(*) FROM (SELECT owner, key FROM soak.executed GROUP BY 1, 2 HAVING count(*) > 1) d")"
-check "every executed call has its order" "$executed" "$(psql -c "SELECT count(*) FROM soak.executed e JOIN purchase_order o ON o.id = e.order_id AND o.owner_id = e.owner AND o.sku_id = e.sku AND o.quantity = e.qty")"
-check "no order without an executed call" "$executed" "$(psql -c "SELECT count(*) FROM purchase_order")"
-check "every record points to its order (owner, sku, quantity)" 0 "$(psql -c "SELECT count(*) FROM idempotency_record r LEFT JOIN purchase_order o ON o.id = r.resource_id AND o.owner_id = r.owner_id AND r.request_hash = idem_request_hash(jsonb_build_object('sku', o.sku_id, 'qty', o.quantity)) WHERE o.id IS NULL")"
+check "every executed call has its order" "$executed" "$(psql -c "SELECT count(*) FROM soak.executed e JOIN idem_internal.purchase_order o ON o.id = e.order_id AND o.owner_id = e.owner AND o.sku_id = e.sku AND o.quantity = e.qty")"
+check "no order without an executed call" "$executed" "$(psql -c "SELECT count(*) FROM idem_internal.purchase_order")"
+check "every record points to its order (owner, sku, quantity)" 0 "$(psql -c "SELECT count(*) FROM idem_internal.idempotency_record r LEFT JOIN idem_internal.purchase_order o ON o.id = r.resource_id AND o.owner_id = r.owner_id AND r.request_hash = idem_request_hash(jsonb_build_object('sku', o.sku_id, 'qty', o.quantity)) WHERE o.id IS NULL")"
 check "the worker deleted records in every minute after the first" 1 "$(awk 'NR > 2 && $5 > prev {n++} NR >= 2 {prev = $5} END {print (NR > 2 && n == NR - 2) ? 1 : 0}' "$W/samples")"
 awk 'NR == 2 {t2 = $2; b2 = $6; l2 = $7} {t = $2; b = $6; l = $7} END {
 	printf "# table+indexes: %d kB after the first minute, %d kB at the end (%.2f x)\n", t2, t, (t2 > 0 ? t / t2 : 0);

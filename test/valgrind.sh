@@ -23,11 +23,11 @@ for _ in $(seq 1 120); do
 done
 
 psql -X -q -d postgres -c "CREATE EXTENSION idem" -c "
-	INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+	INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
 	SELECT 1, 'vg', 'vg-' || g, repeat('0', 64), 'SUCCEEDED', now() - interval '1 s'
 	FROM generate_series(1, 5000) g"
 make -C "$IDEM_ROOT" -s installcheck TAP_TESTS= || true
-left=$(psql -X -At -d postgres -c "SELECT count(*) FROM idempotency_record")
+left=$(psql -X -At -d postgres -c "SELECT count(*) FROM idem_internal.idempotency_record")
 deleted=$(psql -X -At -d postgres -c "SELECT total_deleted FROM idem_cleanup_status() WHERE datname = 'postgres'")
 echo "valgrind: the worker deleted ${deleted:-nothing} of 5000 records in postgres ($left left)"
 # idem's own code in the stack of an error report

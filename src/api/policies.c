@@ -16,6 +16,8 @@
 
 #include <limits.h>
 
+#include "catalog/dependency.h"
+#include "catalog/pg_proc.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
 #include "funcapi.h"
@@ -30,6 +32,7 @@
 #include "utils/timestamp.h"
 
 #include "idem.h"
+#include "identity.h"
 #include "key.h"
 #include "policy.h"
 #include "record.h"
@@ -94,19 +97,19 @@ idem_policy_changed(PG_FUNCTION_ARGS)
 
 /*
  * Only a superuser or the extension's owner (or a member of its role) sets
- * or drops policies: 42501.  Returns the extension's schema.
+ * or drops policies: 42501.  Returns the schema of idem's tables; *owner
+ * is the extension's owner.
  */
 static Oid
-check_policy_admin(const char *what)
+check_policy_admin(const char *what, Oid *owner)
 {
 	Oid			nspid = InvalidOid;
-	Oid			owner = InvalidOid;
 
-	if (!idem_extension_row(&nspid, &owner))
+	if (!idem_extension_row(&nspid, owner))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the extension idem is not installed in this database")));
-	if (!superuser() && !has_privs_of_role(GetUserId(), owner))
+	if (!superuser() && !has_privs_of_role(GetUserId(), *owner))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied to %s an idem policy", what),
@@ -131,7 +134,8 @@ omitted(FunctionCallInfo fcinfo, int argno)
 		return false;
 	name = get_func_name(((FuncExpr *) arg)->funcid);
 	return name != NULL && strncmp(name, "idem_policy_unchanged_", 22) == 0 &&
-		get_func_namespace(((FuncExpr *) arg)->funcid) == get_func_namespace(fcinfo->flinfo->fn_oid);
+		getExtensionOfObject(ProcedureRelationId, ((FuncExpr *) arg)->funcid) ==
+		getExtensionOfObject(ProcedureRelationId, fcinfo->flinfo->fn_oid);
 }
 
 /* 22023 unless every element of redact is a JSON Pointer to a member. */
@@ -249,7 +253,9 @@ check_setting(int i, Datum value)
 Datum
 idem_set_policy(PG_FUNCTION_ARGS)
 {
-	Oid			nsp = check_policy_admin("set");
+	Oid			owner;
+	Oid			nsp = check_policy_admin("set", &owner);
+	IdemIdentity identity = {0};
 	char	   *operation;
 	StringInfoData sql;
 	StringInfoData update;
@@ -301,12 +307,16 @@ idem_set_policy(PG_FUNCTION_ARGS)
 					 nparams + 1, update.data);
 	nparams++;
 
+	/* as idem's owner, under pg_catalog, pg_temp (the text names idem's table) */
+	idem_become_owner(&identity, owner);
+	idem_use_safe_search_path(&identity);
 	SPI_connect();
 	if (SPI_execute_with_args(sql.data, nparams, types, values, nulls, false, 0) != SPI_OK_INSERT_RETURNING ||
 		SPI_processed != 1)
 		elog(ERROR, "idem: could not write the policy of operation %s", operation);
 	result = SPI_returntuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
 	SPI_finish();
+	idem_restore_caller(&identity);
 	PG_RETURN_HEAPTUPLEHEADER(result);
 }
 
@@ -314,19 +324,24 @@ idem_set_policy(PG_FUNCTION_ARGS)
 Datum
 idem_drop_policy(PG_FUNCTION_ARGS)
 {
-	Oid			nsp = check_policy_admin("drop");
+	Oid			owner;
+	Oid			nsp = check_policy_admin("drop", &owner);
+	IdemIdentity identity = {0};
 	StringInfoData sql;
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {PG_GETARG_DATUM(0)};
 	bool		dropped;
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "DELETE FROM %s.idem_policy WHERE operation = $1",
+	appendStringInfo(&sql, "DELETE FROM %s.idem_policy WHERE operation OPERATOR(pg_catalog.=) $1",
 					 idem_quoted_schema(nsp));
+	idem_become_owner(&identity, owner);
+	idem_use_safe_search_path(&identity);
 	SPI_connect();
 	if (SPI_execute_with_args(sql.data, 1, types, values, NULL, false, 0) != SPI_OK_DELETE)
 		elog(ERROR, "idem: could not drop the policy");
 	dropped = SPI_processed > 0;
 	SPI_finish();
+	idem_restore_caller(&identity);
 	PG_RETURN_BOOL(dropped);
 }

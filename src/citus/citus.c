@@ -476,6 +476,23 @@ idem_citus_local_relations(Oid relid)
 }
 
 /*
+ * The name of the function in schema nspid (idem's tables') that cleans one
+ * node: idem_cleanup_node from 1.13, idem_cleanup_expired before.
+ */
+static const char *
+cleanup_node_function(Oid nspid)
+{
+	Oid			argtypes[2] = {INT4OID, INT4OID};
+	oidvector  *args = buildoidvector(argtypes, 2);
+
+	if (OidIsValid(GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid,
+								   CStringGetDatum("idem_cleanup_node"),
+								   PointerGetDatum(args), ObjectIdGetDatum(nspid))))
+		return "idem_cleanup_node";
+	return "idem_cleanup_expired";
+}
+
+/*
  * On a Citus coordinator whose idempotency_record is distributed: run
  * idem_cleanup_expired(batch_size, max_batches) on every worker node, each
  * of which cleans its own shards and commits on its own (what is deleted is
@@ -503,9 +520,14 @@ idem_citus_cleanup_workers(Oid nspid, int batch_size, int max_batches)
 		SPI_finish();
 		return 0;
 	}
+	/*
+	 * From 1.13 each node runs idem_internal.idem_cleanup_node, which only
+	 * idem's owner can create, rename or drop; before, the one function.
+	 */
 	initStringInfo(&cmd);
-	appendStringInfo(&cmd, "SELECT %s.idem_cleanup_expired(%d, %s)",
-					 quote_identifier(get_namespace_name(nspid)), batch_size,
+	appendStringInfo(&cmd, "SELECT %s.%s(%d, %s)",
+					 quote_identifier(get_namespace_name(nspid)),
+					 cleanup_node_function(nspid), batch_size,
 					 max_batches < 0 ? "NULL" : psprintf("%d", max_batches));
 	args[0] = CStringGetTextDatum(cmd.data);
 	if (SPI_execute_with_args("SELECT nodename, nodeport, success, result"

@@ -289,7 +289,7 @@ idem_cleanup_expired(PG_FUNCTION_ARGS)
 					 errdetail("The call has max_batches %d.", max_batches)));
 	}
 
-	nspid = idem_extension_schema(fcinfo);
+	nspid = idem_function_tables_schema(fcinfo);
 	deleted = idem_cleanup_batches(nspid, batch_size, max_batches);
 	/* a Citus coordinator cleans every worker's shards too */
 	deleted += idem_citus_cleanup_workers(nspid, batch_size, max_batches);

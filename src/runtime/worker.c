@@ -60,6 +60,7 @@
 #include "idem.h"
 #include "compat.h"
 #include "cleanup.h"
+#include "util.h"
 #include "worker.h"
 
 PGDLLEXPORT void idem_cleanup_launcher_main(Datum main_arg);
@@ -391,26 +392,6 @@ database_still_ours(void)
 	return LockAcquire(&tag, RowExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
 }
 
-/* Find the extension's schema and owner in this database; false if absent. */
-static bool
-find_extension(Oid *nspid, Oid *owner)
-{
-	int			rc;
-	bool		isnull;
-
-	rc = SPI_execute("SELECT e.extnamespace, e.extowner FROM pg_catalog.pg_extension e"
-					 " WHERE e.extname OPERATOR(pg_catalog.=) 'idem'", true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "idem: extension lookup failed: %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return false;
-	*nspid = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
-											SPI_tuptable->tupdesc, 1, &isnull));
-	*owner = DatumGetObjectId(SPI_getbinval(SPI_tuptable->vals[0],
-											SPI_tuptable->tupdesc, 2, &isnull));
-	return true;
-}
-
 /*
  * One batch in its own transaction.  Returns the rows deleted, or -1 when
  * the round in this database must end: the extension is not (or no longer)
@@ -437,7 +418,7 @@ cleanup_one_batch(bool first)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "idem: deleting a batch of expired records");
 
-	if (find_extension(&nspid, &owner))
+	if (idem_extension_row(&nspid, &owner))
 	{
 		if (first)
 			status_begin_run(get_database_name(MyDatabaseId));

@@ -464,9 +464,12 @@ known_entry_point(Oid fn_oid)
 	return false;
 }
 
-/* Build the catalog for the extension whose function fcinfo calls. */
+/*
+ * Build the catalog for the extension whose function fcinfo calls: its API
+ * in schema apinspid, its tables in nspid.
+ */
 static void
-build_catalog(Oid owner, Oid nspid)
+build_catalog(Oid owner, Oid apinspid, Oid nspid)
 {
 	IdemCatalog cat = {0};
 	MemoryContext oldcxt;
@@ -490,6 +493,7 @@ build_catalog(Oid owner, Oid nspid)
 	catalog_build_invalidated = false;
 
 	cat.owner = owner;
+	cat.apinspid = apinspid;
 	cat.nspid = nspid;
 	oldcxt = MemoryContextSwitchTo(catalog_cxt);
 	cat.ntables = ntable_specs;
@@ -500,7 +504,7 @@ build_catalog(Oid owner, Oid nspid)
 									&cat.tables[IDEM_TABLE_RECORD]);
 	cat.result_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 									  CStringGetDatum("idem_result"),
-									  ObjectIdGetDatum(nspid));
+									  ObjectIdGetDatum(apinspid));
 	MemoryContextSwitchTo(oldcxt);
 
 	/*
@@ -531,9 +535,9 @@ idem_catalog(FunctionCallInfo fcinfo)
 
 	function_owner_schema(fn_oid, &owner, &nspid);
 	/* a full table of entry points starts a new build, in a new context */
-	if (!catalog.valid || catalog.nspid != nspid || catalog.owner != owner ||
+	if (!catalog.valid || catalog.apinspid != nspid || catalog.owner != owner ||
 		catalog.nentries >= IDEM_MAX_ENTRY_POINTS)
-		build_catalog(owner, nspid);
+		build_catalog(owner, nspid, idem_function_tables_schema(fcinfo));
 	add_entry_point(fcinfo);
 	return &catalog;
 }

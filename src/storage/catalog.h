@@ -96,7 +96,8 @@ typedef struct IdemEntryPoint
 typedef struct IdemCatalog
 {
 	bool		valid;
-	Oid			nspid;			/* the extension's schema */
+	Oid			apinspid;		/* the extension's schema: its API and types */
+	Oid			nspid;			/* its tables' (idem_internal from 1.13) */
 	Oid			owner;			/* whom the tables are accessed as */
 	Oid			scopeid;		/* uk_idempotency_scope */
 	Oid			result_type;	/* idem_result, InvalidOid before 1.3 */

@@ -10,8 +10,12 @@
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "catalog/dependency.h"
 #include "catalog/indexing.h"
+#include "catalog/pg_depend.h"
 #include "catalog/pg_extension.h"
+#include "catalog/pg_namespace.h"
+#include "catalog/pg_proc.h"
 #include "utils/fmgroids.h"
 
 #include "utils/builtins.h"
@@ -19,6 +23,9 @@
 
 #include "idem.h"
 #include "util.h"
+
+static bool extension_row(AttrNumber attnum, Oid indexid, RegProcedure eqproc, Datum value,
+						  Oid *extoid, Oid *nspid, Oid *owner);
 
 /* Raise 22004 when a required argument is NULL. */
 void
@@ -58,17 +65,62 @@ idem_free_kept(SPIPlanPtr *plan)
 }
 
 /*
- * The schema idem is installed in: the namespace of the SQL function being
- * called (the extension is not relocatable, so its objects stay together).
+ * The schema of idem's tables and internal functions for the extension
+ * extoid installed in extnspid: from 1.13 the schema that is a member of
+ * the extension (idem_internal), found by OID in pg_depend, never by name;
+ * before 1.13 (an older SQL version this library still serves) the
+ * extension's own schema.
  */
 Oid
-idem_extension_schema(FunctionCallInfo fcinfo)
+idem_tables_schema(Oid extoid, Oid extnspid)
 {
-	Oid			nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
+	Relation	rel = table_open(DependRelationId, AccessShareLock);
+	ScanKeyData key[2];
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	Oid			nspid = extnspid;
+
+	ScanKeyInit(&key[0], Anum_pg_depend_refclassid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(ExtensionRelationId));
+	ScanKeyInit(&key[1], Anum_pg_depend_refobjid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(extoid));
+	scan = systable_beginscan(rel, DependReferenceIndexId, true, NULL, 2, key);
+	while (HeapTupleIsValid(tuple = systable_getnext(scan)))
+	{
+		Form_pg_depend dep = (Form_pg_depend) GETSTRUCT(tuple);
+
+		if (dep->classid == NamespaceRelationId && dep->deptype == DEPENDENCY_EXTENSION)
+		{
+			nspid = dep->objid;
+			break;
+		}
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return nspid;
+}
+
+/*
+ * The schema of idem's tables for the SQL function being called: that of
+ * the extension the function belongs to (the function's own schema if it
+ * belongs to none).
+ */
+Oid
+idem_function_tables_schema(FunctionCallInfo fcinfo)
+{
+	Oid			fn_oid = fcinfo->flinfo->fn_oid;
+	Oid			nspid = get_func_namespace(fn_oid);
+	Oid			extoid = getExtensionOfObject(ProcedureRelationId, fn_oid);
+	Oid			extnspid;
+	Oid			owner;
 
 	if (!OidIsValid(nspid))
-		elog(ERROR, "idem: no schema for function %u", fcinfo->flinfo->fn_oid);
-	return nspid;
+		elog(ERROR, "idem: no schema for function %u", fn_oid);
+	if (!OidIsValid(extoid) ||
+		!extension_row(Anum_pg_extension_oid, ExtensionOidIndexId, F_OIDEQ,
+					   ObjectIdGetDatum(extoid), &extoid, &extnspid, &owner))
+		return nspid;
+	return idem_tables_schema(extoid, extnspid);
 }
 
 /* The quoted name of a schema, ready to prefix a table name. */
@@ -83,11 +135,12 @@ idem_quoted_schema(Oid nspid)
 }
 
 /*
- * The schema and the owner of the extension idem in this database, from
- * its pg_extension row; false when it is not installed.
+ * The pg_extension row found by index indexid on attribute attnum equal to
+ * value: its OID, schema and owner; false when there is none.
  */
-bool
-idem_extension_row(Oid *nspid, Oid *owner)
+static bool
+extension_row(AttrNumber attnum, Oid indexid, RegProcedure eqproc, Datum value,
+			  Oid *extoid, Oid *nspid, Oid *owner)
 {
 	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
 	ScanKeyData key;
@@ -95,17 +148,35 @@ idem_extension_row(Oid *nspid, Oid *owner)
 	HeapTuple	tuple;
 	bool		found;
 
-	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
-				CStringGetDatum("idem"));
-	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
+	ScanKeyInit(&key, attnum, BTEqualStrategyNumber, eqproc, value);
+	scan = systable_beginscan(rel, indexid, true, NULL, 1, &key);
 	tuple = systable_getnext(scan);
 	found = HeapTupleIsValid(tuple);
 	if (found)
 	{
-		*nspid = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
-		*owner = ((Form_pg_extension) GETSTRUCT(tuple))->extowner;
+		Form_pg_extension ext = (Form_pg_extension) GETSTRUCT(tuple);
+
+		*extoid = ext->oid;
+		*nspid = ext->extnamespace;
+		*owner = ext->extowner;
 	}
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
 	return found;
+}
+
+/*
+ * The schema of idem's tables (idem_tables_schema) and the owner of the
+ * extension idem in this database; false when it is not installed.
+ */
+bool
+idem_extension_row(Oid *nspid, Oid *owner)
+{
+	Oid			extoid;
+
+	if (!extension_row(Anum_pg_extension_extname, ExtensionNameIndexId, F_NAMEEQ,
+					   CStringGetDatum("idem"), &extoid, nspid, owner))
+		return false;
+	*nspid = idem_tables_schema(extoid, *nspid);
+	return true;
 }

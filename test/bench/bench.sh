@@ -85,7 +85,7 @@ WITH o AS (INSERT INTO lim.purchase_order (id, order_no, owner_id, sku_id, quant
 SQL
 cat >"$W/limit_replay.sql" <<'SQL'
 \set i random(1, 1000)
-SELECT http_status, response_json FROM public.idempotency_record WHERE owner_id = 1 AND operation = 'CREATE_ORDER' AND idempotency_key = 'replay-' || lpad(:i::text, 12, '0');
+SELECT http_status, response_json FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'CREATE_ORDER' AND idempotency_key = 'replay-' || lpad(:i::text, 12, '0');
 SQL
 cat >"$W/run_fresh.sql" <<SQL
 $RANDKEY
@@ -105,7 +105,7 @@ SELECT * FROM public.idem_begin(1, 'BENCH_ITEM', 'runrep-' || lpad(:i::text, 12,
 SQL
 cat >"$W/limit_run_replay.sql" <<'SQL'
 \set i random(1, 1000)
-SELECT http_status, response_body, response_headers, resource_id FROM public.idempotency_record WHERE owner_id = 1 AND operation = 'BENCH_ITEM' AND idempotency_key = 'runrep-' || lpad(:i::text, 12, '0');
+SELECT http_status, response_body, response_headers, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'BENCH_ITEM' AND idempotency_key = 'runrep-' || lpad(:i::text, 12, '0');
 SQL
 cat >"$W/mix_mismatch.sql" <<'SQL'
 \set i random(1, 1000)
@@ -196,17 +196,17 @@ for v in $VARIANTS; do
 done
 
 log "fresh calls over $BIG_RECORDS records"
-sql -c "INSERT INTO public.idempotency_record (owner_id, operation, idempotency_key, request_hash,
+sql -c "INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash,
 	status, http_status, response_json, resource_id, expires_at)
 	SELECT 1000000 + g % 100000, 'CREATE_ORDER', 'bulk-' || lpad(g::text, 16, '0'), '$HASH', 'SUCCEEDED',
 	201, jsonb_build_object('orderId', g, 'orderNo', 'ORD-' || lpad(g::text, 12, '0'), 'status', 'CREATED'),
-	g, now() + interval '1 day' FROM generate_series(1, $BIG_RECORDS) g" -c "VACUUM ANALYZE public.idempotency_record"
+	g, now() + interval '1 day' FROM generate_series(1, $BIG_RECORDS) g" -c "VACUUM ANALYZE idem_internal.idempotency_record"
 BIG=""
 for rep in $(seq 1 "$REPS"); do
 	BIG="$BIG $(run_pgbench "big_fresh.$rep" 8 -f "$W/idem_fresh.sql")"
 done
 BIG_MED=$(echo "$BIG" | median)
-RECORDS=$(sql -At -c "SELECT count(*) FROM public.idempotency_record")
+RECORDS=$(sql -At -c "SELECT count(*) FROM idem_internal.idempotency_record")
 
 log "one backend, $MEMORY_CALLS calls (4 replays to 1 fresh)"
 MEM=$(sql -At -c "CALL bench.calls(1, 100000)" -c "SELECT bench.rss_anon_kb()" \
@@ -245,5 +245,5 @@ echo "|---|---|---|---|---|"
 printf '| 8 clients | %.0f | %s | %s | %s |\n' "$MIX8" "$P50_8" "$P99_8" "$IK8"
 printf '| 32 clients | %.0f | %s | %s | %s |\n' "$MIX32" "$P50_32" "$P99_32" "$IK32"
 echo
-echo "fresh with $RECORDS records in idempotency_record: median $(printf '%.0f' "$BIG_MED") TPS (runs$BIG) = $(ratio "$BIG_MED" "${MED[idem_fresh]}") x the figure above"
+echo "fresh with $RECORDS records in idem_internal.idempotency_record: median $(printf '%.0f' "$BIG_MED") TPS (runs$BIG) = $(ratio "$BIG_MED" "${MED[idem_fresh]}") x the figure above"
 echo "one backend, RssAnon after 100,000 calls: $RSS_WARM kB; after $MEMORY_CALLS: $RSS_END kB (growth $((RSS_END - RSS_WARM)) kB)"

@@ -36,17 +36,17 @@ start_bench_server
 sql <<'SQL'
 CREATE EXTENSION idem;
 CREATE SCHEMA plain;
--- the same table as idem_outbox, written by a bare INSERT
-CREATE TABLE plain.outbox (LIKE public.idem_outbox INCLUDING ALL);
+-- the same table as idem_internal.idem_outbox, written by a bare INSERT
+CREATE TABLE plain.outbox (LIKE idem_internal.idem_outbox INCLUDING ALL);
 CREATE SEQUENCE plain.outbox_seq;
 ALTER TABLE plain.outbox ALTER COLUMN message_id SET DEFAULT nextval('plain.outbox_seq');
 CREATE INDEX ON plain.outbox (topic, commit_seq) WHERE acked_at IS NULL;
 CREATE INDEX ON plain.outbox (topic, msg_key, commit_seq) WHERE acked_at IS NULL AND msg_key IS NOT NULL;
 CREATE INDEX ON plain.outbox (acked_at) WHERE acked_at IS NOT NULL;
--- the same table as idem_inbox
-CREATE TABLE plain.inbox (LIKE public.idem_inbox INCLUDING ALL);
+-- the same table as idem_internal.idem_inbox
+CREATE TABLE plain.inbox (LIKE idem_internal.idem_inbox INCLUDING ALL);
 -- what a user writes for an outbox: lease with SKIP LOCKED, ack by id; the
--- delivery order (seq) indexed apart from the key, as in idem_outbox, so
+-- delivery order (seq) indexed apart from the key, as in idem_internal.idem_outbox, so
 -- that the planner scans the partial index of unacknowledged rows
 CREATE TABLE plain.queue (id bigserial PRIMARY KEY, seq bigint NOT NULL, topic text NOT NULL,
                           payload jsonb NOT NULL, attempt int NOT NULL DEFAULT 0,
@@ -127,9 +127,9 @@ run_pgbench() {	# run_pgbench NAME [pgbench args]: prints the TPS
 # fill the drain topic: n messages, keyless or over 1,000 keys
 fill() {	# fill idem|plain N KEYED
 	if [ "$1" = idem ]; then
-		sql -c "TRUNCATE public.idem_outbox" -c "SELECT count(public.idem_outbox_emit('drain',
+		sql -c "TRUNCATE idem_internal.idem_outbox" -c "SELECT count(public.idem_outbox_emit('drain',
 			'{\"order\": 1}', CASE WHEN $3 THEN 'account-' || g % 1000 END)) FROM generate_series(1, $2) g" >/dev/null
-		sql -c "VACUUM ANALYZE public.idem_outbox" >/dev/null
+		sql -c "VACUUM ANALYZE idem_internal.idem_outbox" >/dev/null
 	elif [ "$1" = pgmq ]; then
 		sql -c "TRUNCATE plain.pgmq" -c "INSERT INTO plain.pgmq (message)
 			SELECT '{\"order\": 1}' FROM generate_series(1, $2) g" -c "VACUUM ANALYZE plain.pgmq" >/dev/null
@@ -157,8 +157,8 @@ for rep in $(seq 1 "$REPS"); do
 	done
 	for v in fetch_ack_false fetch_ack_true plain_fetch_ack pgmq; do
 		case $v in
-		fetch_ack_false) fill idem "$N" false; table=public.idem_outbox; script=fetch_ack ;;
-		fetch_ack_true) fill idem "$N" true; table=public.idem_outbox; script=fetch_ack ;;
+		fetch_ack_false) fill idem "$N" false; table=idem_internal.idem_outbox; script=fetch_ack ;;
+		fetch_ack_true) fill idem "$N" true; table=idem_internal.idem_outbox; script=fetch_ack ;;
 		plain_fetch_ack) fill plain "$N" false; table=plain.queue; script=plain_fetch_ack ;;
 		pgmq) fill pgmq "$N"; table=plain.pgmq; script=pgmq_read_delete ;;
 		esac

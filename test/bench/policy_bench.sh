@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What per-operation policies cost on a call's path (1.10): the generic
 # API's replay (idem_begin of a finished key) and fresh call (idem_begin +
-# idem_finish of a new key, in one transaction), with idem_policy empty and
+# idem_finish of a new key, in one transaction), with idem_internal.idem_policy empty and
 # with 200 policies, the benched operation's among them (its ttl: every
 # fresh call takes it from the backend's copy).  pgbench -M prepared -c 4
 # -j 2, the two configurations interleaved per repetition in one server;
@@ -30,7 +30,7 @@ with_policies() {
 	sql -q -c "SELECT count(*) FROM generate_series(1, 199) i, LATERAL public.idem_set_policy('OP_' || i, ttl => '2 days')" \
 		-c "SELECT public.idem_set_policy('BENCH', ttl => '3 days')" >/dev/null
 }
-without_policies() { sql -q -c "TRUNCATE public.idem_policy"; }
+without_policies() { sql -q -c "TRUNCATE idem_internal.idem_policy"; }
 trap 'cat "$IDEM_TMP/pgbench.err" >&2; stop_server' EXIT
 
 for what in replay fresh; do

@@ -5,7 +5,7 @@
 # policy) and with everything on: idem.fingerprint_keys_file set (every
 # record keyed with HMAC-SHA-256, every replay compared through it) and
 # the operation's policy keeping a 30-day audit period with
-# reuse_after_expiry 'refuse' (a fresh key is looked up in idem_history).
+# reuse_after_expiry 'refuse' (a fresh key is looked up in idem_internal.idem_history).
 # pgbench -M prepared -c 4 -j 2, the two configurations interleaved per
 # repetition in one server; prints TPS and the per-repetition ratios
 # (everything on / plain).
@@ -32,7 +32,7 @@ tps() {	# tps SCRIPT
 }
 # the replayed keys, written under the configuration being measured
 replay_keys() {
-	sql -q -c "DELETE FROM public.idempotency_record WHERE idempotency_key LIKE 'replay-%'" \
+	sql -q -c "DELETE FROM idem_internal.idempotency_record WHERE idempotency_key LIKE 'replay-%'" \
 		-c "SELECT count(*) FROM generate_series(1, 1000) i,
 			LATERAL public.idem_begin(1, 'BENCH', 'replay-' || lpad(i::text, 12, '0'), '{}') b,
 			LATERAL public.idem_finish(1, 'BENCH', 'replay-' || lpad(i::text, 12, '0'), 201, '{}')" >/dev/null
@@ -53,14 +53,14 @@ everything_on() {
 }
 plain() {
 	sql -q -c "ALTER SYSTEM RESET idem.fingerprint_keys_file" -c "SELECT pg_reload_conf()" \
-		-c "TRUNCATE public.idem_policy" >/dev/null
+		-c "TRUNCATE idem_internal.idem_policy" >/dev/null
 	wait_setting ""
 	replay_keys
 }
 trap 'cat "$IDEM_TMP/pgbench.err" >&2; stop_server' EXIT
 
 check "with everything on, a record is keyed (version 1)" "1" \
-	"$(everything_on; sql -At -c "SELECT DISTINCT fingerprint_version FROM public.idempotency_record WHERE idempotency_key LIKE 'replay-%'")"
+	"$(everything_on; sql -At -c "SELECT DISTINCT fingerprint_version FROM idem_internal.idempotency_record WHERE idempotency_key LIKE 'replay-%'")"
 for what in replay fresh; do
 	IFS='|' read -r off on <<<"$(interleaved plain everything_on "$what")"
 	echo "$what: plain $off tps; keyed + audit + refuse $on tps; ratios $(per_repetition_ratios "$on" "$off")"

@@ -113,14 +113,14 @@ fill() {	# fill idem|plain N
 	sql -c "TRUNCATE public.effect" >/dev/null
 	if [ "$1" = idem ]; then
 		# submitted 1,000 per transaction: each holds its key's lock until commit
-		sql -c "DELETE FROM public.idempotency_record" -c "DO \$\$ BEGIN
+		sql -c "DELETE FROM idem_internal.idempotency_record" -c "DO \$\$ BEGIN
 			FOR c IN 0 .. ($2 - 1) / 1000 LOOP
 				PERFORM public.idem_submit(g % 1000, 'bench', 'bench-key-' || lpad(g::text, 12, '0'),
 					jsonb_build_object('order', g), '{\"carrier\": \"dhl\"}')
 				FROM generate_series(c * 1000 + 1, least((c + 1) * 1000, $2)) g;
 				COMMIT;
 			END LOOP; END \$\$" >/dev/null
-		sql -c "VACUUM ANALYZE public.idempotency_record" >/dev/null
+		sql -c "VACUUM ANALYZE idem_internal.idempotency_record" >/dev/null
 	else
 		sql -c "TRUNCATE plain.jobs" -c "INSERT INTO plain.jobs (queue, owner_id, job_key, request, payload, status, due_at)
 			SELECT 'bench', g % 1000, 'bench-key-' || lpad(g::text, 12, '0'), jsonb_build_object('order', g),

@@ -249,7 +249,7 @@ def main():
     check("SIGTERM stops the two relays and the two consumers, each with status 0, within 10 s",
           stopped == [0, 0, 0, 0], stopped)
     check("the outbox holds no unacknowledged message", scalar(
-        "SELECT count(*) FROM idem_outbox WHERE topic = %s AND acked_at IS NULL", TOPIC) == 0)
+        "SELECT count(*) FROM idem_internal.idem_outbox WHERE topic = %s AND acked_at IS NULL", TOPIC) == 0)
     lags = [r[0] for r in db().execute("SELECT relay_lag_ms FROM effect WHERE relay_lag_ms IS NOT NULL ORDER BY 1")]
     if lags:
         p50, p99 = lags[len(lags) // 2], lags[min(len(lags) - 1, int(len(lags) * 0.99))]

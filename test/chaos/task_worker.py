@@ -21,7 +21,7 @@ import psycopg
 LEASE = ("INSERT INTO chaos_lease (task_id, attempt, token, worker)"
          " SELECT task_id, attempt, token, %s"
          " FROM idem_lease('CHAOS', %s, '1 minute', 20, bind_session => true)"
-         " RETURNING task_id, attempt, token, (SELECT task_request FROM idempotency_record"
+         " RETURNING task_id, attempt, token, (SELECT task_request FROM idem_internal.idempotency_record"
          "                                     WHERE id = task_id)")
 
 

@@ -51,7 +51,7 @@ start_worker() {	# start_worker I: a new generation of worker I
 }
 for i in 0 1 2 3 4 5; do start_worker "$i"; done
 
-unfinished() { psql -c "SELECT count(*) FROM idempotency_record WHERE operation = 'CHAOS' AND task_due_at IS NOT NULL"; }
+unfinished() { psql -c "SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = 'CHAOS' AND task_due_at IS NOT NULL"; }
 # kill -9 workers 0 and 1 at random points while work is left
 kills=0
 deadline=$((SECONDS + DRAIN_TIMEOUT))
@@ -78,16 +78,16 @@ echo "# $TASKS tasks; $kills kills; $stats; $(psql -c "SELECT count(*) FROM chao
 
 check "no worker failed other than by its kills" 0 "$crashed"
 check "one task per key, whatever the repeated submits" "$TASKS" \
-	"$(psql -c "SELECT count(*) FROM idempotency_record WHERE operation = 'CHAOS'")"
+	"$(psql -c "SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = 'CHAOS'")"
 check "every task SUCCEEDED" "$TASKS" \
-	"$(psql -c "SELECT count(*) FROM idempotency_record WHERE operation = 'CHAOS' AND status = 'SUCCEEDED'")"
+	"$(psql -c "SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = 'CHAOS' AND status = 'SUCCEEDED'")"
 check "none left PROCESSING, retryable or leased" 0 \
-	"$(psql -c "SELECT count(*) FROM idempotency_record WHERE operation = 'CHAOS'
+	"$(psql -c "SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = 'CHAOS'
 	             AND (task_due_at IS NOT NULL OR task_lease_expires_at IS NOT NULL OR task_session IS NOT NULL)")"
 check "exactly one business row per task" "$TASKS $TASKS" \
 	"$(psql -c "SELECT count(*) || ' ' || count(DISTINCT task_id) FROM chaos_effect")"
 check "each task's stored result is its own business row's" 0 \
-	"$(psql -c "SELECT count(*) FROM idempotency_record r JOIN chaos_effect e ON e.task_id = r.id
+	"$(psql -c "SELECT count(*) FROM idem_internal.idempotency_record r JOIN chaos_effect e ON e.task_id = r.id
 	             WHERE r.resource_id <> e.n OR r.response_body::text <> format('{\"n\": %s}', e.n)")"
 check "attempt n is the n-th lease handed out, with a greater token each time" 0 \
 	"$(psql -c "SELECT count(*) FROM (
@@ -95,10 +95,10 @@ check "attempt n is the n-th lease handed out, with a greater token each time" 0
 	    FROM chaos_lease WINDOW w AS (PARTITION BY task_id ORDER BY attempt)) l
 	    WHERE attempt <> nth OR token <= prev_token")"
 check "every task's attempt count is its number of leases" 0 \
-	"$(psql -c "SELECT count(*) FROM idempotency_record r
+	"$(psql -c "SELECT count(*) FROM idem_internal.idempotency_record r
 	             WHERE operation = 'CHAOS' AND task_attempts <> (SELECT count(*) FROM chaos_lease l WHERE l.task_id = r.id)")"
 check "attempts = 1 + retryable failures + takeovers (a lease that ended neither way)" 0 \
-	"$(psql -c "SELECT count(*) FROM idempotency_record r WHERE operation = 'CHAOS' AND task_attempts <>
+	"$(psql -c "SELECT count(*) FROM idem_internal.idempotency_record r WHERE operation = 'CHAOS' AND task_attempts <>
 	             1 + (SELECT count(*) FROM chaos_fail f WHERE f.task_id = r.id)
 	               + (SELECT count(*) FROM chaos_lease l WHERE l.task_id = r.id AND l.attempt < r.task_attempts
 	                  AND NOT EXISTS (SELECT 1 FROM chaos_fail f WHERE f.task_id = l.task_id AND f.attempt = l.attempt))")"

@@ -41,7 +41,7 @@ done
 single() { "$PG_BINDIR/psql" -X -q -At -v ON_ERROR_STOP=1 -h "$single_dir" -d postgres "$@"; }
 single -c "CREATE EXTENSION idem"
 worker_port=$(cq "$COORD_PORT" -c "SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
-	WHERE p.shardid = get_shard_id_for_distribution_column('idempotency_record', 1)")
+	WHERE p.shardid = get_shard_id_for_distribution_column('idem_internal.idempotency_record', 1)")
 
 scripts=$(mktemp -d)
 cat >"$scripts/fresh.sql" <<'SQL'

@@ -89,11 +89,11 @@ for owner, key in keys + fresh:
             conn = psycopg.connect(conninfo, autocommit=True)
 
 orders = dict(conn.execute(
-    "SELECT r.idempotency_key, count(o.id) FROM idempotency_record r"
-    " LEFT JOIN purchase_order o ON o.owner_id = r.owner_id AND o.id = r.resource_id"
+    "SELECT r.idempotency_key, count(o.id) FROM idem_internal.idempotency_record r"
+    " LEFT JOIN idem_internal.purchase_order o ON o.owner_id = r.owner_id AND o.id = r.resource_id"
     " WHERE r.idempotency_key LIKE %s GROUP BY 1", (f"citus-crash-{tag}-%",)).fetchall())
 per_owner = conn.execute(
-    "SELECT count(*) FROM purchase_order WHERE owner_id BETWEEN 1 AND 12 AND sku_id = 42").fetchone()[0]
+    "SELECT count(*) FROM idem_internal.purchase_order WHERE owner_id BETWEEN 1 AND 12 AND sku_id = 42").fetchone()[0]
 conn.close()
 
 

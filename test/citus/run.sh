@@ -35,10 +35,10 @@ sqlstate() {
 	out=$(echo "$out" | sed -n 's/^ERROR:  *//p')
 	echo "${out:-ok}"
 }
-# The port of the worker holding owner $1's shard of idempotency_record.
+# The port of the worker holding owner $1's shard of idem_internal.idempotency_record.
 node_of() {
 	c -c "SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid)
-	      WHERE p.shardid = get_shard_id_for_distribution_column('idempotency_record', $1)"
+	      WHERE p.shardid = get_shard_id_for_distribution_column('idem_internal.idempotency_record', $1)"
 }
 # Rows of table $1 matching $2 on each worker, as "port:count port:count",
 # counted shard by shard where the shards are (run_command_on_placements).
@@ -59,7 +59,7 @@ rows_by_node() {
 c <<'SQL' >/dev/null
 CREATE TABLE ledger (owner_id bigint NOT NULL, id bigserial, amount numeric NOT NULL,
                      PRIMARY KEY (owner_id, id));
-SELECT create_distributed_table('ledger', 'owner_id', colocate_with => 'idempotency_record');
+SELECT create_distributed_table('ledger', 'owner_id', colocate_with => 'idem_internal.idempotency_record');
 CREATE FUNCTION ledger_handler(request jsonb) RETURNS idem_result LANGUAGE plpgsql AS $$
 DECLARE e bigint;
 BEGIN
@@ -76,20 +76,20 @@ SQL
 w1=$WORKER1_PORT
 w2=$WORKER2_PORT
 # owners on each worker
-owner_w1=$(c -c "SELECT o FROM generate_series(1, 100) o WHERE (SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = get_shard_id_for_distribution_column('idempotency_record', o)) = $w1 LIMIT 1")
-owner_w2=$(c -c "SELECT o FROM generate_series(1, 100) o WHERE (SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = get_shard_id_for_distribution_column('idempotency_record', o)) = $w2 LIMIT 1")
+owner_w1=$(c -c "SELECT o FROM generate_series(1, 100) o WHERE (SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = get_shard_id_for_distribution_column('idem_internal.idempotency_record', o)) = $w1 LIMIT 1")
+owner_w2=$(c -c "SELECT o FROM generate_series(1, 100) o WHERE (SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = get_shard_id_for_distribution_column('idem_internal.idempotency_record', o)) = $w2 LIMIT 1")
 
-check "idem_distribute: idempotency_record, purchase_order, idem_history co-located by owner_id, idem_inbox by consumer, idem_policy a reference table" \
-	"idem_history:owner_id idem_inbox:consumer idem_policy:n idempotency_record:owner_id purchase_order:owner_id t" \
+check "idem_distribute: idempotency_record, purchase_order, idem_history co-located by owner_id, idem_inbox by consumer, idem_policy a reference table (all in idem_internal)" \
+	"idem_internal.idem_history:owner_id idem_internal.idem_inbox:consumer idem_internal.idem_policy:n idem_internal.idempotency_record:owner_id idem_internal.purchase_order:owner_id t" \
 	"$(c -c "SELECT string_agg(logicalrelid::text || ':' || coalesce(column_to_column_name(logicalrelid, partkey), partmethod::text), ' ' ORDER BY logicalrelid::text),
 	               (SELECT count(DISTINCT colocationid) = 1 FROM pg_dist_partition
-	                 WHERE logicalrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass, 'idem_history'::regclass, 'ledger'::regclass))
+	                 WHERE logicalrelid IN ('idem_internal.idempotency_record'::regclass, 'idem_internal.purchase_order'::regclass, 'idem_internal.idem_history'::regclass, 'ledger'::regclass))
 	          FROM pg_dist_partition WHERE logicalrelid::text NOT IN ('ledger')" | tr '|' ' ')"
 check "idem_distribute: keys include owner_id; the scope constraint unchanged" \
 	"idempotency_record_pkey:(owner_id, id) purchase_order_order_no_key:(owner_id, order_no) purchase_order_pkey:(owner_id, id) uk_idempotency_scope:(owner_id, operation, idempotency_key)" \
 	"$(c -c "SELECT string_agg(conname || ':' || regexp_replace(pg_get_constraintdef(oid), '^[A-Z ]+ ', ''), ' ' ORDER BY conname)
 	          FROM pg_constraint WHERE contype IN ('p', 'u')
-	           AND conrelid IN ('idempotency_record'::regclass, 'purchase_order'::regclass)")"
+	           AND conrelid IN ('idem_internal.idempotency_record'::regclass, 'idem_internal.purchase_order'::regclass)")"
 check "idem_distribute: the functions that take an owner are delegated by it" \
 	"idem_begin idem_consume idem_create_order idem_finish idem_run idem_submit" \
 	"$(c -c "SELECT string_agg(p.proname, ' ' ORDER BY p.proname) FROM pg_dist_object d JOIN pg_proc p ON p.oid = d.objid
@@ -107,7 +107,7 @@ for o in "$owner_w1" "$owner_w2"; do
 	first=$(c -c "SELECT order_id, order_no, status, http_status, replayed FROM idem_create_order($o, '$key', 5, 2)")
 	second=$(c -c "SELECT order_id, order_no, status, http_status, replayed FROM idem_create_order($o, '$key', 5, 2)")
 	check "1. create_order (owner $o): twice in a row, one order" "1" \
-		"$(c -c "SELECT count(*) FROM purchase_order o JOIN idempotency_record r ON r.owner_id = o.owner_id AND r.resource_id = o.id WHERE r.owner_id = $o AND r.idempotency_key = '$key'")"
+		"$(c -c "SELECT count(*) FROM idem_internal.purchase_order o JOIN idem_internal.idempotency_record r ON r.owner_id = o.owner_id AND r.resource_id = o.id WHERE r.owner_id = $o AND r.idempotency_key = '$key'")"
 	check "6. create_order (owner $o): the replay returns the first answer" "${first%|f}|t" "$second"
 	check "3. create_order (owner $o): the key with another request is IK001" "IK001" \
 		"$(sqlstate "SELECT * FROM idem_create_order($o, '$key', 5, 3)")"
@@ -137,12 +137,12 @@ check "4. idem_run: after a rolled-back first attempt the retry executes, one en
 # 5. no cache in front: the unique index on the shard is the arbiter; a
 #    duplicate written around idem fails there
 check "5. a duplicate record written around idem fails on the shard's unique index (23505)" "23505" \
-	"$(sqlstate "INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+	"$(sqlstate "INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
 	             VALUES ($owner_w1, 'CREATE_ORDER', 'citus-rollback-$tag-000001', repeat('0', 64), 'PROCESSING', now() + interval '1 day')")"
 
 # 7. other owners, same key, same node and other node
 key="citus-shared-key-$tag"
-o3=$(c -c "SELECT o FROM generate_series($owner_w1 + 1, 200) o WHERE (SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = get_shard_id_for_distribution_column('idempotency_record', o)) = $w1 LIMIT 1")
+o3=$(c -c "SELECT o FROM generate_series($owner_w1 + 1, 200) o WHERE (SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = get_shard_id_for_distribution_column('idem_internal.idempotency_record', o)) = $w1 LIMIT 1")
 for o in "$owner_w1" "$owner_w2" "$o3"; do
 	c -c "SELECT * FROM idem_create_order($o, '$key', 7, 1)" >/dev/null
 	c -c "SELECT * FROM idem_run($o, 'PAY', '$key', '{\"owner\": $o, \"amount\": 7}', 'ledger_handler(jsonb)')" >/dev/null
@@ -150,7 +150,7 @@ done
 check "7. three owners (two on one worker, one on the other), one key: three orders, three entries, all fresh" "3 3 3" \
 	"$(c -c "SELECT count(DISTINCT resource_id) FILTER (WHERE operation = 'CREATE_ORDER'),
 	               count(DISTINCT resource_id) FILTER (WHERE operation = 'PAY')
-	          FROM idempotency_record WHERE idempotency_key = '$key'" | tr '|' ' ') $(c -c "SELECT count(*) FROM ledger WHERE amount = 7")"
+	          FROM idem_internal.idempotency_record WHERE idempotency_key = '$key'" | tr '|' ' ') $(c -c "SELECT count(*) FROM ledger WHERE amount = 7")"
 
 # ---- 2. load: 20 clients x 30 rounds, one key per round ----
 ROUNDS=${ROUNDS:-30}
@@ -170,26 +170,26 @@ done
 check "2. load: $ROUNDS rounds of $CLIENTS clients through the coordinator, no failed transaction" "0 0" \
 	"$failed_runs $failed_txns"
 check "2. load: exactly one order per round" "$ROUNDS" \
-	"$(c -c "SELECT count(*) FROM idempotency_record WHERE owner_id = $owner_w2 AND idempotency_key LIKE 'citus-round-%-$tag'")"
+	"$(c -c "SELECT count(*) FROM idem_internal.idempotency_record WHERE owner_id = $owner_w2 AND idempotency_key LIKE 'citus-round-%-$tag'")"
 check "2. load: every caller of a round got the same order, one executed and $((CLIENTS - 1)) replayed" "$ROUNDS" \
 	"$(c -c "SELECT count(*) FROM (SELECT round_key FROM load_log GROUP BY round_key
 	          HAVING count(*) = $CLIENTS AND count(DISTINCT order_id) = 1
 	             AND count(*) FILTER (WHERE NOT replayed) = 1) s")"
 check "2. load: each round's order exists once, the one its record points to" "$ROUNDS" \
 	"$(c -c "SELECT count(*) FROM (SELECT DISTINCT l.round_key, l.order_id FROM load_log l) l
-	          JOIN idempotency_record r ON r.owner_id = $owner_w2 AND r.idempotency_key = l.round_key AND r.resource_id = l.order_id
-	          JOIN purchase_order o ON o.owner_id = $owner_w2 AND o.id = l.order_id")"
-n_rec=$(c -c "SELECT count(*) FROM idempotency_record WHERE owner_id = $owner_w2")
-n_ord=$(c -c "SELECT count(*) FROM purchase_order WHERE owner_id = $owner_w2")
+	          JOIN idem_internal.idempotency_record r ON r.owner_id = $owner_w2 AND r.idempotency_key = l.round_key AND r.resource_id = l.order_id
+	          JOIN idem_internal.purchase_order o ON o.owner_id = $owner_w2 AND o.id = l.order_id")"
+n_rec=$(c -c "SELECT count(*) FROM idem_internal.idempotency_record WHERE owner_id = $owner_w2")
+n_ord=$(c -c "SELECT count(*) FROM idem_internal.purchase_order WHERE owner_id = $owner_w2")
 check "2. load: owner $owner_w2's records are all on its worker (:$w2), none elsewhere" \
-	"$w1:0 $w2:$n_rec" "$(rows_by_node idempotency_record "owner_id = $owner_w2")"
+	"$w1:0 $w2:$n_rec" "$(rows_by_node idem_internal.idempotency_record "owner_id = $owner_w2")"
 check "2. load: owner $owner_w2's orders are all on its worker, in the co-located shard" \
-	"$w1:0 $w2:$n_ord" "$(rows_by_node purchase_order "owner_id = $owner_w2")"
+	"$w1:0 $w2:$n_ord" "$(rows_by_node idem_internal.purchase_order "owner_id = $owner_w2")"
 check "2. load: the shell tables on the coordinator and the workers are empty" "0 0 0" \
-	"$(for p in $COORD_PORT $w1 $w2; do cq "$p" -c "SELECT pg_relation_size('idempotency_record') + pg_relation_size('purchase_order')"; done | tr '\n' ' ' | sed 's/ $//')"
+	"$(for p in $COORD_PORT $w1 $w2; do cq "$p" -c "SELECT pg_relation_size('idem_internal.idempotency_record') + pg_relation_size('idem_internal.purchase_order')"; done | tr '\n' ' ' | sed 's/ $//')"
 
 check "ids and order numbers are unique across the cluster, drawn from each worker's own range" "0 0 0 2" \
-	"$(c -c "SELECT count(*) - count(DISTINCT id), count(*) - count(DISTINCT order_no) FROM purchase_order" | tr '|' ' ') $(c -c "SELECT count(*) - count(DISTINCT id) FROM idempotency_record") $(c -c "SELECT count(DISTINCT id >> 48) FROM purchase_order")"
+	"$(c -c "SELECT count(*) - count(DISTINCT id), count(*) - count(DISTINCT order_no) FROM idem_internal.purchase_order" | tr '|' ' ') $(c -c "SELECT count(*) - count(DISTINCT id) FROM idem_internal.idempotency_record") $(c -c "SELECT count(DISTINCT id >> 48) FROM idem_internal.purchase_order")"
 
 # ---- calls Citus does not delegate: they run themselves again, delegated ----
 key="citus-undelegated-$tag"
@@ -198,7 +198,7 @@ check "not delegated (owner from a column, one statement, two workers): each cal
 check "not delegated: a repeat replays both" "true true" \
 	"$(c -c "SELECT string_agg((idem_create_order(o, '$key', 9, 1)).replayed::text, ' ') FROM (VALUES ($owner_w1::bigint), ($owner_w2)) v(o)")"
 check "not delegated (PERFORM in PL/pgSQL, in a transaction block): one order, on the owner's node" "$w1:1 $w2:0" \
-	"$(c -c "BEGIN" -c "DO \$\$ BEGIN PERFORM idem_create_order($owner_w1, 'citus-plpgsql-$tag', 9, 2); PERFORM idem_create_order($owner_w1, 'citus-plpgsql-$tag', 9, 2); END \$\$" -c "COMMIT" >/dev/null; rows_by_node idempotency_record "idempotency_key = 'citus-plpgsql-$tag'")"
+	"$(c -c "BEGIN" -c "DO \$\$ BEGIN PERFORM idem_create_order($owner_w1, 'citus-plpgsql-$tag', 9, 2); PERFORM idem_create_order($owner_w1, 'citus-plpgsql-$tag', 9, 2); END \$\$" -c "COMMIT" >/dev/null; rows_by_node idem_internal.idempotency_record "idempotency_key = 'citus-plpgsql-$tag'")"
 check "idem_begin ... idem_finish in one transaction block through the coordinator" "f t|202|{\"queued\": true}" \
 	"$(c -c "BEGIN" -c "SELECT replayed FROM idem_begin($owner_w2, 'QUEUE', 'citus-two-step-$tag', '{}')" \
 	      -c "SELECT idem_finish($owner_w2, 'QUEUE', 'citus-two-step-$tag', 202, '{\"queued\": true}')" -c "COMMIT" | sed -n 1p) $(c -c "SELECT replayed, http_status, body FROM idem_begin($owner_w2, 'QUEUE', 'citus-two-step-$tag', '{}')")"
@@ -223,27 +223,27 @@ req="{\"owner\": $owner_w2, \"amount\": 4}"
 c -c "SELECT * FROM idem_run($owner_w2, 'PAY', '$key', '$req', 'ledger_handler(jsonb)', ttl => '1 second')" >/dev/null
 sleep 1.2
 check "expiry: an expired key starts fresh (a second entry), in the same record, renewed" "f 2 1 t" \
-	"$(c -c "SELECT replayed FROM idem_run($owner_w2, 'PAY', '$key', '$req', 'ledger_handler(jsonb)', ttl => '1 hour')") $(c -c "SELECT (SELECT count(*) FROM ledger WHERE owner_id = $owner_w2 AND amount = 4), count(*), bool_and(expires_at > now() + interval '50 minutes') FROM idempotency_record WHERE owner_id = $owner_w2 AND idempotency_key = '$key'" | tr '|' ' ')"
+	"$(c -c "SELECT replayed FROM idem_run($owner_w2, 'PAY', '$key', '$req', 'ledger_handler(jsonb)', ttl => '1 hour')") $(c -c "SELECT (SELECT count(*) FROM ledger WHERE owner_id = $owner_w2 AND amount = 4), count(*), bool_and(expires_at > now() + interval '50 minutes') FROM idem_internal.idempotency_record WHERE owner_id = $owner_w2 AND idempotency_key = '$key'" | tr '|' ' ')"
 
 # ---- the inbox, by consumer ----
 check "idem_consume through the coordinator: the first delivery consumes, the second does not" "t f" \
 	"$(c -c "SELECT idem_consume('billing', 'msg-$tag')") $(c -c "SELECT idem_consume('billing', 'msg-$tag')")"
 check "the inbox entry is in its consumer's shard only" "1 1" \
-	"$(c -c "SELECT sum(result::int) FILTER (WHERE shardid = get_shard_id_for_distribution_column('idem_inbox', 'billing'::varchar)), sum(result::int)
-	          FROM run_command_on_placements('idem_inbox', 'SELECT count(*) FROM %s WHERE message_id = ''msg-$tag''')" | tr '|' ' ')"
+	"$(c -c "SELECT sum(result::int) FILTER (WHERE shardid = get_shard_id_for_distribution_column('idem_internal.idem_inbox', 'billing'::varchar)), sum(result::int)
+	          FROM run_command_on_placements('idem_internal.idem_inbox', 'SELECT count(*) FROM %s WHERE message_id = ''msg-$tag''')" | tr '|' ' ')"
 
 # ---- cleanup on every node ----
 for o in $(seq 1 40); do
 	echo "SELECT * FROM idem_run($o, 'PAY', 'citus-expire-$tag-$o', '{\"owner\": $o, \"amount\": 1}', 'ledger_handler(jsonb)', ttl => '1 second');"
 done | c >/dev/null
 sleep 1.2
-expired_by_node=$(rows_by_node idempotency_record "idempotency_key LIKE 'citus-expire-$tag-%' AND expires_at < now()")
+expired_by_node=$(rows_by_node idem_internal.idempotency_record "idempotency_key LIKE 'citus-expire-$tag-%' AND expires_at < now()")
 check "cleanup: expired records on both workers" "yes" \
 	"$(echo "$expired_by_node" | awk '{split($1, a, ":"); split($2, b, ":"); print (a[2] > 0 && b[2] > 0) ? "yes" : "no: " $0}')"
 check "cleanup: idem_cleanup_expired() on the coordinator deletes every worker's" "40" \
 	"$(c -c "SELECT idem_cleanup_expired()")"
 check "cleanup: none is left on any node" "$w1:0 $w2:0" \
-	"$(rows_by_node idempotency_record "idempotency_key LIKE 'citus-expire-$tag-%'")"
+	"$(rows_by_node idem_internal.idempotency_record "idempotency_key LIKE 'citus-expire-$tag-%'")"
 # the background worker of each node cleans that node's shards
 for o in $(seq 1 40); do
 	echo "SELECT * FROM idem_run($o, 'PAY', 'citus-bgw-$tag-$o', '{\"owner\": $o, \"amount\": 1}', 'ledger_handler(jsonb)', ttl => '1 second');"
@@ -253,7 +253,7 @@ for p in $COORD_PORT $w1 $w2; do
 done
 left=""
 for _ in $(seq 1 40); do
-	left=$(rows_by_node idempotency_record "idempotency_key LIKE 'citus-bgw-$tag-%'")
+	left=$(rows_by_node idem_internal.idempotency_record "idempotency_key LIKE 'citus-bgw-$tag-%'")
 	[ "$left" = "$w1:0 $w2:0" ] && break
 	sleep 0.5
 done
@@ -265,12 +265,12 @@ for p in $COORD_PORT $w1 $w2; do
 done
 
 # ---- 1.11: the policies on every node, the audit trail with the records ----
-check "policies: idem_policy's trigger is on each of its 3 placements" "3" \
-	"$(c -c "SELECT sum(result::int) FROM run_command_on_placements('idem_policy',
+check "policies: idem_internal.idem_policy's trigger is on each of its 3 placements" "3" \
+	"$(c -c "SELECT sum(result::int) FROM run_command_on_placements('idem_internal.idem_policy',
 	          'SELECT count(*) FROM pg_trigger WHERE tgrelid = ''%s''::regclass AND tgname LIKE ''idem_policy_changed%%''')")"
 c -c "SELECT operation FROM idem_set_policy('AUDITED', ttl => '2 days', audit_ttl => '30 days', reuse_after_expiry => 'refuse')" >/dev/null
 lifetimes() {	# the stored lifetimes of the records whose keys start with $1
-	c -c "SELECT string_agg(DISTINCT (expires_at - created_at)::text, ' ') FROM idempotency_record WHERE idempotency_key LIKE '$1%'"
+	c -c "SELECT string_agg(DISTINCT (expires_at - created_at)::text, ' ') FROM idem_internal.idempotency_record WHERE idempotency_key LIKE '$1%'"
 }
 audited() {	# audited OWNER KEY: idem_run of operation AUDITED
 	c -c "SELECT replayed FROM idem_run($1, 'AUDITED', '$2', '{\"owner\": $1, \"amount\": 2}', 'ledger_handler(jsonb)')"
@@ -280,18 +280,18 @@ check "policies: a policy set on the coordinator applies on both workers (ttl 2 
 c -c "SELECT operation FROM idem_set_policy('AUDITED', ttl => '3 days')" >/dev/null
 for o in "$owner_w1" "$owner_w2"; do audited "$o" "citus-audit-$tag-b$o" >/dev/null; done
 check "policies: changed on the coordinator, the workers' backends read it again (ttl 3 days)" "3 days" "$(lifetimes "citus-audit-$tag-b")"
-c -c "UPDATE idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key LIKE 'citus-audit-$tag-%'" >/dev/null
+c -c "UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key LIKE 'citus-audit-$tag-%'" >/dev/null
 c -c "SELECT idem_cleanup_expired()" >/dev/null
-check "audit: the cleanup kept the expired records' audit fields in idem_history, on each owner's node" "$w1:2 $w2:2" \
-	"$(rows_by_node idem_history "idempotency_key LIKE 'citus-audit-$tag-%' AND audit_until > now() + interval '29 days'")"
-check "audit: and deleted the records" "$w1:0 $w2:0" "$(rows_by_node idempotency_record "idempotency_key LIKE 'citus-audit-$tag-%'")"
+check "audit: the cleanup kept the expired records' audit fields in idem_internal.idem_history, on each owner's node" "$w1:2 $w2:2" \
+	"$(rows_by_node idem_internal.idem_history "idempotency_key LIKE 'citus-audit-$tag-%' AND audit_until > now() + interval '29 days'")"
+check "audit: and deleted the records" "$w1:0 $w2:0" "$(rows_by_node idem_internal.idempotency_record "idempotency_key LIKE 'citus-audit-$tag-%'")"
 check "audit: a retry of an archived key through the coordinator is IK007 (reuse_after_expiry 'refuse'), on either worker" "IK007 IK007" \
 	"$(sqlstate "SELECT * FROM idem_run($owner_w1, 'AUDITED', 'citus-audit-$tag-a$owner_w1', '{\"owner\": $owner_w1, \"amount\": 2}', 'ledger_handler(jsonb)')") $(sqlstate "SELECT * FROM idem_run($owner_w2, 'AUDITED', 'citus-audit-$tag-a$owner_w2', '{\"owner\": $owner_w2, \"amount\": 2}', 'ledger_handler(jsonb)')")"
 check "audit: idem_audit on the coordinator shows the 4 past executions" "4" \
 	"$(c -c "SELECT count(*) FROM idem_audit WHERE idempotency_key LIKE 'citus-audit-$tag-%' AND NOT live")"
 c -c "SELECT idem_forget_owner($owner_w1)" >/dev/null
 check "audit: idem_forget_owner($owner_w1) through the coordinator erases that owner's history on its node" "$w1:0 $w2:2" \
-	"$(rows_by_node idem_history "idempotency_key LIKE 'citus-audit-$tag-%'")"
+	"$(rows_by_node idem_internal.idem_history "idempotency_key LIKE 'citus-audit-$tag-%'")"
 c -c "SELECT idem_drop_policy('AUDITED')" >/dev/null
 
 # ---- owner binding: a role bound by idem.allowed_owners (ALTER ROLE, which
@@ -318,17 +318,17 @@ for _ in 1 2; do
 	c -c "SELECT * FROM idem_run($owner_w1, 'EMIT', 'citus-emit-$tag-0001', '{\"owner\": \"$owner_w1\"}', 'emit_handler(jsonb)')" >/dev/null
 done
 check "outbox: a message emitted in a delegated idem_run is in its worker's outbox, once (the replay emits nothing)" "0 1 0" \
-	"$(for p in $COORD_PORT $w1 $w2; do cq "$p" -c "SELECT count(*) FROM idem_outbox WHERE topic = 'citus-orders'"; done | tr '\n' ' ' | sed 's/ $//')"
+	"$(for p in $COORD_PORT $w1 $w2; do cq "$p" -c "SELECT count(*) FROM idem_internal.idem_outbox WHERE topic = 'citus-orders'"; done | tr '\n' ' ' | sed 's/ $//')"
 check "outbox: a relay connected to that worker fetches and acks it" "1 1" \
-	"$(cq "$w1" -c "SELECT count(*) FROM idem_outbox_fetch('citus-orders')") $(cq "$w1" -c "SELECT idem_outbox_ack(array_agg(message_id)) FROM idem_outbox WHERE topic = 'citus-orders'")"
+	"$(cq "$w1" -c "SELECT count(*) FROM idem_outbox_fetch('citus-orders')") $(cq "$w1" -c "SELECT idem_outbox_ack(array_agg(message_id)) FROM idem_internal.idem_outbox WHERE topic = 'citus-orders'")"
 
 # ---- long flows: submitted through the coordinator, leased on the workers ----
 for o in $(seq 1 20); do
 	echo "SELECT replayed FROM idem_submit($o, 'SHIP', 'citus-task-$tag-$o', '{\"parcel\": $o}');"
 done | c >/dev/null
-check "tasks: 20 tasks submitted through the coordinator, each on its owner's node" "$(rows_by_node idempotency_record "owner_id BETWEEN 1 AND 20 AND operation = 'SHIP' AND idempotency_key LIKE 'citus-task-$tag-%'")" \
+check "tasks: 20 tasks submitted through the coordinator, each on its owner's node" "$(rows_by_node idem_internal.idempotency_record "owner_id BETWEEN 1 AND 20 AND operation = 'SHIP' AND idempotency_key LIKE 'citus-task-$tag-%'")" \
 	"$(for p in $w1 $w2; do
-		n=$(c -c "SELECT count(*) FROM generate_series(1, 20) o JOIN pg_dist_placement p ON p.shardid = get_shard_id_for_distribution_column('idempotency_record', o) JOIN pg_dist_node n USING (groupid) WHERE n.nodeport = $p")
+		n=$(c -c "SELECT count(*) FROM generate_series(1, 20) o JOIN pg_dist_placement p ON p.shardid = get_shard_id_for_distribution_column('idem_internal.idempotency_record', o) JOIN pg_dist_node n USING (groupid) WHERE n.nodeport = $p")
 		printf '%s:%s ' "$p" "$n"; done | sed 's/ $//')"
 check "tasks: the coordinator, which holds no shard, refuses to lease (0A000)" "0A000" \
 	"$(sqlstate "SELECT * FROM idem_lease('SHIP', 'w0')")"
@@ -338,9 +338,9 @@ for p in $w1 $w2; do
 	                                  FROM idem_lease('SHIP', 'w-$p', batch => 100)) s")"
 done
 check "tasks: a worker on each node leases and completes that node's tasks, and only those" \
-	"$(rows_by_node idempotency_record "operation = 'SHIP' AND idempotency_key LIKE 'citus-task-$tag-%'")" "${leased# }"
+	"$(rows_by_node idem_internal.idempotency_record "operation = 'SHIP' AND idempotency_key LIKE 'citus-task-$tag-%'")" "${leased# }"
 check "tasks: all 20 succeeded; a repeated submit through the coordinator replays the result" "20 t|SUCCEEDED|200" \
-	"$(c -c "SELECT count(*) FROM idempotency_record WHERE operation = 'SHIP' AND status = 'SUCCEEDED' AND idempotency_key LIKE 'citus-task-$tag-%'") $(c -c "SELECT replayed, status, http_status FROM idem_submit(1, 'SHIP', 'citus-task-$tag-1', '{\"parcel\": 1}')")"
+	"$(c -c "SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = 'SHIP' AND status = 'SUCCEEDED' AND idempotency_key LIKE 'citus-task-$tag-%'") $(c -c "SELECT replayed, status, http_status FROM idem_submit(1, 'SHIP', 'citus-task-$tag-1', '{\"parcel\": 1}')")"
 c -c "SELECT replayed FROM idem_submit($owner_w1, 'SHIP', 'citus-task-$tag-stale', '{}')" >/dev/null
 read -r task_id first_token <<<"$(cq "$w1" -F ' ' -c "SELECT task_id, token FROM idem_lease('SHIP', 'w-a', lease => '1 millisecond')")"
 sleep 0.1
@@ -380,12 +380,12 @@ c -c "ALTER EXTENSION idem UPDATE" -c "SELECT idem_distribute()" >/dev/null
 current=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/idem.control")
 check "update 1.10 -> $current on Citus: every node is at the new version" "$current $current $current" \
 	"$(c -c "SELECT extversion FROM pg_extension WHERE extname = 'idem'") $(c -c "SELECT string_agg(result, ' ') FROM run_command_on_workers('SELECT extversion FROM pg_extension WHERE extname = ''idem''')")"
-check "update on Citus: the new columns are on every shard of idempotency_record" "t" \
-	"$(c -c "SELECT bool_and(result::int = 2) FROM run_command_on_placements('idempotency_record',
+check "update on Citus: the new columns are on every shard of idem_internal.idempotency_record" "t" \
+	"$(c -c "SELECT bool_and(result::int = 2) FROM run_command_on_placements('idem_internal.idempotency_record',
 	          'SELECT count(*) FROM pg_attribute WHERE attrelid = ''%s''::regclass AND attname IN (''fingerprint_version'', ''response_header_list'')')")"
 check "update on Citus: idem_distribute() again distributes idem_history and idem_policy and delegates the new signatures" \
-	"idem_history:h idem_policy:n 6" \
-	"$(c -c "SELECT string_agg(logicalrelid::text || ':' || partmethod::text, ' ' ORDER BY 1) FROM pg_dist_partition WHERE logicalrelid::text IN ('idem_history', 'idem_policy')") $(c -c "SELECT count(*) FROM pg_dist_object d JOIN pg_proc p ON p.oid = d.objid WHERE d.classid = 'pg_proc'::regclass AND d.force_delegation")"
+	"idem_internal.idem_history:h idem_internal.idem_policy:n 6" \
+	"$(c -c "SELECT string_agg(logicalrelid::text || ':' || partmethod::text, ' ' ORDER BY 1) FROM pg_dist_partition WHERE logicalrelid::text IN ('idem_internal.idem_history', 'idem_internal.idem_policy')") $(c -c "SELECT count(*) FROM pg_dist_object d JOIN pg_proc p ON p.oid = d.objid WHERE d.classid = 'pg_proc'::regclass AND d.force_delegation")"
 check "update on Citus: the 1.10 record replays, its headers in both forms" "t|201|{\"X-A\": \"1\"}|{\"X-A\": \"1\"}" \
 	"$(c -c "SELECT replayed, http_status, headers, header_list FROM idem_begin($owner_w1, 'PAY', 'citus-upgrade-$tag-1', '{}')")"
 c -c "SELECT operation FROM idem_set_policy('PAY', ttl => '5 days')" >/dev/null
@@ -396,5 +396,5 @@ SELECT idem_finish($owner_w2, 'PAY', 'citus-upgrade-$tag-2', 201, '{}', header_l
 COMMIT;
 SQL
 check "update on Citus: a policy applies on the workers, headers in json form are kept" "5 days|[[\"Set-Cookie\", \"a=1\"], [\"Set-Cookie\", \"b=2\"]]" \
-	"$(c -c "SELECT expires_at - created_at, response_header_list FROM idempotency_record WHERE idempotency_key = 'citus-upgrade-$tag-2'")"
+	"$(c -c "SELECT expires_at - created_at, response_header_list FROM idem_internal.idempotency_record WHERE idempotency_key = 'citus-upgrade-$tag-2'")"
 finished=1

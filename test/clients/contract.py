@@ -261,7 +261,7 @@ def mapping_tests():
     for what, answer, status, slug in cases:
         check(what, problem(answer, status, slug), answer)
     check("none of them wrote anything (no order, no record)",
-          orders_of(o + 9) == before and scalar("SELECT count(*) FROM idempotency_record WHERE idempotency_key = %s",
+          orders_of(o + 9) == before and scalar("SELECT count(*) FROM idem_internal.idempotency_record WHERE idempotency_key = %s",
                                                 key("t8")) == 0)
     # the handler's own 4xx is stored and replayed
     s, h, b = order(key("t9"), o + 9, 1001, 0)
@@ -289,7 +289,7 @@ def mapping_tests():
     scalar("SELECT operation FROM idem_set_policy('CREATE_ORDER', audit_ttl => '30 days', reuse_after_expiry => 'refuse')")
     try:
         s, h, b = order(k11, o + 11)
-        scalar("UPDATE idempotency_record SET expires_at = now() - interval '1 minute' "
+        scalar("UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 minute' "
                "WHERE idempotency_key = %s RETURNING 1", k11)
         answer = order(k11, o + 11)
         check("an expired key its operation refuses is 422 key-expired (IK007), no second order",

@@ -90,10 +90,10 @@ if start_service python-page "$port" -- "$PY" "$EXAMPLES/python/flask_app.py"; t
 	check "browser: the double click sent two POSTs with one key, the edited order a third with a new key" "201 201 201 new" \
 		"$(field '" ".join(map(str, d["posts"])) + (" new" if d["key"] != d["second"] else " same")')"
 	check "browser: one order for the double click's key" 1 \
-		"$("$PG_BINDIR/psql" -X -At -c "SELECT count(*) FROM idempotency_record r JOIN shop_order o ON o.id = r.resource_id
+		"$("$PG_BINDIR/psql" -X -At -c "SELECT count(*) FROM idem_internal.idempotency_record r JOIN shop_order o ON o.id = r.resource_id
 		                          WHERE r.owner_id = 7 AND r.idempotency_key = '$k'")"
 	check "browser: the edited order is a second order (quantity 3), not a 409" "1 3" \
-		"$("$PG_BINDIR/psql" -X -At -F ' ' -c "SELECT count(*), max(o.quantity) FROM idempotency_record r
+		"$("$PG_BINDIR/psql" -X -At -F ' ' -c "SELECT count(*), max(o.quantity) FROM idem_internal.idempotency_record r
 		     JOIN shop_order o ON o.id = r.resource_id WHERE r.owner_id = 7 AND r.idempotency_key = '$k2'")"
 	# the page lists the answers as they arrive: the replay, woken by the
 	# original's commit, may come in first

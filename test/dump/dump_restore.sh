@@ -18,22 +18,22 @@ q $src "CREATE EXTENSION idem"
 q $src "SELECT count(*) FROM (SELECT idem_create_order(9, 'dump-key-' || lpad(i::text, 10, '0'), i, 1)
         FROM generate_series(1, 25) i) s" >/dev/null
 q $src "SELECT idem_set_policy('PAY', ttl => '30 days', max_attempts => 3, audit_ttl => '90 days', reuse_after_expiry => 'refuse')" >/dev/null
-# an expired payment, archived by the cleanup: its audit fields in idem_history
+# an expired payment, archived by the cleanup: its audit fields in idem_internal.idem_history
 q $src "SELECT idem_begin(9, 'PAY', 'dump-pay-key-archived', '{}'); SELECT idem_finish(9, 'PAY', 'dump-pay-key-archived', 201, '{}', header_list => '[[\"Set-Cookie\", \"a=1\"], [\"Set-Cookie\", \"b=2\"]]')" >/dev/null
-q $src "UPDATE idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key = 'dump-pay-key-archived'"
+q $src "UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key = 'dump-pay-key-archived'"
 q $src "SELECT idem_cleanup_expired()" >/dev/null
-history_before=$(q $src "SELECT md5(string_agg(h::text, ',' ORDER BY h.record_id)) FROM idem_history h")
-before=$(q $src "SELECT md5(string_agg(r::text, ',' ORDER BY r.id)) FROM idempotency_record r")
-orders_before=$(q $src "SELECT md5(string_agg(o::text, ',' ORDER BY o.id)) FROM purchase_order o")
+history_before=$(q $src "SELECT md5(string_agg(h::text, ',' ORDER BY h.record_id)) FROM idem_internal.idem_history h")
+before=$(q $src "SELECT md5(string_agg(r::text, ',' ORDER BY r.id)) FROM idem_internal.idempotency_record r")
+orders_before=$(q $src "SELECT md5(string_agg(o::text, ',' ORDER BY o.id)) FROM idem_internal.purchase_order o")
 
 "$PG_BINDIR/pg_dump" -Fc -f "$dump" $src
 "$PG_BINDIR/createdb" $dst
 "$PG_BINDIR/pg_restore" -d $dst "$dump"
 
 check "records survive pg_dump and restore" "$before" \
-	"$(q $dst "SELECT md5(string_agg(r::text, ',' ORDER BY r.id)) FROM idempotency_record r")"
+	"$(q $dst "SELECT md5(string_agg(r::text, ',' ORDER BY r.id)) FROM idem_internal.idempotency_record r")"
 check "orders survive pg_dump and restore" "$orders_before" \
-	"$(q $dst "SELECT md5(string_agg(o::text, ',' ORDER BY o.id)) FROM purchase_order o")"
+	"$(q $dst "SELECT md5(string_agg(o::text, ',' ORDER BY o.id)) FROM idem_internal.purchase_order o")"
 check "a retry after the restore replays" "t" \
 	"$(q $dst "SELECT replayed FROM idem_create_order(9, 'dump-key-0000000007', 7, 1)")"
 check "a new key after the restore gets the next order id" "26" \
@@ -41,7 +41,7 @@ check "a new key after the restore gets the next order id" "26" \
 check "policies survive pg_dump and restore" "PAY|30 days|3|90 days|refuse" \
 	"$(q $dst "SELECT operation, ttl, max_attempts, audit_ttl, reuse_after_expiry FROM idem_policies")"
 check "history rows survive pg_dump and restore" "$history_before" \
-	"$(q $dst "SELECT md5(string_agg(h::text, ',' ORDER BY h.record_id)) FROM idem_history h")"
+	"$(q $dst "SELECT md5(string_agg(h::text, ',' ORDER BY h.record_id)) FROM idem_internal.idem_history h")"
 check "the restored history still refuses the archived key (IK007)" "IK007" \
 	"$("$PG_BINDIR/psql" -X -q -At -d $dst -v VERBOSITY=sqlstate -c "SELECT idem_begin(9, 'PAY', 'dump-pay-key-archived', '{}')" 2>&1 | grep -o IK007)"
 check "the restored policy applies" "t" \

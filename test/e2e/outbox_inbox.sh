@@ -100,7 +100,7 @@ done
 # let the pipeline drain: every message acknowledged and consumed
 deadline=$((SECONDS + DRAIN_TIMEOUT))
 while [ $SECONDS -lt $deadline ]; do
-	left=$(psql -c "SELECT (SELECT count(*) FROM idem_outbox WHERE acked_at IS NULL)
+	left=$(psql -c "SELECT (SELECT count(*) FROM idem_internal.idem_outbox WHERE acked_at IS NULL)
 	                     + (SELECT count(*) FROM e2e_broker b JOIN e2e_offsets o USING (partition)
 	                        WHERE b.log_offset > o.committed)")
 	[ "$left" = 0 ] && break
@@ -111,7 +111,7 @@ for pid in "${pids[@]}"; do
 done
 
 orders=$(psql -c "SELECT count(*) FROM e2e_order")
-records=$(psql -c "SELECT count(*) FROM idempotency_record WHERE operation = 'E2E_ORDER'")
+records=$(psql -c "SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = 'E2E_ORDER'")
 # the outbox deletes what is acknowledged (1.12): the messages emitted are
 # counted at their commits in idem_stats, and each reached the broker
 messages=$(psql -c "SELECT outbox_emitted FROM idem_stats WHERE datname = current_database() AND kind = 'topic' AND operation = 'e2e'")
@@ -125,14 +125,14 @@ check "duplicates among the requests were replayed (fewer orders than requests)"
 	"$([ "$orders" -lt "$REQUESTS" ] && [ "$orders" -gt $((REQUESTS / 2)) ] && echo yes || echo "no ($orders)")"
 check "one record per order" "$orders" "$records"
 check "one message per order: the outbox emitted exactly the committed ones, and each reached the broker" "$orders $orders" "$messages $brokered"
-check "every message acknowledged" 0 "$(psql -c "SELECT count(*) FROM idem_outbox WHERE acked_at IS NULL")"
+check "every message acknowledged" 0 "$(psql -c "SELECT count(*) FROM idem_internal.idem_outbox WHERE acked_at IS NULL")"
 check "no message lost: every order's message reached the broker" 0 \
 	"$(psql -c "SELECT count(*) FROM e2e_order o WHERE NOT EXISTS (
 	            SELECT 1 FROM e2e_broker b WHERE (b.payload->>'j')::bigint = o.j)")"
 check "each message took effect exactly once" "$orders $orders" \
 	"$(psql -c "SELECT count(*) || ' ' || count(DISTINCT message_id) FROM e2e_effect")"
 check "one inbox entry per message" "$orders" \
-	"$(psql -c "SELECT count(*) FROM idem_inbox WHERE consumer = 'e2e-consumer'")"
+	"$(psql -c "SELECT count(*) FROM idem_internal.idem_inbox WHERE consumer = 'e2e-consumer'")"
 check "per-key order: every account's messages applied in commit order" 0 \
 	"$(psql -c "SELECT count(*) FROM e2e_violation")"
 check "every account's last applied message is its last order" 0 \

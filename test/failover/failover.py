@@ -438,7 +438,7 @@ class Run:
         while time.time() < deadline:
             try:
                 with psycopg.connect(MULTI, autocommit=True) as c:
-                    if c.execute("SELECT count(*) FROM idem_outbox WHERE topic = 'fo'").fetchone()[0] == 0:
+                    if c.execute("SELECT count(*) FROM idem_internal.idem_outbox WHERE topic = 'fo'").fetchone()[0] == 0:
                         break
             except Exception:
                 pass
@@ -519,8 +519,8 @@ def round_(number, sync, failure):
     generics = [(c, a) for c in run.clients if c.kind == "generic" for a in c.acked]
     emits = [(c, a) for c in run.clients if c.kind == "emit" for a in c.acked]
 
-    stored = {r[0]: r for r in q("""SELECT r.idempotency_key, r.resource_id, o.id FROM idempotency_record r
-                                   LEFT JOIN purchase_order o ON o.owner_id = r.owner_id AND o.id = r.resource_id
+    stored = {r[0]: r for r in q("""SELECT r.idempotency_key, r.resource_id, o.id FROM idem_internal.idempotency_record r
+                                   LEFT JOIN idem_internal.purchase_order o ON o.owner_id = r.owner_id AND o.id = r.resource_id
                                    WHERE r.operation = 'CREATE_ORDER' AND r.idempotency_key LIKE %s""", (f"fo-r{number}-%",))}
     missing = [a[0] for _, a in orders if a[0] not in stored]
     wrong = [a[0] for _, a in orders if a[0] in stored and stored[a[0]][1] != a[1][0]]
@@ -530,19 +530,19 @@ def round_(number, sync, failure):
     else:
         lost = len(missing)
         check(f"{label}: an acknowledged order the new primary lacks lost its record and its order together, none has another id ({lost} lost)",
-              not wrong and one("""SELECT count(*) FROM idempotency_record r WHERE r.operation = 'CREATE_ORDER'
+              not wrong and one("""SELECT count(*) FROM idem_internal.idempotency_record r WHERE r.operation = 'CREATE_ORDER'
                                    AND r.idempotency_key = ANY(%s)""", ([k for k in missing],)) == 0, f"other id {wrong[:3]}")
         run.lost = lost
     check(f"{label}: no order without its record, no record without its order",
-          one("""SELECT count(*) FROM idempotency_record r FULL JOIN purchase_order o
+          one("""SELECT count(*) FROM idem_internal.idempotency_record r FULL JOIN idem_internal.purchase_order o
                    ON o.owner_id = r.owner_id AND o.id = r.resource_id
                  WHERE (r.operation = 'CREATE_ORDER' OR r.id IS NULL) AND (r.id IS NULL OR o.id IS NULL)""") == 0)
     check(f"{label}: each key has exactly one order (the retries included)",
-          one("SELECT count(*) - count(DISTINCT (owner_id, order_no)) FROM purchase_order") == 0 and
+          one("SELECT count(*) - count(DISTINCT (owner_id, order_no)) FROM idem_internal.purchase_order") == 0 and
           len({a[1][0] for _, a in orders}) == len({a[0] for _, a in orders}))
     retried = [k for c in run.clients if c.kind == "order" for k in c.retried]
-    counts = dict(q("""SELECT r.idempotency_key, count(o.id) FROM idempotency_record r
-                        JOIN purchase_order o ON o.owner_id = r.owner_id AND o.id = r.resource_id
+    counts = dict(q("""SELECT r.idempotency_key, count(o.id) FROM idem_internal.idempotency_record r
+                        JOIN idem_internal.purchase_order o ON o.owner_id = r.owner_id AND o.id = r.resource_id
                        WHERE r.idempotency_key = ANY(%s) GROUP BY 1""", (retried or [''],)))
     check(f"{label}: each of the {len(retried)} retried order keys has {'exactly one order' if sync else 'at most one order'}",
           retried and all(counts.get(k, 0) == 1 for k in retried) if sync else all(counts.get(k, 0) <= 1 for k in retried),
@@ -563,7 +563,7 @@ def round_(number, sync, failure):
     for w in run.workers:
         for t, tok, at in w.acked:
             when.setdefault(t, []).append((at, tok))
-    succeeded = dict(q("SELECT id, task_token FROM idempotency_record WHERE operation = %s AND status = 'SUCCEEDED'",
+    succeeded = dict(q("SELECT id, task_token FROM idem_internal.idempotency_record WHERE operation = %s AND status = 'SUCCEEDED'",
                        (f"FO_LOAD_r{number}",)))
     if sync:
         check(f"{label}: every task completion acknowledged to a worker ({len(done)}) is on the new primary, by its token",
@@ -645,8 +645,8 @@ def no_reuse(label, run, t_fail):
           clash == 0, f"{clash} ids reused")
     with psycopg.connect(MULTI, autocommit=True) as c:
         c.execute("CHECKPOINT")     # pg_control then holds the new primary's timeline
-    mark = one("SELECT last_value FROM idem_timeline_seq")
-    check(f"{label}: idem_timeline_seq records the new primary's timeline ({mark})",
+    mark = one("SELECT last_value FROM idem_internal.idem_timeline_seq")
+    check(f"{label}: idem_internal.idem_timeline_seq records the new primary's timeline ({mark})",
           mark == one("SELECT timeline_id FROM pg_control_checkpoint()"), mark)
 
 
@@ -693,7 +693,7 @@ def main():
                     break
                 time.sleep(0.1)
                 lc.execute("SELECT 1")
-        check("the notifier wakes publishers (idem_outbox) and task workers (idem_tasks) on the new primary",
+        check("the notifier wakes publishers (idem_internal.idem_outbox) and task workers (idem_tasks) on the new primary",
               "fo-wake" in heard and "FO_WAKE" in heard, heard)
     r2 = round_(2, True, "its Patroni stopped")
     if r2:

@@ -54,13 +54,13 @@ declare -A work=(
 	[consume]="SELECT count(*) FROM generate_series(1, $CALLS) g WHERE idem_consume('big-consumer', 'msg-' || g)"
 )
 declare -A rows=(
-	[create_order]="SELECT count(*) FROM purchase_order o JOIN idempotency_record r ON r.resource_id = o.id
+	[create_order]="SELECT count(*) FROM idem_internal.purchase_order o JOIN idem_internal.idempotency_record r ON r.resource_id = o.id
 	                WHERE r.operation = 'CREATE_ORDER' AND r.idempotency_key LIKE 'big-order-%'"
-	[begin_finish]="SELECT count(*) FROM idempotency_record WHERE operation = 'BIG_PAIR'"
-	[run]="SELECT count(*) FROM idempotency_record r JOIN big_ledger l ON l.id = r.resource_id WHERE r.operation = 'BIG_RUN'"
-	[submit]="SELECT count(*) FROM idempotency_record WHERE operation = 'BIG_TASK' AND status = 'PROCESSING'"
-	[keyed_emit]="SELECT count(*) FROM idem_outbox WHERE topic = 'big' AND ready"
-	[consume]="SELECT count(*) FROM idem_inbox WHERE consumer = 'big-consumer'"
+	[begin_finish]="SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = 'BIG_PAIR'"
+	[run]="SELECT count(*) FROM idem_internal.idempotency_record r JOIN big_ledger l ON l.id = r.resource_id WHERE r.operation = 'BIG_RUN'"
+	[submit]="SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = 'BIG_TASK' AND status = 'PROCESSING'"
+	[keyed_emit]="SELECT count(*) FROM idem_internal.idem_outbox WHERE topic = 'big' AND ready"
+	[consume]="SELECT count(*) FROM idem_internal.idem_inbox WHERE consumer = 'big-consumer'"
 )
 
 # The other session: calls of every kind on keys of its own, one transaction

@@ -62,7 +62,7 @@ check "one caller per round executed, the others replayed" "$ROUNDS" \
 	               AND count(*) FILTER (WHERE replayed) = $CLIENTS - 1) s")"
 check "each round's record points to its debit" "$ROUNDS" \
 	"$(psql -c "SELECT count(DISTINCT l.round_key) FROM idem_load_log l
-	            JOIN idempotency_record r ON r.idempotency_key = l.round_key AND r.owner_id = 77
+	            JOIN idem_internal.idempotency_record r ON r.idempotency_key = l.round_key AND r.owner_id = 77
 	            JOIN debit d ON d.id = r.resource_id AND d.id = l.resource_id")"
 
 "$PG_BINDIR/dropdb" "$DB"

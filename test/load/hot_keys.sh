@@ -34,7 +34,7 @@ check "pgbench ran" 0 "$rc"
 check "pgbench: no failed transaction" 0 "${failed_txns:-missing}"
 check "hundreds of keys were raced" 1 "$(psql -c "SELECT (count(DISTINCT key) >= 200)::int FROM idem_hot_log")"
 check "one order per key" "$keys" \
-	"$(psql -c "SELECT count(*) FROM purchase_order WHERE owner_id = 78")"
+	"$(psql -c "SELECT count(*) FROM idem_internal.purchase_order WHERE owner_id = 78")"
 check "every caller of a key got the same order_id" "$keys" \
 	"$(psql -c "SELECT count(*) FROM (SELECT key FROM idem_hot_log GROUP BY key
 	            HAVING count(DISTINCT order_id) = 1) s")"
@@ -43,7 +43,7 @@ check "one caller per key executed" "$keys" \
 	            HAVING count(*) FILTER (WHERE NOT replayed) = 1) s")"
 check "each key's record points to its order" "$keys" \
 	"$(psql -c "SELECT count(DISTINCT l.key) FROM idem_hot_log l
-	            JOIN idempotency_record r ON r.idempotency_key = l.key AND r.owner_id = 78
-	            JOIN purchase_order o ON o.id = r.resource_id AND o.id = l.order_id")"
+	            JOIN idem_internal.idempotency_record r ON r.idempotency_key = l.key AND r.owner_id = 78
+	            JOIN idem_internal.purchase_order o ON o.id = r.resource_id AND o.id = l.order_id")"
 
 "$PG_BINDIR/dropdb" "$DB"

@@ -35,7 +35,7 @@ check "pgbench: no failed transaction" 0 "$failed_txns"
 check "every caller recorded its answer" $((ROUNDS * CLIENTS)) \
 	"$(psql -c "SELECT count(*) FROM idem_load_log")"
 check "exactly one order per round" "$ROUNDS" \
-	"$(psql -c "SELECT count(*) FROM purchase_order WHERE owner_id = 77")"
+	"$(psql -c "SELECT count(*) FROM idem_internal.purchase_order WHERE owner_id = 77")"
 check "every caller of a round got the same order_id" "$ROUNDS" \
 	"$(psql -c "SELECT count(*) FROM (SELECT round_key FROM idem_load_log
 	            GROUP BY round_key HAVING count(DISTINCT order_id) = 1) s")"
@@ -45,7 +45,7 @@ check "one caller per round executed, the others replayed" "$ROUNDS" \
 	               AND count(*) FILTER (WHERE replayed) = $CLIENTS - 1) s")"
 check "each round's order is the one its record points to" "$ROUNDS" \
 	"$(psql -c "SELECT count(DISTINCT l.round_key) FROM idem_load_log l
-	            JOIN idempotency_record r ON r.idempotency_key = l.round_key AND r.owner_id = 77
-	            JOIN purchase_order o ON o.id = r.resource_id AND o.id = l.order_id")"
+	            JOIN idem_internal.idempotency_record r ON r.idempotency_key = l.round_key AND r.owner_id = 77
+	            JOIN idem_internal.purchase_order o ON o.id = r.resource_id AND o.id = l.order_id")"
 
 "$PG_BINDIR/dropdb" "$DB"

@@ -135,7 +135,7 @@ server_conns() {	# the server connections of pool_app's pool, now
 first=$(pooled -c "SELECT order_id, order_no, status, http_status, replayed FROM idem_create_order(1, 'pool-order-000001', 5, 2)")
 second=$(pooled -c "SELECT order_id, order_no, status, http_status, replayed FROM idem_create_order(1, 'pool-order-000001', 5, 2)")
 check "1. create_order: twice in a row through the pooler, one order" 1 \
-	"$(direct -c "SELECT count(*) FROM purchase_order WHERE owner_id = 1")"
+	"$(direct -c "SELECT count(*) FROM idem_internal.purchase_order WHERE owner_id = 1")"
 check "6. create_order: the replay returns the first answer" "${first%|f}|t" "$second"
 check "3. create_order: the key with another request is IK001" IK001 \
 	"$(sqlstate "SELECT * FROM idem_create_order(1, 'pool-order-000001', 5, 3)")"
@@ -148,15 +148,15 @@ check "3. idem_run: the key with another request is IK001" IK001 \
 pooled -c "BEGIN" -c "SELECT * FROM idem_create_order(2, 'pool-order-000002', 5, 1)" -c "ROLLBACK" >/dev/null
 pooled -c "BEGIN" -c "SELECT * FROM idem_run(2, 'PAY', 'pool-pay-0000002', '{\"owner\": 2, \"amount\": 3}', 'pool_pay(jsonb)')" -c "ROLLBACK" >/dev/null
 check "4. a first attempt rolled back: the retries execute, one order and one entry" "f f 1 1" \
-	"$(pooled -c "SELECT replayed FROM idem_create_order(2, 'pool-order-000002', 5, 1)") $(pooled -c "SELECT replayed FROM idem_run(2, 'PAY', 'pool-pay-0000002', '{\"owner\": 2, \"amount\": 3}', 'pool_pay(jsonb)')") $(direct -c "SELECT count(*) FROM purchase_order WHERE owner_id = 2") $(direct -c "SELECT count(*) FROM pool_ledger WHERE owner_id = 2")"
+	"$(pooled -c "SELECT replayed FROM idem_create_order(2, 'pool-order-000002', 5, 1)") $(pooled -c "SELECT replayed FROM idem_run(2, 'PAY', 'pool-pay-0000002', '{\"owner\": 2, \"amount\": 3}', 'pool_pay(jsonb)')") $(direct -c "SELECT count(*) FROM idem_internal.purchase_order WHERE owner_id = 2") $(direct -c "SELECT count(*) FROM pool_ledger WHERE owner_id = 2")"
 check "5. no cache in front: a duplicate record written around idem fails on the unique index (23505)" 23505 \
-	"$(sqlstate -U postgres "INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+	"$(sqlstate -U postgres "INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
 	             VALUES (2, 'CREATE_ORDER', 'pool-order-000002', repeat('0', 64), 'PROCESSING', now() + interval '1 day')")"
 for o in 3 4; do
 	pooled -c "SELECT * FROM idem_create_order($o, 'pool-shared-key-01', 7, 1)" >/dev/null
 done
 check "7. two owners, one key: two orders, both executed" "2 2" \
-	"$(direct -c "SELECT count(*), count(DISTINCT resource_id) FROM idempotency_record WHERE idempotency_key = 'pool-shared-key-01'" | tr '|' ' ')"
+	"$(direct -c "SELECT count(*), count(DISTINCT resource_id) FROM idem_internal.idempotency_record WHERE idempotency_key = 'pool-shared-key-01'" | tr '|' ' ')"
 
 # 2. $CLIENTS clients on one key at once, 10 rounds, over $POOL server connections
 cat >"$W/same_key.pgbench" <<'PGB'
@@ -173,7 +173,7 @@ for round in $(seq 1 10); do
 done
 check "2. load: 10 rounds of $CLIENTS clients on one key each through $POOL server connections, no failed transaction" 0 "$fails"
 check "2. load: one order per round, every caller the same order, one executed and $((CLIENTS - 1)) replayed" "10 10" \
-	"$(direct -c "SELECT count(*) FROM purchase_order WHERE owner_id = 5") $(direct -c "SELECT count(*) FROM (SELECT round_key FROM pool_round GROUP BY round_key
+	"$(direct -c "SELECT count(*) FROM idem_internal.purchase_order WHERE owner_id = 5") $(direct -c "SELECT count(*) FROM (SELECT round_key FROM pool_round GROUP BY round_key
 	          HAVING count(*) = $CLIENTS AND count(DISTINCT order_id) = 1 AND count(*) FILTER (WHERE NOT replayed) = 1) s")"
 kill "$sampler" 2>/dev/null || true
 wait "$sampler" 2>/dev/null || true
@@ -196,7 +196,7 @@ check "generic API: $CLIENTS clients, 2,000 calls over 300 keys, no failed trans
 	"$(bench generic -c "$CLIENTS" -j 2 -t 40 -f "$W/generic.pgbench")"
 check "generic API: each key executed once (one effect, one finished record, its body)" "0 0" \
 	"$(direct -c "SELECT (SELECT count(*) - count(DISTINCT k) FROM pool_effect),
-	                     (SELECT count(*) FROM pool_effect e WHERE NOT EXISTS (SELECT 1 FROM idempotency_record r
+	                     (SELECT count(*) FROM pool_effect e WHERE NOT EXISTS (SELECT 1 FROM idem_internal.idempotency_record r
 	                         WHERE r.owner_id = 6 AND r.idempotency_key = 'pool-generic-' || lpad(e.k::text, 6, '0') AND r.status = 'SUCCEEDED'
 	                           AND r.response_body->>'k' = e.k::text))" | tr '|' ' ')"
 check "generic API: a replay through the pooler returns the finished answer" "t|201" \
@@ -234,7 +234,7 @@ COMMIT;
 PGB
 relay_fails=0
 for _ in $(seq 1 30); do
-	[ "$(direct -c "SELECT count(*) FROM idem_outbox WHERE topic = 'pool'")" = 0 ] && break
+	[ "$(direct -c "SELECT count(*) FROM idem_internal.idem_outbox WHERE topic = 'pool'")" = 0 ] && break
 	n=$(bench relay -c 10 -j 2 -T 1 --random-seed=26 -f "$W/relay.pgbench")
 	[ "$n" = 0 ] || relay_fails=$((relay_fails + 1))
 	sleep 0.5
@@ -242,7 +242,7 @@ done
 emitted=$(direct -c "SELECT sum(n) FROM pool_counter")
 check "outbox: $CLIENTS emitting clients and 10 relays through the pooler, no failed transaction" "0 0" "$emit_fails $relay_fails"
 check "outbox: every committed message delivered and acknowledged, none rolled back" "0 $emitted" \
-	"$(direct -c "SELECT count(*) FROM idem_outbox WHERE topic = 'pool'") $(direct -c "SELECT count(*) FROM pool_delivered")"
+	"$(direct -c "SELECT count(*) FROM idem_internal.idem_outbox WHERE topic = 'pool'") $(direct -c "SELECT count(*) FROM pool_delivered")"
 check "inbox: the redeliveries of unacknowledged messages were dropped (each message applied once)" "yes 0" \
 	"$(direct -c "SELECT CASE WHEN inbox_duplicates > 0 THEN 'yes' ELSE 'none: ' || inbox_duplicates END FROM idem_stats
 	              WHERE datname = current_database() AND kind = 'consumer' AND operation = 'pool-consumer'") $(direct -c "SELECT count(*) - count(DISTINCT message_id) FROM pool_delivered")"
@@ -265,13 +265,13 @@ COMMIT;
 PGB
 worker_fails=0
 for _ in $(seq 1 10); do
-	[ "$(direct -c "SELECT count(*) FROM idempotency_record WHERE operation = 'POOL_TASK' AND status = 'PROCESSING'")" = 0 ] && break
+	[ "$(direct -c "SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = 'POOL_TASK' AND status = 'PROCESSING'")" = 0 ] && break
 	n=$(bench worker -c 20 -j 2 -t 16 -f "$W/worker.pgbench")
 	[ "$n" = 0 ] || worker_fails=$((worker_fails + 1))
 done
 check "tasks: 20 workers leasing, heartbeating and completing in separate transactions through the pooler, no failed transaction" 0 "$worker_fails"
 check "tasks: every task completed once, by the token that leased it" "300 300 0" \
-	"$(direct -c "SELECT count(*) FROM idempotency_record WHERE operation = 'POOL_TASK' AND status = 'SUCCEEDED'") $(direct -c "SELECT count(DISTINCT task_id) FROM pool_task_effect") $(direct -c "SELECT count(*) FROM pool_task_effect e JOIN idempotency_record r ON r.id = e.task_id WHERE r.task_token <> e.token")"
+	"$(direct -c "SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = 'POOL_TASK' AND status = 'SUCCEEDED'") $(direct -c "SELECT count(DISTINCT task_id) FROM pool_task_effect") $(direct -c "SELECT count(*) FROM pool_task_effect e JOIN idem_internal.idempotency_record r ON r.id = e.task_id WHERE r.task_token <> e.token")"
 direct -c "SELECT count(*) FROM (SELECT idem_submit(8, 'POOL_TAKEOVER', 'pool-takeover-0001', '{}')) s" >/dev/null
 old=$(pooled -c "SELECT task_id || ' ' || token FROM idem_lease('POOL_TAKEOVER', 'pool-slow', interval '1 second')")
 sleep 1.2
@@ -279,14 +279,14 @@ new=$(pooled -c "SELECT task_id || ' ' || token FROM idem_lease('POOL_TAKEOVER',
 check "takeover: a lapsed lease is taken over through the pooler, the fencing token goes up" yes \
 	"$([ "${new%% *}" = "${old%% *}" ] && [ "${new##* }" -gt "${old##* }" ] && echo yes || echo "old '$old' new '$new'")"
 check "takeover: the cut-off worker's complete is refused (IK004), the new holder's goes through" "IK004 SUCCEEDED" \
-	"$(sqlstate "SELECT idem_complete(${old%% *}, ${old##* }, 200, '{}')") $(pooled -c "SELECT idem_complete(${new%% *}, ${new##* }, 200, '{}')" >/dev/null; direct -c "SELECT status FROM idempotency_record WHERE id = ${new%% *}")"
+	"$(sqlstate "SELECT idem_complete(${old%% *}, ${old##* }, 200, '{}')") $(pooled -c "SELECT idem_complete(${new%% *}, ${new##* }, 200, '{}')" >/dev/null; direct -c "SELECT status FROM idem_internal.idempotency_record WHERE id = ${new%% *}")"
 
 # ---- what needs a server session: bind_session binds the pooled server
 # session; the client's exit does not end it, the pooler's does ----
 direct -c "SELECT count(*) FROM (SELECT idem_submit(8, 'POOL_BOUND', 'pool-bound-task-0001', '{}')) s" >/dev/null
 bound=$(pooled -c "SELECT task_id FROM idem_lease('POOL_BOUND', 'pool-bound-worker', interval '60 seconds', 1, true)")
 check "bind_session through the pooler: the lease is bound (task_session set)" t \
-	"$(direct -c "SELECT task_session IS NOT NULL FROM idempotency_record WHERE id = $bound")"
+	"$(direct -c "SELECT task_session IS NOT NULL FROM idem_internal.idempotency_record WHERE id = $bound")"
 check "bind_session through the pooler: the client has gone, the pooled server session holds the lease" 0 \
 	"$(direct -c "SELECT count(*) FROM idem_lease('POOL_BOUND', 'pool-other-worker', interval '60 seconds')")"
 bouncer_stop
@@ -313,4 +313,4 @@ check "a bound role cannot change its binding: SET, SET LOCAL and set_config are
 check "the binding is the role's: pool_app, through the same pooler, acts for owner 8" f \
 	"$(pooled -c "SELECT replayed FROM idem_create_order(8, 'pool-app-order-8', 1, 1)")"
 check "nothing was written for the refused calls" "0 0" \
-	"$(direct -c "SELECT count(*) FROM idempotency_record WHERE idempotency_key LIKE 'pool-bound-order-%' AND owner_id = 8") $(direct -c "SELECT count(*) FROM idempotency_record WHERE idempotency_key = 'pool-bound-pay-01'")"
+	"$(direct -c "SELECT count(*) FROM idem_internal.idempotency_record WHERE idempotency_key LIKE 'pool-bound-order-%' AND owner_id = 8") $(direct -c "SELECT count(*) FROM idem_internal.idempotency_record WHERE idempotency_key = 'pool-bound-pay-01'")"

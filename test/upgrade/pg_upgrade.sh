@@ -99,7 +99,7 @@ pg "$OLD_BIN/pg_ctl" -D "$work/old" -l "$work/old.log" -w -s start
 "$OLD_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$work" -p 5432 -U postgres -d shop >/dev/null <<'SQL'
 CREATE EXTENSION idem;
 SELECT count(idem_create_order(7, 'upg-key-' || lpad(g::text, 12, '0'), g, 1)) FROM generate_series(1, 20) g;
-INSERT INTO idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
 SELECT 1, 'test', 'expired-' || g, repeat('0', 64), 'SUCCEEDED', now() - interval '1 minute'
 FROM generate_series(1, 500) g;
 SELECT idem_submit(3, 'SHIP', 'upg-task-000000001', '{"n": 1}');
@@ -110,7 +110,7 @@ SELECT idem_outbox_emit('orders', jsonb_build_object('n', g), 'k' || g % 2) FROM
 COMMIT;
 SELECT idem_consume('billing', 'm-' || g) FROM generate_series(1, 5) g;
 SQL
-read -r task token < <(q "$OLD_BIN" "SELECT id, task_token FROM idempotency_record WHERE status = 'PROCESSING' AND task_token IS NOT NULL" | tr '|' ' ')
+read -r task token < <(q "$OLD_BIN" "SELECT id, task_token FROM idem_internal.idempotency_record WHERE status = 'PROCESSING' AND task_token IS NOT NULL" | tr '|' ' ')
 
 # The calls whose answers must not change across the upgrade.
 checks() {	# checks BIN DB
@@ -136,7 +136,7 @@ SELECT 'ack', idem_outbox_ack(array_agg(message_id)) FROM got;
 SELECT 'fetch after ack', count(*) FROM idem_outbox_fetch('orders', 10);
 SELECT 'consume redelivery', idem_consume('billing', 'm-3');
 SELECT 'consume new', idem_consume('billing', 'm-new');
-SELECT 'expired kept', count(*) FROM idempotency_record WHERE expires_at < now();
+SELECT 'expired kept', count(*) FROM idem_internal.idempotency_record WHERE expires_at < now();
 SQL
 }
 
@@ -233,7 +233,7 @@ set_conf "$work/new" "idem.cleanup_interval = 1"
 "$NEW_BIN/psql" -X -q -h "$work" -p 5432 -U postgres -d shop -c "SELECT pg_reload_conf()" >/dev/null
 left=500
 for _ in $(seq 1 100); do
-	left=$(q "$NEW_BIN" "SELECT count(*) FROM idempotency_record WHERE expires_at < now()")
+	left=$(q "$NEW_BIN" "SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()")
 	[ "$left" = 0 ] && break
 	sleep 0.2
 done

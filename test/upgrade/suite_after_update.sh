@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole pg_regress suite against databases created at each released
-# version of idem (1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 1.10, 1.11) and brought to the current one with
+# version of idem (1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9, 1.10, 1.11, 1.12) and brought to the current one with
 # ALTER EXTENSION idem UPDATE: an updated installation behaves as a fresh
 # one.  Uses the server of PGHOST/PGPORT/PGUSER (test/run_all.sh's); prints
 # "ok - ..." / "not ok - ..." lines.
@@ -13,7 +13,7 @@ TESTS=$(sed -n 's/^REGRESS = //p' "$IDEM_ROOT/Makefile")
 OUT=$(mktemp -d /tmp/idem-upgrade-suite.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 
-for version in 1.0 1.1 1.2 1.3 1.4 1.5 1.6 1.7 1.8 1.9 1.10 1.11; do
+for version in 1.0 1.1 1.2 1.3 1.4 1.5 1.6 1.7 1.8 1.9 1.10 1.11 1.12; do
 	db=idem_from_${version/./_}
 	"$PG_BINDIR/dropdb" --if-exists "$db" 2>/dev/null
 	"$PG_BINDIR/createdb" --template=template0 "$db"

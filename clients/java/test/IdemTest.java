@@ -93,7 +93,7 @@ public final class IdemTest {
                 st.execute("SELECT idem_set_policy('EXPIRING', audit_ttl => '30 days', reuse_after_expiry => 'refuse')");
                 idem.begin(c, 1, "EXPIRING", ek, "{}", null);
                 idem.finish(c, 1, "EXPIRING", ek, 201, "{}", null, null);
-                st.execute("UPDATE idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key = '" + ek + "'");
+                st.execute("UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key = '" + ek + "'");
                 c.commit();
             }
             check("IK007 is KeyExpired", stateOf(c, () -> idem.begin(c, 1, "EXPIRING", ek, "{}", null))
@@ -147,7 +147,7 @@ public final class IdemTest {
             Idem.Submission s = idem.submit(c, 1, op, tk, "{\"order\": 7}", "{\"priority\": \"high\"}", null);
             TaskWorker.Task t1 = new TaskWorker(idem, op, "w1", Duration.ofSeconds(30), false).lease(c, 10).get(0);
             String failed = t1.fail(c, "{\"carrier\": \"timeout\"}", true);
-            c.createStatement().execute("UPDATE idempotency_record SET task_due_at = now() - interval '1 second' WHERE id = "
+            c.createStatement().execute("UPDATE idem_internal.idempotency_record SET task_due_at = now() - interval '1 second' WHERE id = "
                 + t1.taskId());
             List<TaskWorker.Task> again2 = new TaskWorker(idem, op, "w2", Duration.ofSeconds(30), false).lease(c, 1);
             TaskWorker.Task t2 = again2.get(0);
@@ -180,12 +180,12 @@ public final class IdemTest {
             long owner = 900000 + id % 1000;
             boolean owned = idem.consume(c, consumer, "java-topic-" + id + "-owned", null, owner);
             c.commit();
-            long before = count(c, "SELECT count(*) FROM idem_inbox WHERE owner_id = " + owner);
+            long before = count(c, "SELECT count(*) FROM idem_internal.idem_inbox WHERE owner_id = " + owner);
             try (Statement st = c.createStatement()) {
                 st.execute("SELECT idem_forget_owner(" + owner + ")");
             }
             c.commit();
-            long after = count(c, "SELECT count(*) FROM idem_inbox WHERE owner_id = " + owner);
+            long after = count(c, "SELECT count(*) FROM idem_internal.idem_inbox WHERE owner_id = " + owner);
             c.commit();
             check("consume with an owner: idem_forget_owner removes its entry", owned && before == 1 && after == 0,
                 owned + " " + before + " " + after);

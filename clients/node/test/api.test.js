@@ -62,7 +62,7 @@ test('one error class per SQLSTATE', async () => {
   await idem.begin(c, { owner: 1, operation: 'EXPIRING', key: ek, request: {} });
   await idem.finish(c, { owner: 1, operation: 'EXPIRING', key: ek, status: 201, body: {} });
   await c.query('COMMIT');
-  await c.query("UPDATE idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key = $1", [ek]);
+  await c.query("UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key = $1", [ek]);
   await assert.rejects(idem.begin(c, { owner: 1, operation: 'EXPIRING', key: ek, request: {} }),
     (e) => e instanceof idem.KeyExpired && e.sqlstate === 'IK007');
   await c.query("SELECT idem_drop_policy('EXPIRING')");
@@ -132,7 +132,7 @@ test('submit, lease, fail, takeover: the stale token is LeaseLost', async () => 
   const [t1] = await new idem.TaskWorker(op, 'w1').lease(c, 10);
   assert.deepEqual([t1.key, t1.request, t1.payload, t1.attempt], [k, { order: 7 }, { p: 1 }, 1]);
   assert.equal(await t1.fail(c, { carrier: 'timeout' }), 'FAILED_RETRYABLE');
-  await c.query("UPDATE idempotency_record SET task_due_at = now() - interval '1 second' WHERE id = $1", [t1.taskId]);
+  await c.query("UPDATE idem_internal.idempotency_record SET task_due_at = now() - interval '1 second' WHERE id = $1", [t1.taskId]);
   const [t2] = await new idem.TaskWorker(op, 'w2').lease(c);
   assert.ok(BigInt(t2.token) > BigInt(t1.token));
   await assert.rejects(t1.complete(c, 201, { tracking: 'stale' }), idem.LeaseLost);
@@ -152,7 +152,7 @@ test('emit, then consume once', async () => {
   // an owner's entry (1.11): idem_forget_owner removes it
   const owner = 800000 + (Number(id) % 1000);
   assert.equal(await idem.consume(c, { consumer, messageId: `node-topic-${id}-owned`, owner }), true);
-  const count = async () => (await c.query('SELECT count(*)::int AS n FROM idem_inbox WHERE owner_id = $1', [owner])).rows[0].n;
+  const count = async () => (await c.query('SELECT count(*)::int AS n FROM idem_internal.idem_inbox WHERE owner_id = $1', [owner])).rows[0].n;
   assert.equal(await count(), 1);
   await c.query('SELECT idem_forget_owner($1)', [owner]);
   assert.equal(await count(), 0);

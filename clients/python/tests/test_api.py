@@ -70,7 +70,7 @@ def test_expired_refused_key_is_ik007(conn):
     with conn.transaction():
         idem_pg.begin(conn, 1, "EXPIRING", k, {})
         idem_pg.finish(conn, 1, "EXPIRING", k, 201, {})
-    conn.execute("UPDATE idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key = %s",
+    conn.execute("UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key = %s",
                  (k,))
     conn.commit()
     try:
@@ -169,7 +169,7 @@ def test_submit_lease_heartbeat_complete_and_fencing(conn):
     assert task.heartbeat(conn) > datetime.datetime.now(datetime.timezone.utc)
     # a transient failure, then a takeover after the lease lapses: the old token is fenced off
     assert task.fail(conn, {"carrier": "timeout"}) == "FAILED_RETRYABLE"
-    conn.execute("UPDATE idempotency_record SET task_due_at = now() - interval '1 second' WHERE id = %s",
+    conn.execute("UPDATE idem_internal.idempotency_record SET task_due_at = now() - interval '1 second' WHERE id = %s",
                  (task.task_id,))
     (second,) = idem_pg.TaskWorker(op, "w2", lease=30).lease(conn)
     assert second.token > task.token and second.attempt == 2
@@ -208,9 +208,9 @@ def test_outbox_emit_and_inbox_consume(conn):
     owner = 700000 + mid % 1000
     with conn.transaction():
         assert idem_pg.consume(conn, consumer, "%s-%d-owned" % (topic, mid), owner=owner) is True
-    assert conn.execute("SELECT count(*) FROM idem_inbox WHERE owner_id = %s", (owner,)).fetchone()[0] == 1
+    assert conn.execute("SELECT count(*) FROM idem_internal.idem_inbox WHERE owner_id = %s", (owner,)).fetchone()[0] == 1
     conn.execute("SELECT idem_forget_owner(%s)", (owner,))
-    assert conn.execute("SELECT count(*) FROM idem_inbox WHERE owner_id = %s", (owner,)).fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM idem_internal.idem_inbox WHERE owner_id = %s", (owner,)).fetchone()[0] == 0
     conn.commit()
 
 

@@ -1,0 +1,560 @@
+/* idem--1.12--1.13.sql */
+\echo Use "ALTER EXTENSION idem UPDATE TO '1.13'" to load this file. \quit
+
+-- ---------------------------------------------------------------------------
+-- Security (CVE-class: a database owner could become superuser).  Up to 1.12
+-- idem's SQL and PL/pgSQL functions named its tables and helpers as
+-- "public.…", a name looked up again at every call in a schema the database
+-- owner owns and may rename (PostgreSQL 15's public belongs to
+-- pg_database_owner): renamed, and a look-alike idem_outbox_guard() planted
+-- in a new "public", idem_outbox_fetch (SECURITY DEFINER) ran the plant as
+-- idem's owner.  idem_health, idem_grant and idem_forget_owner did the same
+-- for whoever called them, a superuser included.
+--
+-- From 1.13 idem's tables, sequences and internal helpers live in a schema
+-- of their own, idem_internal, created here by a plain CREATE SCHEMA (never
+-- IF NOT EXISTS, never the control file's "schema": either would take over a
+-- schema some other role created first, and that role would own idem's
+-- tables).  It belongs to the extension's owner, and PUBLIC has no privilege
+-- on it: no other role can create in it, rename it or drop it.  Function
+-- bodies name only pg_catalog and idem_internal; the SQL-language ones are
+-- SQL-standard bodies (BEGIN ATOMIC), bound to their objects when created,
+-- so they resolve no name at all when called.  The SQL API, the views
+-- (idem_stats, idem_audit, idem_policies) and the types (idem_outcome,
+-- idem_result, idem_response) stay in the extension's schema: applications
+-- and handlers do not change.  The C code finds idem_internal as a member of
+-- the extension (pg_depend), never by name.  docs/security.md.
+-- ---------------------------------------------------------------------------
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n
+                WHERE n.nspname OPERATOR(pg_catalog.=) 'idem_internal') THEN
+        RAISE EXCEPTION 'schema "idem_internal" already exists'
+            USING ERRCODE = '42P06',
+                  DETAIL = 'idem keeps its tables and internal functions in a schema it creates itself; one made by another role beforehand would let that role reach them.',
+                  HINT = 'Find out who created the schema "idem_internal" and why; drop it, then run the command again.';
+    END IF;
+END
+$$;
+
+CREATE SCHEMA idem_internal;
+
+-- the extension's owner, whoever runs the script (a superuser may update an
+-- extension another role owns)
+DO $$
+BEGIN
+    EXECUTE pg_catalog.format('ALTER SCHEMA idem_internal OWNER TO %I',
+        (SELECT r.rolname FROM pg_catalog.pg_roles r
+           JOIN pg_catalog.pg_extension e ON e.extowner OPERATOR(pg_catalog.=) r.oid
+          WHERE e.extname OPERATOR(pg_catalog.=) 'idem'));
+END
+$$;
+
+REVOKE ALL ON SCHEMA idem_internal FROM PUBLIC;
+
+COMMENT ON SCHEMA idem_internal IS
+    'idem: its tables, sequences and internal functions (the API, views and types are in the extension''s schema)';
+
+-- the tables (their indexes, triggers and owned sequences go with them) and
+-- the other sequences; pg_dump's registrations (pg_extension_config_dump)
+-- are by OID and stay
+ALTER TABLE @extschema@.idempotency_record SET SCHEMA idem_internal;
+ALTER TABLE @extschema@.purchase_order SET SCHEMA idem_internal;
+ALTER TABLE @extschema@.idem_outbox SET SCHEMA idem_internal;
+ALTER TABLE @extschema@.idem_inbox SET SCHEMA idem_internal;
+ALTER TABLE @extschema@.idem_policy SET SCHEMA idem_internal;
+ALTER TABLE @extschema@.idem_history SET SCHEMA idem_internal;
+ALTER SEQUENCE @extschema@.idem_task_token_seq SET SCHEMA idem_internal;
+ALTER SEQUENCE @extschema@.idem_timeline_seq SET SCHEMA idem_internal;
+
+-- the internal helpers (no caller names them; a default, a trigger or idem's
+-- own code calls them by OID)
+ALTER FUNCTION @extschema@.idem_outbox_guard() SET SCHEMA idem_internal;
+ALTER FUNCTION @extschema@.idem_outbox_lock_keys(text[], text[]) SET SCHEMA idem_internal;
+ALTER FUNCTION @extschema@.idem_stats_add(text, text, bigint) SET SCHEMA idem_internal;
+ALTER FUNCTION @extschema@.idem_policy_changed() SET SCHEMA idem_internal;
+ALTER FUNCTION @extschema@.idem_policy_unchanged_interval() SET SCHEMA idem_internal;
+ALTER FUNCTION @extschema@.idem_policy_unchanged_integer() SET SCHEMA idem_internal;
+ALTER FUNCTION @extschema@.idem_policy_unchanged_textarray() SET SCHEMA idem_internal;
+ALTER FUNCTION @extschema@.idem_policy_unchanged_text() SET SCHEMA idem_internal;
+ALTER FUNCTION @extschema@.idem_policy_unchanged_boolean() SET SCHEMA idem_internal;
+ALTER FUNCTION @extschema@.idem_timeline_mark() SET SCHEMA idem_internal;
+ALTER FUNCTION @extschema@.idem_distribute_node() SET SCHEMA idem_internal;
+ALTER FUNCTION @extschema@.idem_grant_kind(regrole, text, boolean) SET SCHEMA idem_internal;
+
+-- The cleanup of a Citus cluster runs on each worker node: there it calls
+-- this one, in idem_internal, not the one in the extension's schema.
+CREATE FUNCTION idem_internal.idem_cleanup_node(batch_size integer, max_batches integer)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_cleanup_expired'
+LANGUAGE C VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+REVOKE ALL ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) FROM PUBLIC;
+
+COMMENT ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) IS
+    'idem: idem_cleanup_expired on one Citus worker node (the coordinator''s cleanup calls it there)';
+
+-- ---------------------------------------------------------------------------
+-- The privileges of each kind of user, as OIDs bound when this script runs.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION idem_internal.idem_privileges(kind text)
+RETURNS TABLE (privilege text, object text, fn pg_catalog.regprocedure, rel pg_catalog.regclass)
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT p.privilege,
+           -- spelled as before 1.13: "(bigint, text)"
+           CASE WHEN p.fn IS NOT NULL THEN pg_catalog.format('FUNCTION %s', pg_catalog.replace(p.fn::pg_catalog.text, ',', ', '))
+                ELSE pg_catalog.format('TABLE %s', p.rel) END,
+           p.fn, p.rel
+    FROM (VALUES
+        ('app', 'EXECUTE', '@extschema@.idem_create_order(bigint, text, bigint, integer)'::pg_catalog.regprocedure, NULL::pg_catalog.regclass),
+        ('app', 'EXECUTE', '@extschema@.idem_begin(bigint, text, text, jsonb, interval)'::pg_catalog.regprocedure, NULL),
+        ('app', 'EXECUTE', '@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, NULL),
+        ('app', 'EXECUTE', '@extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)'::pg_catalog.regprocedure, NULL),
+        ('app', 'EXECUTE', '@extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)'::pg_catalog.regprocedure, NULL),
+        ('app', 'EXECUTE', '@extschema@.idem_outbox_emit(text, jsonb, text, jsonb)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_lease(text, text, interval, integer, boolean)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_heartbeat(bigint, bigint, interval)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_fail(bigint, bigint, jsonb, boolean)'::pg_catalog.regprocedure, NULL),
+        ('publisher', 'EXECUTE', '@extschema@.idem_outbox_fetch(text, integer, interval)'::pg_catalog.regprocedure, NULL),
+        ('publisher', 'EXECUTE', '@extschema@.idem_outbox_ack(bigint[])'::pg_catalog.regprocedure, NULL),
+        ('consumer', 'EXECUTE', '@extschema@.idem_consume(text, text, interval, bigint)'::pg_catalog.regprocedure, NULL),
+        ('monitor', 'SELECT', NULL, '@extschema@.idem_stats'::pg_catalog.regclass),
+        ('monitor', 'SELECT', NULL, '@extschema@.idem_audit'::pg_catalog.regclass),
+        ('monitor', 'EXECUTE', '@extschema@.idem_audit_entries(bigint)'::pg_catalog.regprocedure, NULL),
+        ('monitor', 'EXECUTE', '@extschema@.idem_stats_entries()'::pg_catalog.regprocedure, NULL),
+        ('monitor', 'EXECUTE', '@extschema@.idem_health()'::pg_catalog.regprocedure, NULL),
+        ('monitor', 'EXECUTE', '@extschema@.idem_cleanup_status()'::pg_catalog.regprocedure, NULL)
+    ) AS p (kind, privilege, fn, rel)
+    WHERE p.kind OPERATOR(pg_catalog.=) idem_privileges.kind;
+END;
+
+COMMENT ON FUNCTION idem_internal.idem_privileges(text) IS
+    'idem: the privileges of one kind of user, with the objects'' OIDs (idem_privileges, idem_grant)';
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_privileges(kind text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT p.privilege, p.object FROM idem_internal.idem_privileges(idem_privileges.kind) p;
+END;
+
+-- Grant or revoke a kind's privileges; the checks by OID.  The GRANT itself
+-- names the object as it is called now (a GRANT runs nothing).
+CREATE OR REPLACE FUNCTION idem_internal.idem_grant_kind(role regrole, kind text, grant_them boolean)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p record;
+    can boolean;
+    schema_name name := (SELECT n.nspname FROM pg_catalog.pg_extension e
+                         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+                         WHERE e.extname OPERATOR(pg_catalog.=) 'idem');
+    needs_usage boolean;
+BEGIN
+    IF role IS NULL OR kind IS NULL THEN
+        RAISE EXCEPTION 'idem_%: role and kind must not be NULL', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF NOT EXISTS (SELECT FROM idem_internal.idem_privileges(kind)) THEN
+        RAISE EXCEPTION 'unknown kind of idem user: "%"', kind
+            USING ERRCODE = '22023',
+                  HINT = 'The kinds are app, worker, publisher, consumer and monitor.';
+    END IF;
+    -- every privilege is checked first: nothing is granted unless all can be
+    FOR p IN SELECT * FROM idem_internal.idem_privileges(kind) LOOP
+        IF p.fn IS NOT NULL THEN
+            can := pg_catalog.has_function_privilege(p.fn::pg_catalog.oid, 'EXECUTE WITH GRANT OPTION');
+        ELSE
+            can := pg_catalog.has_table_privilege(p.rel::pg_catalog.oid, 'SELECT WITH GRANT OPTION');
+        END IF;
+        IF NOT can THEN
+            RAISE EXCEPTION 'permission denied to % idem''s "%" privileges', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END, kind
+                USING ERRCODE = '42501',
+                      DETAIL = pg_catalog.format('%I cannot grant %s ON %s.', current_user, p.privilege, p.object),
+                      HINT = 'Run it as idem''s owner or as a superuser.';
+        END IF;
+    END LOOP;
+    needs_usage := grant_them AND NOT pg_catalog.has_schema_privilege(role, schema_name, 'USAGE');
+    IF needs_usage AND NOT pg_catalog.has_schema_privilege(schema_name, 'USAGE WITH GRANT OPTION') THEN
+        RAISE EXCEPTION 'permission denied to grant idem''s "%" privileges', kind
+            USING ERRCODE = '42501',
+                  DETAIL = pg_catalog.format('%I cannot grant USAGE ON SCHEMA %I.', current_user, schema_name),
+                  HINT = 'Run it as idem''s owner or as a superuser.';
+    END IF;
+    IF needs_usage THEN
+        EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO %s', schema_name, role);
+        privilege := 'USAGE';
+        object := pg_catalog.format('SCHEMA %I', schema_name);
+        RETURN NEXT;
+    END IF;
+    FOR p IN SELECT * FROM idem_internal.idem_privileges(kind) LOOP
+        IF grant_them THEN
+            EXECUTE pg_catalog.format('GRANT %s ON %s TO %s', p.privilege, p.object, role);
+        ELSE
+            EXECUTE pg_catalog.format('REVOKE %s ON %s FROM %s', p.privilege, p.object, role);
+        END IF;
+        privilege := p.privilege;
+        object := p.object;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_grant(role regrole, kind text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT g.privilege, g.object FROM idem_internal.idem_grant_kind(role, kind, true) g;
+END;
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_revoke(role regrole, kind text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT g.privilege, g.object FROM idem_internal.idem_grant_kind(role, kind, false) g;
+END;
+
+-- ---------------------------------------------------------------------------
+-- The outbox's fetch (SECURITY DEFINER): its table and guard in idem_internal.
+-- ---------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_fetch(
+    topic text,
+    batch integer DEFAULT 100,
+    lease interval DEFAULT interval '30 seconds')
+RETURNS TABLE (message_id bigint, msg_key text, payload jsonb, headers jsonb,
+               attempt integer, emitted_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    t timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF idem_outbox_fetch.topic IS NULL OR batch IS NULL OR lease IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null',
+            CASE WHEN idem_outbox_fetch.topic IS NULL THEN 'topic'
+                 WHEN batch IS NULL THEN 'batch' ELSE 'lease' END
+            USING ERRCODE = '22004';
+    END IF;
+    -- no user trigger on the outbox runs as the owner for a caller with
+    -- temporary tables: the check of every idem write (0A000)
+    PERFORM idem_internal.idem_outbox_guard();
+    IF idem_outbox_fetch.topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,128}$' THEN
+        RAISE EXCEPTION 'topic must be 1 to 128 characters from A-Z, a-z, 0-9, "_", ".", ":" and "-"'
+            USING ERRCODE = '22023';
+    END IF;
+    IF batch OPERATOR(pg_catalog.<) 1 OR batch OPERATOR(pg_catalog.>) 10000 THEN
+        RAISE EXCEPTION 'batch must be between 1 and 10000'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has batch %s.', batch);
+    END IF;
+    IF lease OPERATOR(pg_catalog.<=) interval '0' THEN
+        RAISE EXCEPTION 'lease must be a positive interval'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has lease %s.', lease);
+    END IF;
+
+    -- the locked rows are updated where the lock found them (ctid): the
+    -- lock holds them until the end of the transaction
+    RETURN QUERY
+    WITH due AS (
+        SELECT o.ctid
+          FROM idem_internal.idem_outbox o
+         WHERE o.topic OPERATOR(pg_catalog.=) idem_outbox_fetch.topic
+           AND o.acked_at IS NULL AND o.ready
+           AND (o.leased_until IS NULL OR o.leased_until OPERATOR(pg_catalog.<=) t)
+         ORDER BY o.commit_seq
+         LIMIT batch
+           FOR UPDATE OF o SKIP LOCKED
+    ), leased AS (
+        UPDATE idem_internal.idem_outbox o
+           SET attempt = o.attempt OPERATOR(pg_catalog.+) 1,
+               leased_until = t OPERATOR(pg_catalog.+) lease
+          FROM due
+         WHERE o.ctid OPERATOR(pg_catalog.=) due.ctid
+        RETURNING o.message_id, o.msg_key, o.payload, o.headers, o.attempt,
+                  o.emitted_at, o.commit_seq
+    )
+    SELECT l.message_id, l.msg_key::pg_catalog.text, l.payload, l.headers,
+           l.attempt, l.emitted_at
+      FROM leased l
+     ORDER BY l.commit_seq;
+END
+$$;
+
+-- ---------------------------------------------------------------------------
+-- idem_health (SECURITY DEFINER, called by monitors): a SQL-standard body.
+-- ---------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION @extschema@.idem_health(
+    OUT records bigint,
+    OUT expired_backlog bigint,
+    OUT oldest_expires_at timestamptz,
+    OUT processing bigint,
+    OUT oldest_processing_age interval,
+    OUT outbox_unacked bigint,
+    OUT outbox_oldest_unacked_age interval,
+    OUT outbox_acked_backlog bigint,
+    OUT inbox_entries bigint,
+    OUT inbox_expired_backlog bigint,
+    OUT table_bytes bigint,
+    OUT index_bytes bigint,
+    OUT worker_last_run_started timestamptz,
+    OUT worker_last_run_finished timestamptz,
+    OUT worker_last_run_deleted bigint,
+    OUT worker_last_error text,
+    OUT worker_last_error_at timestamptz)
+RETURNS record
+LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+SELECT
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
+      WHERE r.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
+    (SELECT pg_catalog.min(r.expires_at) FROM idem_internal.idempotency_record r),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
+      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
+    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(r.created_at)
+       FROM idem_internal.idempotency_record r
+      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
+    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(o.emitted_at)
+       FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NOT NULL),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i
+      WHERE i.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
+    sizes.table_bytes, sizes.index_bytes,
+    w.last_run_started, w.last_run_finished, w.last_run_deleted, w.last_error, w.last_error_at
+FROM (SELECT pg_catalog.sum(pg_catalog.pg_table_size(t.rel))::pg_catalog.int8 AS table_bytes,
+             pg_catalog.sum(pg_catalog.pg_indexes_size(t.rel))::pg_catalog.int8 AS index_bytes
+        FROM pg_catalog.unnest(ARRAY['idem_internal.idempotency_record'::pg_catalog.regclass,
+                                     'idem_internal.purchase_order'::pg_catalog.regclass,
+                                     'idem_internal.idem_outbox'::pg_catalog.regclass,
+                                     'idem_internal.idem_inbox'::pg_catalog.regclass]) AS t(rel)) sizes
+LEFT JOIN @extschema@.idem_cleanup_status() w
+       ON w.datid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                          WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
+END;
+
+-- ---------------------------------------------------------------------------
+-- idem_forget_owner (a superuser's): its tables in idem_internal.
+-- ---------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION @extschema@.idem_forget_owner(
+    owner bigint,
+    batch_size integer DEFAULT 10000,
+    max_batches integer DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    total bigint := 0;
+    n bigint;
+    batches integer;
+    tbl text;
+    keys text;
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied to forget an owner'
+            USING ERRCODE = '42501', HINT = 'Only a superuser may call idem_forget_owner.';
+    END IF;
+    IF owner IS NULL OR batch_size IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null', CASE WHEN owner IS NULL THEN 'owner' ELSE 'batch_size' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF batch_size OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION 'batch_size must be at least 1' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The call has batch_size %s.', batch_size);
+    END IF;
+    IF max_batches OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION 'max_batches must be at least 1, or NULL for no limit' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The call has max_batches %s.', max_batches);
+    END IF;
+
+    -- each table in statements of batch_size rows, at most max_batches
+    FOR tbl, keys IN SELECT * FROM (VALUES
+        ('idem_internal.idempotency_record', 'id'),
+        ('idem_internal.idem_history', 'record_id'),
+        ('idem_internal.idem_inbox', 'consumer, message_id')) AS t (tbl, keys)
+    LOOP
+        batches := 0;
+        LOOP
+            EXECUTE pg_catalog.format(
+                'DELETE FROM %1$s WHERE owner_id OPERATOR(pg_catalog.=) $1 AND (%2$s) IN'
+                ' (SELECT %2$s FROM %1$s WHERE owner_id OPERATOR(pg_catalog.=) $1 LIMIT $2)', tbl, keys)
+                USING owner, batch_size;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            total := total OPERATOR(pg_catalog.+) n;
+            batches := batches OPERATOR(pg_catalog.+) 1;
+            EXIT WHEN n OPERATOR(pg_catalog.<) batch_size OR batches OPERATOR(pg_catalog.>=) max_batches;
+        END LOOP;
+    END LOOP;
+    RETURN total;
+END
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Citus: idem_distribute() and its per-node part on the new layout.
+-- ---------------------------------------------------------------------------
+
+-- the entry points delegated to the node of their first argument's shard,
+-- with the table they go with: OIDs bound here
+CREATE FUNCTION idem_internal.idem_delegated_functions()
+RETURNS TABLE (fn pg_catalog.regprocedure, tbl pg_catalog.regclass)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT f.fn, f.tbl FROM (VALUES
+        ('@extschema@.idem_create_order(bigint, text, bigint, integer)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
+        ('@extschema@.idem_begin(bigint, text, text, jsonb, interval)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
+        ('@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
+        ('@extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
+        ('@extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
+        ('@extschema@.idem_consume(text, text, interval, bigint)'::pg_catalog.regprocedure, 'idem_internal.idem_inbox'::pg_catalog.regclass)
+    ) AS f (fn, tbl);
+END;
+
+REVOKE ALL ON FUNCTION idem_internal.idem_delegated_functions() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION idem_internal.idem_distribute_node()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET citus.enable_ddl_propagation = off
+AS $$
+DECLARE
+    grp integer;
+    lo bigint;
+    seq text;
+BEGIN
+    IF (SELECT pg_catalog.array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
+         WHERE c.conrelid OPERATOR(pg_catalog.=) 'idem_internal.idempotency_record'::pg_catalog.regclass
+           AND c.contype OPERATOR(pg_catalog.=) 'p') OPERATOR(pg_catalog.=) 1 THEN
+        ALTER TABLE idem_internal.idempotency_record
+            DROP CONSTRAINT idempotency_record_pkey,
+            ADD CONSTRAINT idempotency_record_pkey PRIMARY KEY (owner_id, id);
+    END IF;
+    IF (SELECT pg_catalog.array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
+         WHERE c.conrelid OPERATOR(pg_catalog.=) 'idem_internal.purchase_order'::pg_catalog.regclass
+           AND c.contype OPERATOR(pg_catalog.=) 'p') OPERATOR(pg_catalog.=) 1 THEN
+        ALTER TABLE idem_internal.purchase_order
+            DROP CONSTRAINT purchase_order_pkey,
+            ADD CONSTRAINT purchase_order_pkey PRIMARY KEY (owner_id, id),
+            DROP CONSTRAINT purchase_order_order_no_key,
+            ADD CONSTRAINT purchase_order_order_no_key UNIQUE (owner_id, order_no);
+    END IF;
+    -- a task's holder knows its id, not its owner: its calls find it by id
+    -- in the shards of the node it leased from
+    IF pg_catalog.to_regclass('idem_internal.idem_task_id') IS NULL THEN
+        CREATE INDEX idem_task_id ON idem_internal.idempotency_record (id)
+            WHERE task_attempts IS NOT NULL;
+    END IF;
+
+    EXECUTE 'SELECT groupid FROM pg_catalog.pg_dist_local_group' INTO grp;
+    IF grp OPERATOR(pg_catalog.>) 0 THEN
+        lo := grp::pg_catalog.int8 OPERATOR(pg_catalog.*) 281474976710656 OPERATOR(pg_catalog.+) 1;
+        FOREACH seq IN ARRAY ARRAY['idempotency_record_id_seq', 'purchase_order_id_seq',
+                                   'idem_outbox_message_id_seq', 'idem_task_token_seq'] LOOP
+            IF (SELECT s.seqmin FROM pg_catalog.pg_sequence s
+                 WHERE s.seqrelid OPERATOR(pg_catalog.=)
+                       pg_catalog.format('idem_internal.%I', seq)::pg_catalog.regclass)
+               OPERATOR(pg_catalog.<) lo THEN
+                EXECUTE pg_catalog.format('ALTER SEQUENCE idem_internal.%I MINVALUE %s MAXVALUE %s START %s RESTART %s',
+                                          seq, lo, lo OPERATOR(pg_catalog.+) 281474976710654, lo, lo);
+            END IF;
+        END LOOP;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_distribute()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r record;
+    version text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles ro
+                    WHERE ro.rolname OPERATOR(pg_catalog.=) CURRENT_USER AND ro.rolsuper) THEN
+        RAISE EXCEPTION 'permission denied to distribute idem'
+            USING ERRCODE = '42501', HINT = 'Run idem_distribute() as a superuser.';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e
+                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idem_distribute() needs the Citus extension'
+            USING ERRCODE = '0A000',
+                  DETAIL = 'Citus is not installed in this database; nothing was changed.',
+                  HINT = 'Install Citus (its packages are at https://github.com/citusdata/citus), CREATE EXTENSION citus before idem, and add the worker nodes.';
+    END IF;
+    IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) OPERATOR(pg_catalog.<>) 0 THEN
+        RAISE EXCEPTION 'idem_distribute() must run on the Citus coordinator'
+            USING ERRCODE = '55000';
+    END IF;
+    PERFORM idem_internal.idem_distribute_node();
+
+    SELECT e.extversion INTO version FROM pg_catalog.pg_extension e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'idem';
+    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
+               FROM pg_catalog.run_command_on_workers(
+                    'SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) ''idem''') w LOOP
+        IF NOT r.success OR r.result IS DISTINCT FROM version THEN
+            RAISE EXCEPTION 'idem % is not installed on worker node %:%', version, r.nodename, r.nodeport
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('The node answered: %s', r.result),
+                      HINT = 'Citus creates an extension on every node when it is created on the coordinator: install idem''s files on every node, then ALTER EXTENSION idem UPDATE.';
+        END IF;
+    END LOOP;
+    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
+               FROM pg_catalog.run_command_on_workers(
+                    'SELECT idem_internal.idem_distribute_node()') w LOOP
+        IF NOT r.success THEN
+            RAISE EXCEPTION 'idem_distribute() failed on worker node %:%', r.nodename, r.nodeport
+                USING ERRCODE = '55000', DETAIL = r.result;
+        END IF;
+    END LOOP;
+
+    -- the distributed tables, each once: records and orders by owner,
+    -- co-located; the inbox by consumer; an owner's history with its records
+    FOR r IN SELECT * FROM (VALUES
+                 ('idem_internal.idempotency_record', 'owner_id', 'default'),
+                 ('idem_internal.purchase_order', 'owner_id', 'idem_internal.idempotency_record'),
+                 ('idem_internal.idem_inbox', 'consumer', 'default'),
+                 ('idem_internal.idem_history', 'owner_id', 'idem_internal.idempotency_record')) AS v (tbl, col, colocate)
+    LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                        WHERE p.logicalrelid OPERATOR(pg_catalog.=) r.tbl::pg_catalog.regclass) THEN
+            PERFORM pg_catalog.create_distributed_table(r.tbl::pg_catalog.regclass, r.col,
+                                                        colocate_with => r.colocate);
+        END IF;
+    END LOOP;
+    -- the inbox by owner (on a cluster distributed before 1.11)
+    IF pg_catalog.to_regclass('idem_internal.idem_inbox_owner') IS NULL THEN
+        CREATE INDEX idem_inbox_owner ON idem_internal.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
+    END IF;
+    -- the policies on every node
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.idem_policy'::pg_catalog.regclass) THEN
+        -- its statement trigger only tells the node's backends that the
+        -- policies changed: Citus puts it on every placement
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+        PERFORM pg_catalog.create_reference_table('idem_internal.idem_policy');
+    END IF;
+
+    -- force_delegation: delegated inside a transaction block too, as part of
+    -- the distributed transaction
+    FOR r IN SELECT f.fn, f.tbl FROM idem_internal.idem_delegated_functions() f LOOP
+        PERFORM pg_catalog.create_distributed_function(r.fn, '$1', colocate_with => r.tbl::pg_catalog.text,
+                                                       force_delegation => true);
+    END LOOP;
+END
+$$;
