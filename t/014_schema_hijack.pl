@@ -1,0 +1,510 @@
+# No idem code resolves a name in a schema another role can own, rename or
+# create in (issue 34).  Up to 1.12 the owner of a database could become
+# superuser: rename public (where idem was installed), create a new public,
+# plant a look-alike idem_outbox_guard() there, and wait for a publisher's
+# idem_outbox_fetch (SECURITY DEFINER) to run it as idem's owner.
+#
+# Every attacker the issue names plants look-alikes of every idem function
+# (same name and arguments), of every table, sequence and view (tables with
+# triggers and a rule, views that call a function), operators, and types
+# with casts: in every schema on every caller's search_path, under the
+# renamed schema's old name, in the callers' own pg_temp, and (overloads)
+# in idem's own schema.  Each plant records current_user when it runs.
+# Then every entry point of the extension (enumerated from pg_depend: a
+# function added later is covered, and one this test calls nowhere fails it)
+# is called by the role of its kind, the exporter's queries run, a superuser
+# runs idem_grant, idem_revoke, idem_forget_owner and idem_set_policy, the
+# cleanup worker does a round, and a database attacked at 1.12 is updated.
+# Nothing planted may run, and no role may gain a right.  The same attack
+# on a database left at 1.12 runs a plant: the control that shows the test
+# can fail.
+use strict;
+use warnings;
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IdemTest;
+
+my $node = idem_node('hijack', conf => ['track_functions = all', "log_line_prefix = '[%d] '"]);
+$node->start;
+
+my $current = $node->safe_psql('postgres',
+	q{SELECT default_version FROM pg_available_extensions WHERE name = 'idem'});
+
+# --- roles -----------------------------------------------------------------
+# evil_owner owns the attacked databases; evil_home owns the schema idem is
+# installed into in one of them; evil_creator has CREATE on every database
+# (it creates schemas named after the callers: their "$user"); evil_public
+# has CREATE on idem's own schema, as a public carried over from
+# PostgreSQL 14 by pg_upgrade has for everyone.
+my @attackers = qw(evil_owner evil_home evil_creator evil_public);
+my %kind_role = (app => 'h_app', worker => 'h_worker', publisher => 'h_publisher',
+	consumer => 'h_consumer', monitor => 'h_monitor');
+$node->safe_psql('postgres', join(";\n",
+	(map { "CREATE ROLE $_ LOGIN" } @attackers, values %kind_role),
+	'CREATE ROLE h_exporter LOGIN IN ROLE pg_monitor'));
+
+# what roles may do, before and after: attributes and memberships
+my $rights_query = q{
+	SELECT string_agg(r.rolname || ':' || r.rolsuper || r.rolcreaterole || r.rolcreatedb
+	                  || r.rolreplication || r.rolbypassrls || ':'
+	                  || coalesce((SELECT string_agg(g.rolname, ',' ORDER BY g.rolname)
+	                                 FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.roleid
+	                                WHERE m.member = r.oid), ''), ' ' ORDER BY r.rolname)
+	FROM pg_roles r WHERE r.rolname !~ '^pg_'};
+my $rights_before = $node->safe_psql('postgres', $rights_query);
+
+# --- the record of plants that ran, and the plant factory -------------------
+# hijack_log belongs to the superuser; everyone may add a row (a plant runs
+# with the rights of whoever it runs as, and records who that is).
+my $log_sql = q{
+CREATE SCHEMA hijack_log;
+GRANT USAGE ON SCHEMA hijack_log TO PUBLIC;
+-- a plant says so in the server log, with its database (log_line_prefix):
+-- a warning stays when its caller's transaction then fails
+CREATE FUNCTION hijack_log.hit(plant text) RETURNS boolean
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    RAISE WARNING 'hijack: plant % ran as %', plant, current_user;
+    RETURN true;
+END $$;
+CREATE FUNCTION hijack_log.hit_trigger() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM hijack_log.hit('trigger ' || TG_TABLE_SCHEMA || '.' || TG_TABLE_NAME);
+    RETURN NULL;
+END $$;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA hijack_log TO PUBLIC;
+
+-- idem's member functions and relations, from pg_depend: what to imitate
+CREATE FUNCTION hijack_log.members()
+RETURNS TABLE (kind text, fn oid, name name)
+LANGUAGE sql STABLE AS $$
+    SELECT 'function', p.oid, p.proname
+      FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_proc p ON p.oid = d.objid
+     WHERE d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.deptype = 'e'
+       AND d.refobjid = (SELECT oid FROM pg_catalog.pg_extension WHERE extname = 'idem')
+    UNION ALL
+    SELECT CASE c.relkind WHEN 'v' THEN 'view' ELSE 'table' END, c.oid, c.relname
+      FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_class c ON c.oid = d.objid
+     WHERE d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass AND d.deptype = 'e'
+       AND d.refobjid = (SELECT oid FROM pg_catalog.pg_extension WHERE extname = 'idem')
+    UNION ALL
+    SELECT 'table', 0, i.relname
+      FROM pg_catalog.pg_index x JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
+      JOIN pg_catalog.pg_depend d ON d.objid = x.indrelid AND d.deptype = 'e'
+       AND d.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+       AND d.refobjid = (SELECT oid FROM pg_catalog.pg_extension WHERE extname = 'idem')
+    UNION ALL
+    SELECT 'type', t.oid, t.typname
+      FROM pg_catalog.pg_depend d JOIN pg_catalog.pg_type t ON t.oid = d.objid
+     WHERE d.classid = 'pg_catalog.pg_type'::pg_catalog.regclass AND d.deptype = 'e'
+       AND d.refobjid = (SELECT oid FROM pg_catalog.pg_extension WHERE extname = 'idem')
+$$;
+GRANT EXECUTE ON FUNCTION hijack_log.members() TO PUBLIC;
+
+-- Plant in schema s, as the calling role, everything it may: returns how
+-- many plants it made.  A plant a name already taken refuses is skipped.
+CREATE FUNCTION hijack_log.plant(s text) RETURNS integer
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    m record;
+    made integer := 0;
+    args text;
+    result text;
+    body text;
+    stmt text;
+    stmts text[];
+BEGIN
+    FOR m IN SELECT * FROM hijack_log.members() LOOP
+        stmts := ARRAY[]::text[];
+        IF m.kind = 'function' THEN
+            -- the same name and arguments; defaults kept, as NULL
+            args := regexp_replace(pg_get_function_arguments(m.fn), ' DEFAULT [^,]+', ' DEFAULT NULL', 'g');
+            result := pg_get_function_result(m.fn);
+            body := format('BEGIN PERFORM hijack_log.hit(%L); %s END',
+                           'function ' || s || '.' || m.name,
+                           CASE WHEN result ~ '^(TABLE|SETOF )' OR result = 'void' OR args ~ '(^|, )OUT '
+                                THEN 'RETURN;' ELSE 'RETURN NULL;' END);
+            stmts := ARRAY[
+                format('CREATE FUNCTION %I.%I(%s) RETURNS %s LANGUAGE plpgsql AS %L', s, m.name, args, result, body),
+                -- a result type the attacker cannot name (no USAGE on it)
+                format('CREATE FUNCTION %I.%I(%s) RETURNS %s LANGUAGE plpgsql AS %L', s, m.name, args,
+                       CASE WHEN result ~ '^(TABLE|SETOF )' THEN 'SETOF record' ELSE 'record' END,
+                       format('BEGIN PERFORM hijack_log.hit(%L); RETURN%s; END',
+                              'function ' || s || '.' || m.name,
+                              CASE WHEN result ~ '^(TABLE|SETOF )' THEN '' ELSE ' NULL' END))];
+        ELSIF m.kind = 'table' THEN
+            stmts := ARRAY[
+                format('CREATE TABLE %I.%I (id bigint, owner_id bigint, operation text, idempotency_key text, topic text, message_id bigint, status text, expires_at timestamptz)', s, m.name)
+                || format('; CREATE TRIGGER hijack_s BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %I.%I FOR EACH STATEMENT EXECUTE FUNCTION hijack_log.hit_trigger()', s, m.name)
+                || format('; CREATE TRIGGER hijack_r BEFORE INSERT OR UPDATE OR DELETE ON %I.%I FOR EACH ROW EXECUTE FUNCTION hijack_log.hit_trigger()', s, m.name)
+                || format('; CREATE RULE hijack_rule AS ON INSERT TO %I.%I DO ALSO SELECT hijack_log.hit(%L)', s, m.name, 'rule ' || s || '.' || m.name)];
+        ELSIF m.kind = 'view' THEN
+            stmts := ARRAY[format('CREATE VIEW %I.%I AS SELECT hijack_log.hit(%L) AS hit', s, m.name, 'view ' || s || '.' || m.name)];
+        ELSIF m.kind = 'type' THEN
+            -- a type of the name, and casts into it that run a plant
+            stmts := ARRAY[
+                format('CREATE TYPE %I.%I AS (http_status integer)', s, m.name)
+                || format('; CREATE FUNCTION %I.%I(x pg_catalog.json) RETURNS %I.%I LANGUAGE plpgsql AS %L', s, 'hijack_cast_' || m.name, s, m.name,
+                          format('BEGIN PERFORM hijack_log.hit(%L); RETURN NULL; END', 'cast ' || s || '.' || m.name))
+                || format('; CREATE CAST (pg_catalog.json AS %I.%I) WITH FUNCTION %I.%I(pg_catalog.json) AS IMPLICIT', s, m.name, s, 'hijack_cast_' || m.name)
+                || format('; CREATE FUNCTION %I.%I(x pg_catalog.record) RETURNS %I.%I LANGUAGE plpgsql AS %L', s, 'hijack_rcast_' || m.name, s, m.name,
+                          format('BEGIN PERFORM hijack_log.hit(%L); RETURN NULL; END', 'cast ' || s || '.' || m.name))];
+        END IF;
+        FOREACH stmt IN ARRAY stmts LOOP
+            BEGIN
+                EXECUTE stmt;
+                made := made + 1;
+                EXIT;
+            EXCEPTION WHEN OTHERS THEN
+                NULL;
+            END;
+        END LOOP;
+    END LOOP;
+
+    -- operators on the types idem compares, and the functions idem's code
+    -- would call unqualified
+    FOREACH stmt IN ARRAY ARRAY[
+        'varchar,varchar,=', 'varchar,text,=', 'text,varchar,=', 'text,text,=', 'bpchar,bpchar,=',
+        'bigint,bigint,=', 'integer,integer,=', 'oid,oid,=', 'name,name,=', 'name,text,=', 'jsonb,jsonb,=',
+        'bigint,bigint,<', 'integer,integer,<', 'integer,integer,>', 'bigint,bigint,+', 'integer,integer,+',
+        'timestamptz,timestamptz,<', 'timestamptz,timestamptz,<=', 'timestamptz,interval,+',
+        'timestamptz,timestamptz,-', 'interval,interval,<=', 'text,text,||', 'text,text,!~', 'text,text,~',
+        'jsonb,text,->>', 'jsonb,text,->', 'jsonb,text,?'] LOOP
+        DECLARE
+            parts text[] := string_to_array(stmt, ',');
+            fname text := 'hijack_op_' || md5(stmt);
+        BEGIN
+            EXECUTE format('CREATE FUNCTION %I.%I(pg_catalog.%s, pg_catalog.%s) RETURNS boolean LANGUAGE sql AS %L',
+                           s, fname, parts[1], parts[2], format('SELECT hijack_log.hit(%L)', 'operator ' || s || '.' || parts[3]));
+            EXECUTE format('CREATE OPERATOR %I.%s (LEFTARG = pg_catalog.%s, RIGHTARG = pg_catalog.%s, FUNCTION = %I.%I)',
+                           s, parts[3], parts[1], parts[2], s, fname);
+            made := made + 1;
+        EXCEPTION WHEN OTHERS THEN
+            NULL;
+        END;
+    END LOOP;
+    FOREACH stmt IN ARRAY ARRAY[
+        'now() RETURNS timestamptz', 'clock_timestamp() RETURNS timestamptz',
+        'nextval(regclass) RETURNS bigint', 'lpad(text, integer, text) RETURNS text',
+        'format(text, text) RETURNS text', 'current_database() RETURNS name',
+        'array_length(anyarray, integer) RETURNS integer', 'to_regclass(text) RETURNS regclass',
+        'substr(text, integer) RETURNS text', 'strpos(text, text) RETURNS integer',
+        'has_function_privilege(oid, text) RETURNS boolean', 'has_table_privilege(oid, text) RETURNS boolean',
+        'has_schema_privilege(name, text) RETURNS boolean', 'set_config(text, text, boolean) RETURNS text',
+        'pg_table_size(regclass) RETURNS bigint', 'unnest(anyarray) RETURNS SETOF anyelement',
+        'jsonb_build_object(text, jsonb) RETURNS jsonb', 'pg_extension_config_dump(regclass, text) RETURNS void'] LOOP
+        BEGIN
+            EXECUTE format('CREATE FUNCTION %I.%s LANGUAGE plpgsql AS %L', s, stmt,
+                           format('BEGIN PERFORM hijack_log.hit(%L); RETURN%s; END', 'function ' || s || '.' || split_part(stmt, '(', 1),
+                                  CASE WHEN stmt ~ '(SETOF|void)' THEN '' ELSE ' NULL' END));
+            made := made + 1;
+        EXCEPTION WHEN OTHERS THEN
+            NULL;
+        END;
+    END LOOP;
+    RETURN made;
+END
+$fn$;
+GRANT EXECUTE ON FUNCTION hijack_log.plant(text) TO PUBLIC;
+
+-- the same in this session's pg_temp: tables with triggers and rules, and
+-- views, named as idem's relations (and look-alike functions, which only
+-- a name written pg_temp.f would reach)
+CREATE FUNCTION hijack_log.plant_temp() RETURNS integer
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+    m record;
+    made integer := 0;
+BEGIN
+    FOR m IN SELECT DISTINCT kind, name FROM hijack_log.members() WHERE kind IN ('table', 'view', 'function') LOOP
+        BEGIN
+            IF m.kind = 'function' THEN
+                EXECUTE format('CREATE FUNCTION pg_temp.%I() RETURNS boolean LANGUAGE sql AS %L',
+                               m.name, format('SELECT hijack_log.hit(%L)', 'function pg_temp.' || m.name));
+            ELSIF m.kind = 'view' THEN
+                EXECUTE format('CREATE TEMP VIEW %I AS SELECT hijack_log.hit(%L) AS hit', m.name, 'view pg_temp.' || m.name);
+            ELSE
+                EXECUTE format('CREATE TEMP TABLE %I (id bigint, owner_id bigint, operation text, idempotency_key text, topic text, message_id bigint, status text, expires_at timestamptz)', m.name);
+                EXECUTE format('CREATE TRIGGER hijack_s BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON pg_temp.%I FOR EACH STATEMENT EXECUTE FUNCTION hijack_log.hit_trigger()', m.name);
+                EXECUTE format('CREATE TRIGGER hijack_r BEFORE INSERT OR UPDATE OR DELETE ON pg_temp.%I FOR EACH ROW EXECUTE FUNCTION hijack_log.hit_trigger()', m.name);
+                EXECUTE format('CREATE RULE hijack_rule AS ON INSERT TO pg_temp.%I DO ALSO SELECT hijack_log.hit(%L)', m.name, 'rule pg_temp.' || m.name);
+            END IF;
+            made := made + 1;
+        EXCEPTION WHEN OTHERS THEN
+            NULL;
+        END;
+    END LOOP;
+    RETURN made;
+END
+$fn$;
+GRANT EXECUTE ON FUNCTION hijack_log.plant_temp() TO PUBLIC;
+};
+
+# Functions only Citus can run (they read its metadata and change idem's
+# keys); test/citus/run.sh calls them on a cluster.
+my %citus_only = map { $_ => 1 } qw(idem_distribute_node);
+
+# --- one attacked database -------------------------------------------------
+# Create database db owned by evil_owner with idem VERSION version in schema
+# home (public, or a schema evil_home owns); plant as every attacker.
+sub attacked_database
+{
+	my (%o) = @_;
+	my ($db, $home, $version) = @o{qw(db home version)};
+	$node->safe_psql('postgres', "CREATE DATABASE $db OWNER evil_owner");
+	$node->safe_psql('postgres', "GRANT CREATE ON DATABASE $db TO evil_creator");
+	$node->safe_psql($db, $log_sql);
+	if ($home ne 'public')
+	{
+		# its owner may rename it, too
+		$node->safe_psql($db, "CREATE SCHEMA $home AUTHORIZATION evil_home");
+		$node->safe_psql('postgres', "GRANT CREATE ON DATABASE $db TO evil_home");
+	}
+	$node->safe_psql($db, "CREATE EXTENSION idem VERSION '$version' SCHEMA $home");
+	$node->safe_psql($db, join(";\n",
+		(map { "SELECT * FROM $home.idem_grant('$kind_role{$_}', '$_')" } sort keys %kind_role),
+		# a public carried over from PostgreSQL 14: everyone may create in it
+		"GRANT CREATE ON SCHEMA $home TO evil_public",
+		"GRANT USAGE ON SCHEMA $home TO h_exporter"));
+	return attack($db, $home);
+}
+
+# The attack on database db whose idem is in schema home: returns the name
+# the schema has after it (renamed when its owner is an attacker).
+sub attack
+{
+	my ($db, $home) = @_;
+	my $owner = $node->safe_psql($db,
+		"SELECT nspowner::regrole FROM pg_namespace WHERE nspname = '$home'");
+	my $now_home = $home;
+	my @sql;
+	if ($owner eq 'evil_owner' || $owner eq 'pg_database_owner' || $owner eq 'evil_home')
+	{
+		# the schema's owner renames it and plants under its old name
+		my $role = $owner eq 'evil_home' ? 'evil_home' : 'evil_owner';
+		$now_home = "${home}_renamed";
+		push @sql, "SET ROLE $role", "ALTER SCHEMA $home RENAME TO $now_home",
+		  "CREATE SCHEMA $home", "GRANT USAGE, CREATE ON SCHEMA $home TO PUBLIC",
+		  "SELECT hijack_log.plant('$home')", "SELECT hijack_log.plant('$now_home')", 'RESET ROLE';
+	}
+	# schemas named after every caller (their "$user"), the superuser's too
+	push @sql, 'SET ROLE evil_creator',
+	  (map { "CREATE SCHEMA $_; GRANT USAGE ON SCHEMA $_ TO PUBLIC; SELECT hijack_log.plant('$_')" }
+		  'postgres', 'h_exporter', values %kind_role),
+	  'RESET ROLE';
+	# overloads in idem's own schema, by a role that may create there
+	push @sql, 'SET ROLE evil_public', "SELECT hijack_log.plant('$now_home')", 'RESET ROLE';
+	$node->safe_psql($db, join(";\n", @sql));
+	return $now_home;
+}
+
+# The calls of each kind, as that role, in sessions that planted in their
+# own pg_temp first.  h is the schema idem is in now.
+sub call_everything
+{
+	my ($db, $h) = @_;
+	my %sql = (
+		h_app => qq{
+			CREATE FUNCTION pg_temp.h_handler(request jsonb) RETURNS $h.idem_result
+			LANGUAGE sql AS 'SELECT ROW(201, ''{"ok": true}''::json, NULL, 7)::$h.idem_result';
+			SELECT order_no IS NOT NULL FROM $h.idem_create_order(1, 'hijack-order-00000001', 1, 2);
+			SELECT replayed FROM $h.idem_create_order(1, 'hijack-order-00000001', 1, 2);
+			BEGIN;
+			SELECT replayed FROM $h.idem_begin(1, 'PAY', 'hijack-begin-00000001', '{"a": 1}');
+			SELECT $h.idem_finish(1, 'PAY', 'hijack-begin-00000001', 200, '{"paid": true}');
+			COMMIT;
+			SELECT replayed FROM $h.idem_begin(1, 'PAY', 'hijack-begin-00000001', '{"a": 1}');
+			SELECT replayed FROM $h.idem_run(1, 'PAY', 'hijack-run-000000001', '{}', 'pg_temp.h_handler(jsonb)');
+			SELECT task_id IS NOT NULL FROM $h.idem_submit(1, 'SHIP', 'hijack-task-00000001', '{}');
+			SELECT task_id IS NOT NULL FROM $h.idem_submit(1, 'SHIP', 'hijack-task-00000002', '{}');
+			SELECT $h.idem_outbox_emit('orders', '{"n": 1}', 'k1', '{"h": "1"}');
+			SELECT $h.idem_request_hash('{"a": 1}') IS NOT NULL, $h.idem_canonical_json('{"b": 1, "a": 2}');
+		},
+		h_worker => qq{
+			SELECT $h.idem_heartbeat(task_id, token) IS NOT NULL,
+			       $h.idem_complete(task_id, token, 200, '{"shipped": true}') IS NOT NULL
+			  FROM $h.idem_lease('SHIP', 'w1', interval '1 minute');
+			SELECT $h.idem_fail(task_id, token, '{"why": "test"}', false) IS NOT NULL
+			  FROM $h.idem_lease('SHIP', 'w1', interval '1 minute');
+		},
+		h_publisher => qq{
+			SELECT $h.idem_outbox_ack(ARRAY(SELECT message_id FROM $h.idem_outbox_fetch('orders', 10, interval '1 minute')));
+		},
+		h_consumer => qq{
+			SELECT $h.idem_consume('billing', 'msg-00000001');
+			SELECT $h.idem_consume('billing', 'msg-00000001');
+		},
+		h_monitor => qq{
+			SELECT count(*) >= 0 FROM $h.idem_stats;
+			SELECT count(*) >= 0 FROM $h.idem_audit;
+			SELECT count(*) >= 0 FROM $h.idem_audit_entries(1);
+			SELECT count(*) >= 0 FROM $h.idem_stats_entries();
+			SELECT records >= 0 FROM $h.idem_health();
+			SELECT count(*) >= 0 FROM $h.idem_cleanup_status();
+		},
+		postgres => qq{
+			CREATE ROLE h_granted;
+			SELECT count(*) > 0 FROM $h.idem_grant('h_granted', 'app');
+			SELECT count(*) > 0 FROM $h.idem_revoke('h_granted', 'app');
+			DROP OWNED BY h_granted;
+			DROP ROLE h_granted;
+			SELECT count(*) > 0 FROM $h.idem_privileges('monitor');
+			SELECT operation FROM $h.idem_set_policy('PAY', ttl => interval '2 hours');
+			SELECT operation FROM $h.idem_set_policy('SHIP');
+			SELECT count(*) > 0 FROM $h.idem_policies;
+			SELECT $h.idem_drop_policy('SHIP');
+			SELECT $h.idem_forget_owner(99);
+			SELECT $h.idem_cleanup_expired(100, 1) >= 0;
+			SELECT $h.idem_stats_reset();
+		},
+	);
+	my %ok;
+	for my $role (sort keys %sql)
+	{
+		my ($rc, $out, $err) = $node->psql($db,
+			"SELECT hijack_log.plant_temp() > 0; $sql{$role}",
+			extra_params => [ '-U', $role, '-v', 'ON_ERROR_STOP=1' ]);
+		$ok{$role} = $rc == 0 ? 'ok' : "failed: $err";
+	}
+	# the internal helpers idem's own code calls only under conditions this
+	# test does not make (a Citus worker node, an acknowledgement that locks
+	# keys, a counter only the C code bumps), called directly
+	my $internal = $node->safe_psql($db, q{
+		SELECT string_agg(p.oid::regprocedure::text, ' ' ORDER BY 1)
+		  FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+		 WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idem')
+		   AND p.pronamespace = 'idem_internal'::regnamespace});
+	my ($rc, $out, $err) = $node->psql($db, qq{
+		SELECT idem_internal.idem_cleanup_node(100, 1) >= 0;
+		SELECT count(*) > 0 FROM idem_internal.idem_delegated_functions();
+		SELECT idem_internal.idem_outbox_lock_keys(ARRAY['orders'], ARRAY['k1']);
+		SELECT idem_internal.idem_stats_add('PAY', 'outbox_acked', 0);
+		SELECT idem_internal.idem_timeline_mark();
+	}, extra_params => [ '-v', 'ON_ERROR_STOP=1' ]);
+	$ok{internal} = $rc == 0 ? 'ok' : "failed: $err";
+	# Citus is not here: refused before it reads anything (0A000)
+	($rc, $out, $err) = $node->psql($db, "SELECT $h.idem_distribute()");
+	$ok{distribute} = $err =~ /needs the Citus extension/ ? 'ok' : "unexpected: $err";
+	# the exporter's queries, as a pg_monitor role whose search_path names
+	# idem's schema after pg_catalog (docs/operations.md)
+	open(my $fh, '<', "$FindBin::RealBin/../contrib/postgres_exporter/idem.yaml") or die $!;
+	my @queries = map { /^\s+query:\s*"(.*)"\s*$/ ? ($1) : () } <$fh>;
+	close $fh;
+	for my $q (@queries)
+	{
+		($rc, $out, $err) = $node->psql($db, "SET search_path = pg_catalog, $h; $q",
+			extra_params => [ '-U', 'h_exporter', '-v', 'ON_ERROR_STOP=1' ]);
+		$ok{exporter} .= $rc == 0 ? '' : "failed: $err ";
+	}
+	$ok{exporter} = scalar(@queries) >= 3 && !$ok{exporter} ? 'ok' : 'failed: ' . ($ok{exporter} // scalar(@queries) . ' queries');
+	return \%ok;
+}
+
+# Every member function of idem was called at least once in db (or is one
+# only Citus runs, or refused before doing anything): '' or those missed.
+sub uncalled
+{
+	my ($db) = @_;
+	$node->safe_psql($db, 'SELECT pg_stat_force_next_flush()');
+	my $missed = $node->safe_psql($db, q{
+		SELECT string_agg(p.proname, ' ' ORDER BY p.proname)
+		  FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+		       AND d.classid = 'pg_proc'::regclass
+		 WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'idem')
+		   AND coalesce((SELECT s.calls FROM pg_stat_user_functions s WHERE s.funcid = p.oid), 0) = 0});
+	return join(' ', grep { !$citus_only{$_} && $_ ne 'idem_distribute' } split / /, $missed);
+}
+
+# The plants that ran in db since the log's offset from: '' when none did.
+sub hits
+{
+	my ($db, $from) = @_;
+	my $log = slurp_file($node->logfile, $from // 0);
+	my %seen = map { $_ => 1 } ($log =~ /^\[\Q$db\E\] WARNING:  hijack: plant (.*)$/mg);
+	return join('; ', sort keys %seen);
+}
+
+# --- the control: the attack on 1.12 runs a plant ----------------------------
+my $h = attacked_database(db => 'control_112', home => 'public', version => '1.12');
+$node->psql('control_112', "SELECT * FROM $h.idem_outbox_fetch('orders', 1, interval '1 minute')",
+	extra_params => [ '-U', 'h_publisher' ]);
+like(hits('control_112'), qr/function public\.idem_outbox_guard ran as postgres/,
+	'control: on 1.12, the renamed public lets idem_outbox_fetch run a plant as idem\'s owner');
+
+# --- 1.13 in public, renamed by the database's owner ---------------------------
+for my $case (
+	[ 'h_public', 'public', $current, "idem $current in public, the database owner's" ],
+	[ 'h_home', 'idem_app', $current, "idem $current in a schema another role owns" ],
+	[ 'h_update', 'public', '1.12', "idem 1.12 in public, attacked, then updated to $current" ])
+{
+	my ($db, $home, $version, $what) = @$case;
+	my $now = attacked_database(db => $db, home => $home, version => $version);
+	my $planted = $node->safe_psql($db, 'SELECT count(*) FROM pg_proc WHERE proname ~ \'^idem_\' AND prosrc ~ \'hijack_log.hit\'');
+	cmp_ok($planted, '>=', 60, "$what: the attackers planted $planted look-alike functions");
+	if ($version ne $current)
+	{
+		my ($rc, $out, $err) = $node->psql($db, 'ALTER EXTENSION idem UPDATE',
+			extra_params => [ '-v', 'ON_ERROR_STOP=1' ]);
+		is($rc, 0, "$what: ALTER EXTENSION idem UPDATE succeeds in the attacked database") or diag $err;
+		is($node->safe_psql($db, q{SELECT extversion FROM pg_extension WHERE extname = 'idem'}), $current,
+			"$what: the update reached $current");
+	}
+	is($node->safe_psql($db, q{SELECT nspowner::regrole FROM pg_namespace WHERE nspname = 'idem_internal'}),
+		'postgres', "$what: idem_internal belongs to the extension's owner");
+	is($node->safe_psql($db, q{SELECT nspacl IS NULL OR NOT aclcontains(nspacl, makeaclitem(0, nspowner, 'USAGE', false))
+		FROM pg_namespace WHERE nspname = 'idem_internal'}), 't', "$what: PUBLIC has no right on idem_internal");
+	my $ok = call_everything($db, $now);
+	is($ok->{$_}, 'ok', "$what: the calls of $_ succeed") for sort keys %$ok;
+	is(uncalled($db), '', "$what: every function of the extension (pg_depend) was called");
+	is(hits($db), '', "$what: no plant ran");
+}
+
+# --- a round of the cleanup worker in every attacked database ------------------
+for my $db (qw(h_public h_home h_update))
+{
+	my $start = $node->safe_psql($db, 'SELECT now()');
+	my $home = $db eq 'h_home' ? 'idem_app_renamed' : 'public_renamed';
+	ok(defined wait_until($node, $db, qq{
+		SELECT last_run_finished > '$start' FROM $home.idem_cleanup_status()
+		 WHERE datname = current_database()}, 't', 120),
+		"$db: the cleanup worker finished a round after the plants");
+	is(hits($db), '', "$db: the cleanup worker ran no plant");
+}
+
+# --- a role with CREATE on the database takes the name idem_internal first ----
+$node->safe_psql('postgres', 'CREATE DATABASE h_squat OWNER evil_owner');
+$node->safe_psql('postgres', 'GRANT CREATE ON DATABASE h_squat TO evil_creator');
+$node->safe_psql('h_squat', 'SET ROLE evil_creator; CREATE SCHEMA idem_internal; GRANT ALL ON SCHEMA idem_internal TO PUBLIC');
+my ($rc, $out, $err) = $node->psql('h_squat', 'CREATE EXTENSION idem');
+like($err, qr/ERROR:  schema "idem_internal" already exists/, 'a pre-made idem_internal: CREATE EXTENSION fails, saying why');
+is($node->safe_psql('h_squat', q{SELECT count(*) FROM pg_extension WHERE extname = 'idem'}), '0',
+	'a pre-made idem_internal: nothing was installed');
+$node->safe_psql('h_squat', "CREATE EXTENSION idem VERSION '1.12'");
+($rc, $out, $err) = $node->psql('h_squat', 'ALTER EXTENSION idem UPDATE');
+like($err, qr/schema "idem_internal" already exists/, 'a pre-made idem_internal: the update fails too');
+is($node->safe_psql('h_squat', q{SELECT extversion FROM pg_extension WHERE extname = 'idem'}), '1.12',
+	'a pre-made idem_internal: the extension stays at 1.12');
+
+# --- the mitigation for a 1.12 install that cannot update yet (CHANGELOG) ------
+$node->safe_psql('postgres', 'CREATE DATABASE h_mitigated OWNER evil_owner');
+$node->safe_psql('h_mitigated', $log_sql);
+$node->safe_psql('h_mitigated', join(";\n", "CREATE EXTENSION idem VERSION '1.12'",
+	"SELECT * FROM idem_grant('h_publisher', 'publisher')",
+	'ALTER SCHEMA public OWNER TO postgres', 'GRANT USAGE, CREATE ON SCHEMA public TO evil_owner'));
+($rc, $out, $err) = $node->psql('h_mitigated', 'SET ROLE evil_owner; ALTER SCHEMA public RENAME TO idem_home');
+like($err, qr/must be owner of schema public/, 'mitigation: the database owner can no longer rename public');
+$node->safe_psql('h_mitigated', q{SET ROLE evil_owner; SELECT hijack_log.plant('public')});
+$node->safe_psql('h_mitigated', q{SELECT public.idem_outbox_emit('orders', '{}', 'k')});
+$node->psql('h_mitigated', q{SELECT * FROM public.idem_outbox_fetch('orders', 1, interval '1 minute')},
+	extra_params => [ '-U', 'h_publisher' ]);
+is(hits('h_mitigated'), '', 'mitigation: its plants in public do not run');
+
+is($node->safe_psql('postgres', $rights_query), $rights_before, 'no role gained a right');
+
+done_testing();
