@@ -10,7 +10,10 @@
 CREATE FUNCTION pg_temp.idem_catalog() RETURNS TABLE (kind text, item text, detail text)
 LANGUAGE sql AS $$
 SELECT 'member' AS kind, pg_describe_object(d.classid, d.objid, d.objsubid) AS item,
-       concat_ws(' ', p.proacl::text, p.prosecdef::text, p.proconfig::text) AS detail
+       -- and the function's whole definition: a fresh install (idem--1.13.sql)
+       -- and an update must define each function alike
+       concat_ws(' ', p.proacl::text, p.prosecdef::text, p.proconfig::text,
+                 md5(pg_get_functiondef(p.oid))) AS detail
 FROM pg_depend d
 LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
 LEFT JOIN pg_type t ON d.classid = 'pg_type'::regclass AND t.oid = d.objid

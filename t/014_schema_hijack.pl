@@ -491,6 +491,19 @@ like($err, qr/schema "idem_internal" already exists/, 'a pre-made idem_internal:
 is($node->safe_psql('h_squat', q{SELECT extversion FROM pg_extension WHERE extname = 'idem'}), '1.12',
 	'a pre-made idem_internal: the extension stays at 1.12');
 
+# --- a database with tables of idem's names of its own installs idem --------
+$node->safe_psql('postgres', 'CREATE DATABASE h_own_tables');
+$node->safe_psql('h_own_tables', q{
+	CREATE TABLE purchase_order (id int, what text);
+	CREATE TABLE idempotency_record (id int);
+	INSERT INTO purchase_order VALUES (1, 'mine')});
+($rc, $out, $err) = $node->psql('h_own_tables', 'CREATE EXTENSION idem');
+is($rc, 0, 'a database with a purchase_order and an idempotency_record of its own installs idem') or diag $err;
+is($node->safe_psql('h_own_tables', q{
+	SELECT order_no IS NOT NULL FROM idem_create_order(1, 'own-tables-key-00001', 1, 1);
+	SELECT (SELECT what FROM public.purchase_order), (SELECT count(*) FROM idem_internal.purchase_order)}),
+	"t\nmine|1", '... and idem writes its own, leaving the database\'s alone');
+
 # --- the mitigation for a 1.12 install that cannot update yet (CHANGELOG) ------
 $node->safe_psql('postgres', 'CREATE DATABASE h_mitigated OWNER evil_owner');
 $node->safe_psql('h_mitigated', $log_sql);

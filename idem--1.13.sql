@@ -1,0 +1,2403 @@
+/* idem--1.13.sql: the full install script of idem 1.13 */
+\echo Use "CREATE EXTENSION idem" to load this file. \quit
+
+-- A fresh install runs what the scripts 1.0 to 1.12 and the update to 1.13
+-- run, in their order, except that idem's tables, sequences and internal
+-- functions are created in idem_internal directly instead of being moved
+-- there (so a database that has a "purchase_order" of its own, say, can
+-- install idem).  The update scripts beside it bring each earlier version to
+-- 1.13; test "upgrade" checks that both give the same extension.
+
+-- ---------------------------------------------------------------------------
+-- idem_internal: idem's tables, sequences and internal functions
+-- (idem--1.12--1.13.sql says why)
+-- ---------------------------------------------------------------------------
+DO $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_catalog.pg_namespace n
+                WHERE n.nspname OPERATOR(pg_catalog.=) 'idem_internal') THEN
+        RAISE EXCEPTION 'schema "idem_internal" already exists'
+            USING ERRCODE = '42P06',
+                  DETAIL = 'idem keeps its tables and internal functions in a schema it creates itself; one made by another role beforehand would let that role reach them.',
+                  HINT = 'Find out who created the schema "idem_internal" and why; drop it, then run the command again.';
+    END IF;
+END
+$$;
+
+CREATE SCHEMA idem_internal;
+
+-- the extension's owner, whoever runs the script (a superuser may update an
+-- extension another role owns)
+DO $$
+BEGIN
+    EXECUTE pg_catalog.format('ALTER SCHEMA idem_internal OWNER TO %I',
+        (SELECT r.rolname FROM pg_catalog.pg_roles r
+           JOIN pg_catalog.pg_extension e ON e.extowner OPERATOR(pg_catalog.=) r.oid
+          WHERE e.extname OPERATOR(pg_catalog.=) 'idem'));
+END
+$$;
+
+REVOKE ALL ON SCHEMA idem_internal FROM PUBLIC;
+
+COMMENT ON SCHEMA idem_internal IS
+    'idem: its tables, sequences and internal functions (the API, views and types are in the extension''s schema)';
+
+-- ===========================================================================
+-- from idem--1.0.sql
+-- ===========================================================================
+/* idem--1.0.sql: the idempotency record, the demo order, and the protocol's API */
+
+
+-- One row per (owner, operation, key): the claim, the request fingerprint and,
+-- once the business write is done, the response snapshot that repeats replay.
+CREATE TABLE idem_internal.idempotency_record (
+    id              BIGSERIAL PRIMARY KEY,
+    owner_id        BIGINT NOT NULL,
+    operation       VARCHAR(64) NOT NULL,
+    idempotency_key VARCHAR(128) NOT NULL,
+    request_hash    CHAR(64) NOT NULL,
+    status          VARCHAR(20) NOT NULL,
+    http_status     INTEGER,
+    response_json   JSONB,
+    resource_id     BIGINT,
+    created_at      TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    updated_at      TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    expires_at      TIMESTAMPTZ NOT NULL,
+    CONSTRAINT uk_idempotency_scope UNIQUE (owner_id, operation, idempotency_key),
+    -- pg_catalog's operator by name: an = for varchar planted in the target
+    -- schema would otherwise win over pg_catalog's text = text
+    CONSTRAINT ck_idempotency_status CHECK (
+        status::pg_catalog.text OPERATOR(pg_catalog.=)
+            ANY (ARRAY['PROCESSING', 'SUCCEEDED']::pg_catalog.text[]))
+);
+CREATE INDEX idx_idempotency_expire ON idem_internal.idempotency_record (expires_at);
+
+COMMENT ON TABLE idem_internal.idempotency_record IS
+    'idem: one claim per (owner_id, operation, idempotency_key), with the request fingerprint and the response to replay';
+
+-- The demo business table: the order's own unique business id (order_no)
+-- is the second layer of uniqueness.
+CREATE TABLE idem_internal.purchase_order (
+    id         BIGSERIAL PRIMARY KEY,
+    order_no   VARCHAR(40) NOT NULL UNIQUE,
+    owner_id   BIGINT NOT NULL,
+    sku_id     BIGINT NOT NULL,
+    quantity   INTEGER NOT NULL,
+    status     VARCHAR(20) NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP
+);
+
+COMMENT ON TABLE idem_internal.purchase_order IS
+    'idem: the demo order that idem_create_order inserts exactly once per idempotency key';
+
+-- pg_dump must keep the rows (and the sequences' positions).
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idempotency_record', '');
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idempotency_record_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.purchase_order', '');
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.purchase_order_id_seq', '');
+
+-- Callers go through the functions below; the tables are not theirs to write.
+REVOKE ALL ON TABLE idem_internal.idempotency_record, idem_internal.purchase_order FROM PUBLIC;
+
+-- Lowercase hex SHA-256 of the RFC 8785 canonical form of a JSON value.
+CREATE FUNCTION @extschema@.idem_request_hash(request jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_request_hash'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_request_hash(jsonb) IS
+    'idem: lowercase hex SHA-256 of the RFC 8785 (JCS) canonical form of the request';
+
+-- The RFC 8785 canonical text itself, the input of idem_request_hash.
+CREATE FUNCTION @extschema@.idem_canonical_json(request jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_canonical_json'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION @extschema@.idem_canonical_json(jsonb) IS
+    'idem: the RFC 8785 (JCS) canonical serialization of a JSON value';
+
+-- The article's order flow: claim, insert the order, store the response,
+-- all in the caller's transaction; a repeat replays the stored response.
+CREATE FUNCTION @extschema@.idem_create_order(
+    owner bigint, key text, sku bigint, qty integer,
+    OUT order_id bigint, OUT order_no text, OUT status text,
+    OUT http_status integer, OUT replayed boolean)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_create_order'
+LANGUAGE C VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION @extschema@.idem_create_order(bigint, text, bigint, integer) IS
+    'idem: create an order exactly once per (owner, idempotency key); repeats replay the first response';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_create_order(bigint, text, bigint, integer) FROM PUBLIC;
+
+-- Batch deletion of expired records; never waits on a row another
+-- transaction holds.
+CREATE FUNCTION @extschema@.idem_cleanup_expired(
+    batch_size integer DEFAULT 1000, max_batches integer DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_cleanup_expired'
+LANGUAGE C VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+COMMENT ON FUNCTION @extschema@.idem_cleanup_expired(integer, integer) IS
+    'idem: delete expired idempotency records in batches; returns how many were deleted';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_cleanup_expired(integer, integer) FROM PUBLIC;
+
+-- ===========================================================================
+-- from idem--1.0--1.1.sql
+-- ===========================================================================
+/* idem--1.0--1.1.sql: the cleanup background worker's status */
+
+
+CREATE FUNCTION @extschema@.idem_cleanup_status(
+    OUT datid oid,
+    OUT datname name,
+    OUT last_run_started timestamptz,
+    OUT last_run_finished timestamptz,
+    OUT last_run_deleted bigint,
+    OUT total_deleted bigint,
+    OUT runs bigint,
+    OUT last_error text,
+    OUT last_error_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_cleanup_status'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION @extschema@.idem_cleanup_status() IS
+    'idem: what the cleanup worker did in each database since the server started';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_cleanup_status() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_cleanup_status() TO pg_monitor;
+
+-- Say so when the library is not preloaded: the worker is then absent.
+CREATE FUNCTION @extschema@.idem_cleanup_worker_notice() RETURNS void
+AS 'MODULE_PATHNAME', 'idem_cleanup_worker_notice'
+LANGUAGE C;
+SELECT @extschema@.idem_cleanup_worker_notice();
+DROP FUNCTION @extschema@.idem_cleanup_worker_notice();
+
+-- ===========================================================================
+-- from idem--1.1--1.2.sql
+-- ===========================================================================
+/* idem--1.1--1.2.sql: idem_create_order takes its owner's rights itself */
+
+
+-- idem_create_order reads and writes its tables as its owner, switching in C
+-- around that work only, and runs anything user-defined its writes may fire
+-- (triggers, constraints) under search_path = pg_catalog, pg_temp.  fmgr's
+-- SECURITY DEFINER switch, with its SET clause, saved and restored a GUC on
+-- every call, replays included.  The library of 1.2 also runs the 1.1
+-- definition correctly: it then switches to the owner a second time.
+ALTER FUNCTION @extschema@.idem_create_order(bigint, text, bigint, integer)
+    SECURITY INVOKER RESET search_path;
+
+-- ===========================================================================
+-- from idem--1.2--1.3.sql
+-- ===========================================================================
+/* idem--1.2--1.3.sql: the generic API (idem_begin, idem_finish, idem_run) */
+
+
+-- A record stores what idem_finish (or a handler) gave it: the body byte for
+-- byte (json keeps the text as given), the headers to replay; and a
+-- deterministic failure (a 4xx) is a finished record too, FAILED_FINAL.
+-- The constraint is written with pg_catalog's operator, whatever the
+-- search_path this script runs under.
+ALTER TABLE idem_internal.idempotency_record
+    ADD COLUMN response_body json,
+    ADD COLUMN response_headers jsonb,
+    DROP CONSTRAINT ck_idempotency_status,
+    ADD CONSTRAINT ck_idempotency_status CHECK (
+        status::pg_catalog.text OPERATOR(pg_catalog.=)
+            ANY (ARRAY['PROCESSING', 'SUCCEEDED', 'FAILED_FINAL']::pg_catalog.text[]));
+
+COMMENT ON COLUMN idem_internal.idempotency_record.response_body IS
+    'idem: the response body as idem_finish received it, replayed byte for byte (NULL for the order demo, whose response is response_json)';
+COMMENT ON COLUMN idem_internal.idempotency_record.response_headers IS
+    'idem: response headers to replay, a JSON object of strings';
+
+-- What a handler of idem_run returns.
+CREATE TYPE @extschema@.idem_result AS (
+    http_status integer,
+    body        json,
+    headers     jsonb,
+    resource_id bigint
+);
+
+-- What idem_begin and idem_run return.
+CREATE TYPE @extschema@.idem_outcome AS (
+    replayed    boolean,
+    http_status integer,
+    body        json,
+    headers     jsonb,
+    resource_id bigint
+);
+
+-- Claim a key for the caller's transaction, or replay its finished result.
+CREATE FUNCTION @extschema@.idem_begin(
+    owner bigint, operation text, key text, request jsonb,
+    ttl interval DEFAULT NULL)
+RETURNS @extschema@.idem_outcome
+AS 'MODULE_PATHNAME', 'idem_begin'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_begin(bigint, text, text, jsonb, interval) IS
+    'idem: claim (owner, operation, key) for this transaction (replayed = false), or replay its finished result';
+
+-- Store the result of the claim this transaction holds.
+CREATE FUNCTION @extschema@.idem_finish(
+    owner bigint, operation text, key text, http_status integer, body json,
+    resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_finish'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb) IS
+    'idem: store the result of the key this transaction claimed with idem_begin';
+
+-- Begin, call the handler as the caller, finish: in one call.
+CREATE FUNCTION @extschema@.idem_run(
+    owner bigint, operation text, key text, request jsonb,
+    handler regprocedure, ttl interval DEFAULT NULL)
+RETURNS @extschema@.idem_outcome
+AS 'MODULE_PATHNAME', 'idem_run'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval) IS
+    'idem: run handler(request) once per (owner, operation, key), as the caller; repeats replay its result';
+
+-- Like idem_create_order: granted by the administrator to the roles that
+-- act for the owners.
+REVOKE ALL ON FUNCTION @extschema@.idem_begin(bigint, text, text, jsonb, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval) FROM PUBLIC;
+
+-- ===========================================================================
+-- from idem--1.3--1.4.sql
+-- ===========================================================================
+/* idem--1.3--1.4.sql: the transactional outbox and the consumer inbox */
+
+
+-- ---------------------------------------------------------------------------
+-- Outbox: messages written in the transaction whose business rows they
+-- announce, delivered by independent publishers.
+--
+-- idem_outbox_emit keeps a message in the transaction's memory and inserts
+-- it when the transaction commits (at PRE_COMMIT), so a row exists exactly
+-- for the messages of committed transactions.  commit_seq is the delivery
+-- order: for a message with a key it is drawn at that moment, under a lock
+-- of (topic, msg_key) held until the commit is done, so that for one key
+-- commit_seq follows commit order; without a key it is the message id.
+--
+-- ready marks what a fetch may hand out: every keyless message, and of each
+-- key only its head, the unacknowledged message with the least commit_seq.
+-- It is kept under the same key lock: a message is inserted ready if its
+-- key has no unacknowledged message, and acknowledging a head makes the
+-- next message of its key ready.  So a fetch walks only deliverable rows,
+-- however long a key's backlog.
+-- ---------------------------------------------------------------------------
+CREATE SEQUENCE idem_internal.idem_outbox_message_id_seq;
+
+CREATE TABLE idem_internal.idem_outbox (
+    message_id   bigint PRIMARY KEY,
+    topic        varchar(128) NOT NULL,
+    msg_key      varchar(256),
+    payload      jsonb NOT NULL,
+    headers      jsonb,
+    emitted_at   timestamptz NOT NULL,
+    commit_seq   bigint NOT NULL,
+    attempt      integer NOT NULL,
+    ready        boolean NOT NULL,
+    leased_until timestamptz,
+    acked_at     timestamptz
+) WITH (fillfactor = 90);
+
+ALTER SEQUENCE idem_internal.idem_outbox_message_id_seq
+    OWNED BY idem_internal.idem_outbox.message_id;
+
+-- what a fetch scans: the deliverable messages of a topic, in order
+CREATE INDEX idem_outbox_pending ON idem_internal.idem_outbox (topic, commit_seq)
+    WHERE acked_at IS NULL AND ready;
+-- each key's unacknowledged messages, in order: its head, the next one
+CREATE INDEX idem_outbox_key_order ON idem_internal.idem_outbox (topic, msg_key, commit_seq)
+    WHERE acked_at IS NULL AND msg_key IS NOT NULL;
+-- what the cleanup deletes: acknowledged messages, oldest first
+CREATE INDEX idem_outbox_acked ON idem_internal.idem_outbox (acked_at)
+    WHERE acked_at IS NOT NULL;
+
+COMMENT ON TABLE idem_internal.idem_outbox IS
+    'idem: messages of committed transactions, leased to publishers by idem_outbox_fetch until idem_outbox_ack';
+
+-- ---------------------------------------------------------------------------
+-- Inbox: one row per (consumer, message_id) a consumer's transaction took
+-- effect for.
+-- ---------------------------------------------------------------------------
+CREATE TABLE idem_internal.idem_inbox (
+    consumer    varchar(64) NOT NULL,
+    message_id  varchar(512) NOT NULL,
+    consumed_at timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    CONSTRAINT pk_idem_inbox PRIMARY KEY (consumer, message_id)
+);
+CREATE INDEX idem_inbox_expires ON idem_internal.idem_inbox (expires_at);
+
+COMMENT ON TABLE idem_internal.idem_inbox IS
+    'idem: the messages each consumer has taken effect for, until they expire';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_outbox', '');
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_outbox_message_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_inbox', '');
+
+REVOKE ALL ON TABLE idem_internal.idem_outbox, idem_internal.idem_inbox FROM PUBLIC;
+REVOKE ALL ON SEQUENCE idem_internal.idem_outbox_message_id_seq FROM PUBLIC;
+
+-- Emit a message with the caller's transaction.
+CREATE FUNCTION @extschema@.idem_outbox_emit(
+    topic text, payload jsonb, msg_key text DEFAULT NULL, headers jsonb DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_outbox_emit'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb) IS
+    'idem: emit a message that exists if and only if the calling transaction commits; returns its id';
+
+-- Lease the deliverable messages of a topic: ready (keyless, or the head
+-- of its key), not acknowledged, not leased or with a lapsed lease.  FOR
+-- UPDATE SKIP LOCKED: concurrent fetchers never lease one message; a row
+-- leased and committed meanwhile is checked again on its new version.
+CREATE FUNCTION @extschema@.idem_outbox_fetch(
+    topic text, batch integer DEFAULT 100, lease interval DEFAULT '30 seconds')
+RETURNS TABLE (message_id bigint, msg_key text, payload jsonb, headers jsonb,
+               attempt integer, emitted_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fetch$
+#variable_conflict use_column
+DECLARE
+    t timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF idem_outbox_fetch.topic IS NULL OR batch IS NULL OR lease IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null',
+            CASE WHEN idem_outbox_fetch.topic IS NULL THEN 'topic'
+                 WHEN batch IS NULL THEN 'batch' ELSE 'lease' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF idem_outbox_fetch.topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,128}$' THEN
+        RAISE EXCEPTION 'topic must be 1 to 128 characters from A-Z, a-z, 0-9, "_", ".", ":" and "-"'
+            USING ERRCODE = '22023';
+    END IF;
+    IF batch OPERATOR(pg_catalog.<) 1 OR batch OPERATOR(pg_catalog.>) 10000 THEN
+        RAISE EXCEPTION 'batch must be between 1 and 10000'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has batch %s.', batch);
+    END IF;
+    IF lease OPERATOR(pg_catalog.<=) interval '0' THEN
+        RAISE EXCEPTION 'lease must be a positive interval'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has lease %s.', lease);
+    END IF;
+
+    RETURN QUERY
+    WITH due AS (
+        SELECT o.message_id
+          FROM idem_internal.idem_outbox o
+         WHERE o.topic OPERATOR(pg_catalog.=) idem_outbox_fetch.topic
+           AND o.acked_at IS NULL AND o.ready
+           AND (o.leased_until IS NULL OR o.leased_until OPERATOR(pg_catalog.<=) t)
+         ORDER BY o.commit_seq
+         LIMIT batch
+           FOR UPDATE OF o SKIP LOCKED
+    ), leased AS (
+        UPDATE idem_internal.idem_outbox o
+           SET attempt = o.attempt OPERATOR(pg_catalog.+) 1,
+               leased_until = t OPERATOR(pg_catalog.+) lease
+          FROM due
+         WHERE o.message_id OPERATOR(pg_catalog.=) due.message_id
+        RETURNING o.message_id, o.msg_key, o.payload, o.headers, o.attempt,
+                  o.emitted_at, o.commit_seq
+    )
+    SELECT l.message_id, l.msg_key::pg_catalog.text, l.payload, l.headers,
+           l.attempt, l.emitted_at
+      FROM leased l
+     ORDER BY l.commit_seq;
+END
+$fetch$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_fetch(text, integer, interval) IS
+    'idem: lease up to batch deliverable messages of a topic, in commit order per key';
+
+-- Take the commit-order locks of (topic, msg_key) pairs, in one global
+-- order, until the end of the transaction: what a committing emitter of
+-- those keys takes too.  For idem_outbox_ack only.
+CREATE FUNCTION idem_internal.idem_outbox_lock_keys(topics text[], keys text[])
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_outbox_lock_keys'
+LANGUAGE C VOLATILE STRICT;
+
+-- ---------------------------------------------------------------------------
+-- Statistics: counters per (database, operation) in shared memory (needs
+-- shared_preload_libraries), read through the idem_stats view.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION @extschema@.idem_stats_entries(
+    OUT dbid oid, OUT operation text,
+    OUT calls bigint, OUT executed bigint, OUT replayed bigint, OUT conflicts bigint,
+    OUT in_flight bigint, OUT waits bigint, OUT renewed bigint, OUT failed_final bigint,
+    OUT leases bigint, OUT takeovers bigint, OUT stale_tokens bigint, OUT retries bigint,
+    OUT outbox_emitted bigint, OUT outbox_acked bigint, OUT inbox_duplicates bigint,
+    OUT cleanup_deleted bigint, OUT stats_reset timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_stats_entries'
+LANGUAGE C VOLATILE STRICT;
+
+CREATE VIEW @extschema@.idem_stats AS
+SELECT e.dbid, d.datname, e.operation,
+       e.calls, e.executed, e.replayed, e.conflicts, e.in_flight, e.waits, e.renewed,
+       e.failed_final, e.leases, e.takeovers, e.stale_tokens, e.retries,
+       e.outbox_emitted, e.outbox_acked, e.inbox_duplicates, e.cleanup_deleted, e.stats_reset
+  FROM @extschema@.idem_stats_entries() e
+  LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) e.dbid;
+
+COMMENT ON VIEW @extschema@.idem_stats IS
+    'idem: counters per (database, operation) since the last idem_stats_reset(); committed work only for what calls write';
+
+CREATE FUNCTION @extschema@.idem_stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_stats_reset'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION @extschema@.idem_stats_reset() IS
+    'idem: set every counter of idem_stats back to 0';
+
+-- Count n in idem_stats at commit (for idem's own PL/pgSQL functions).
+CREATE FUNCTION idem_internal.idem_stats_add(name text, counter text, n bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_stats_add'
+LANGUAGE C VOLATILE STRICT;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_stats_entries() FROM PUBLIC;
+REVOKE ALL ON @extschema@.idem_stats FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_stats_reset() FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_internal.idem_stats_add(text, text, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_entries() TO pg_monitor;
+GRANT SELECT ON @extschema@.idem_stats TO pg_monitor;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_reset() TO pg_monitor;
+
+-- Acknowledge delivered messages; the cleanup worker deletes them later.
+-- Under the locks of their keys, so that no emitter of those keys commits
+-- meanwhile, each key whose head was acknowledged gets its next message
+-- ready.  READ COMMITTED: each statement sees what committed before it, the
+-- work of the emitters the locks waited for included.
+CREATE FUNCTION @extschema@.idem_outbox_ack(message_ids bigint[])
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $ack$
+DECLARE
+    n bigint;
+    topics text[];
+    keys text[];
+BEGIN
+    IF message_ids IS NULL THEN
+        RAISE EXCEPTION 'argument "message_ids" must not be null' USING ERRCODE = '22004';
+    END IF;
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        RAISE EXCEPTION 'idem_outbox_ack must run in a READ COMMITTED transaction'
+            USING ERRCODE = '0A000';
+    END IF;
+    SELECT pg_catalog.array_agg(k.topic), pg_catalog.array_agg(k.msg_key)
+      INTO topics, keys
+      FROM (SELECT DISTINCT o.topic::pg_catalog.text AS topic, o.msg_key::pg_catalog.text AS msg_key
+              FROM idem_internal.idem_outbox o
+             WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+               AND o.acked_at IS NULL AND o.msg_key IS NOT NULL) k;
+    IF topics IS NOT NULL THEN
+        PERFORM idem_internal.idem_outbox_lock_keys(topics, keys);
+    END IF;
+
+    -- counted in idem_stats per topic, when the transaction commits
+    WITH acked AS (
+        UPDATE idem_internal.idem_outbox o
+           SET acked_at = pg_catalog.clock_timestamp(), ready = false
+         WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+           AND o.acked_at IS NULL
+        RETURNING o.topic::pg_catalog.text AS topic
+    ), per_topic AS (
+        SELECT a.topic, pg_catalog.count(*) AS n FROM acked a GROUP BY a.topic
+    )
+    SELECT COALESCE(pg_catalog.sum(idem_internal.idem_stats_add(p.topic, 'outbox_acked', p.n)), 0)
+      INTO n
+      FROM per_topic p;
+
+    -- the new head of each key: ready (if it was not already)
+    IF topics IS NOT NULL THEN
+        UPDATE idem_internal.idem_outbox o
+           SET ready = true
+          FROM ROWS FROM (pg_catalog.unnest(topics), pg_catalog.unnest(keys)) AS k(topic, msg_key),
+               LATERAL (SELECT h.message_id
+                          FROM idem_internal.idem_outbox h
+                         WHERE h.topic OPERATOR(pg_catalog.=) k.topic
+                           AND h.msg_key OPERATOR(pg_catalog.=) k.msg_key
+                           AND h.acked_at IS NULL
+                         ORDER BY h.commit_seq
+                         LIMIT 1) head
+         WHERE o.message_id OPERATOR(pg_catalog.=) head.message_id
+           AND NOT o.ready;
+    END IF;
+    RETURN n;
+END
+$ack$;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_ack(bigint[]) IS
+    'idem: acknowledge delivered messages; returns how many were not acknowledged before';
+
+-- Take effect for a message once per consumer.
+CREATE FUNCTION @extschema@.idem_consume(
+    consumer text, message_id text, ttl interval DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_consume'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_consume(text, text, interval) IS
+    'idem: true the first time consumer takes message_id in a committed transaction, false for every redelivery';
+
+-- What an operator watches, for this database: the record backlog the
+-- cleanup has not reached yet, committed PROCESSING records, the outbox's
+-- unacknowledged messages and their age, the inbox, idem's disk use, and
+-- the worker's last round.  Counts are exact (the backlog and the outbox
+-- through their indexes; records and inbox entries by a scan).
+CREATE FUNCTION @extschema@.idem_health(
+    OUT records bigint,
+    OUT expired_backlog bigint,
+    OUT oldest_expires_at timestamptz,
+    OUT processing bigint,
+    OUT oldest_processing_age interval,
+    OUT outbox_unacked bigint,
+    OUT outbox_oldest_unacked_age interval,
+    OUT outbox_acked_backlog bigint,
+    OUT inbox_entries bigint,
+    OUT inbox_expired_backlog bigint,
+    OUT table_bytes bigint,
+    OUT index_bytes bigint,
+    OUT worker_last_run_started timestamptz,
+    OUT worker_last_run_finished timestamptz,
+    OUT worker_last_run_deleted bigint,
+    OUT worker_last_error text,
+    OUT worker_last_error_at timestamptz)
+RETURNS record
+LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $health$
+SELECT
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
+      WHERE r.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
+    (SELECT pg_catalog.min(r.expires_at) FROM idem_internal.idempotency_record r),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
+      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
+    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(r.created_at)
+       FROM idem_internal.idempotency_record r
+      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
+    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(o.emitted_at)
+       FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NOT NULL),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i
+      WHERE i.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
+    sizes.table_bytes, sizes.index_bytes,
+    w.last_run_started, w.last_run_finished, w.last_run_deleted, w.last_error, w.last_error_at
+FROM (SELECT pg_catalog.sum(pg_catalog.pg_table_size(t.rel))::pg_catalog.int8 AS table_bytes,
+             pg_catalog.sum(pg_catalog.pg_indexes_size(t.rel))::pg_catalog.int8 AS index_bytes
+        FROM pg_catalog.unnest(ARRAY['idem_internal.idempotency_record'::pg_catalog.regclass,
+                                     'idem_internal.purchase_order'::pg_catalog.regclass,
+                                     'idem_internal.idem_outbox'::pg_catalog.regclass,
+                                     'idem_internal.idem_inbox'::pg_catalog.regclass]) AS t(rel)) sizes
+LEFT JOIN @extschema@.idem_cleanup_status() w
+       ON w.datid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                          WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+$health$;
+
+COMMENT ON FUNCTION @extschema@.idem_health() IS
+    'idem: backlog, PROCESSING records, outbox and inbox, disk use and the cleanup worker''s last round, for this database';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_health() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_health() TO pg_monitor;
+
+-- Granted by the administrator to producers, publishers and consumers.
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_fetch(text, integer, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_ack(bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_internal.idem_outbox_lock_keys(text[], text[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_consume(text, text, interval) FROM PUBLIC;
+
+-- ===========================================================================
+-- from idem--1.4--1.5.sql
+-- ===========================================================================
+/* idem--1.4--1.5.sql: long flows (tasks leased to workers, fencing tokens, backoff) */
+
+
+-- ---------------------------------------------------------------------------
+-- A long flow's record is its task.  idem_submit commits the record as
+-- PROCESSING with the request a worker needs; idem_lease hands it to a
+-- worker with a fencing token; idem_complete stores the result (SUCCEEDED,
+-- or FAILED_FINAL for a 4xx) in the worker's transaction; idem_fail makes it
+-- FAILED_RETRYABLE with a backoff, or FAILED_FINAL.  Until it is finished
+-- the record never expires (expires_at is infinity); once finished it
+-- expires task_ttl (or idem.ttl, idem.failure_ttl) after that moment.
+--
+-- task_due_at is when a worker may lease the task next: the submit time, the
+-- end of the current lease (a lapsed lease is taken over), or the time of the
+-- next attempt after a retryable failure; NULL once finished.  The task
+-- columns are NULL on the records of synchronous calls, which cost nothing
+-- more: the null bitmap still fits the same header.
+-- ---------------------------------------------------------------------------
+ALTER TABLE idem_internal.idempotency_record
+    ADD COLUMN task_request jsonb,
+    ADD COLUMN task_payload jsonb,
+    ADD COLUMN task_attempts integer,
+    ADD COLUMN task_token bigint,
+    ADD COLUMN task_due_at timestamptz,
+    ADD COLUMN task_lease_expires_at timestamptz,
+    ADD COLUMN task_worker varchar(64),
+    ADD COLUMN task_heartbeat_at timestamptz,
+    ADD COLUMN task_session bigint,
+    ADD COLUMN task_last_error jsonb,
+    ADD COLUMN task_ttl interval,
+    DROP CONSTRAINT ck_idempotency_status,
+    ADD CONSTRAINT ck_idempotency_status CHECK (
+        status::pg_catalog.text OPERATOR(pg_catalog.=)
+            ANY (ARRAY['PROCESSING', 'SUCCEEDED', 'FAILED_RETRYABLE', 'FAILED_FINAL']::pg_catalog.text[]));
+
+-- a lease and a heartbeat change no indexed column: HOT updates, given room
+-- on the page
+ALTER TABLE idem_internal.idempotency_record SET (fillfactor = 90);
+
+-- what a lease scans: the unfinished tasks of an operation, soonest due first
+CREATE INDEX idem_task_due ON idem_internal.idempotency_record (operation, task_due_at)
+    WHERE task_due_at IS NOT NULL;
+
+-- fencing tokens: one sequence, so a task's every new token is greater than
+-- all its earlier ones (and than every token of every other task)
+CREATE SEQUENCE idem_internal.idem_task_token_seq;
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_task_token_seq', '');
+REVOKE ALL ON SEQUENCE idem_internal.idem_task_token_seq FROM PUBLIC;
+
+COMMENT ON COLUMN idem_internal.idempotency_record.task_request IS
+    'idem: a task''s request, as idem_submit received it, handed to the worker by idem_lease';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_payload IS
+    'idem: what else idem_submit gave the worker (not part of the fingerprint)';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_attempts IS
+    'idem: attempts started (leases handed out); NULL: not a task';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_token IS
+    'idem: the fencing token of the current (or last) lease';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_due_at IS
+    'idem: when a worker may lease the task next (a lapsed lease is taken over); NULL once finished';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_lease_expires_at IS
+    'idem: end of the current lease; NULL when not leased';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_worker IS
+    'idem: the worker holding (or that last held) the lease';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_heartbeat_at IS
+    'idem: the lease''s start or last idem_heartbeat';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_session IS
+    'idem: the session a bind_session lease lapses with; NULL otherwise';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_last_error IS
+    'idem: the error of the last idem_fail';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_ttl IS
+    'idem: how long the finished record is kept (NULL: idem.ttl, or idem.failure_ttl for a failure)';
+
+-- Submit a long flow: PROCESSING with a task due now, or the key's current state.
+CREATE FUNCTION @extschema@.idem_submit(
+    owner bigint, operation text, key text, request jsonb,
+    payload jsonb DEFAULT NULL, ttl interval DEFAULT NULL,
+    OUT replayed boolean, OUT status text, OUT http_status integer,
+    OUT body json, OUT headers jsonb, OUT resource_id bigint, OUT task_id bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_submit'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval) IS
+    'idem: commit (owner, operation, key) as PROCESSING with a task for a worker, or report its current state';
+
+-- Lease due tasks of an operation to a worker.
+CREATE FUNCTION @extschema@.idem_lease(
+    operation text, worker text, lease interval DEFAULT '30 seconds',
+    batch integer DEFAULT 1, bind_session boolean DEFAULT false,
+    OUT task_id bigint, OUT owner bigint, OUT key text, OUT request jsonb,
+    OUT payload jsonb, OUT attempt integer, OUT token bigint,
+    OUT lease_expires_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_lease'
+LANGUAGE C VOLATILE ROWS 1;
+
+COMMENT ON FUNCTION @extschema@.idem_lease(text, text, interval, integer, boolean) IS
+    'idem: hand due tasks of an operation to a worker (new, retry due, or lease lapsed), each with a new fencing token';
+
+CREATE FUNCTION @extschema@.idem_heartbeat(
+    task_id bigint, token bigint, extend interval DEFAULT NULL)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'idem_heartbeat'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_heartbeat(bigint, bigint, interval) IS
+    'idem: extend the lease the token holds (by extend, or by the interval it was granted); IK004 if the token is stale';
+
+CREATE FUNCTION @extschema@.idem_complete(
+    task_id bigint, token bigint, http_status integer, body json,
+    resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb) IS
+    'idem: store the task''s result in the worker''s transaction (2xx/3xx SUCCEEDED, 4xx FAILED_FINAL); IK004 if the token is stale';
+
+CREATE FUNCTION @extschema@.idem_fail(
+    task_id bigint, token bigint, error jsonb, retryable boolean DEFAULT true)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_fail'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean) IS
+    'idem: report a failed attempt: FAILED_RETRYABLE with a backoff while attempts are left, else FAILED_FINAL (HTTP 500); IK004 if the token is stale';
+
+-- Like the other entry points: granted by the administrator, to the roles
+-- that act for owners (idem_submit) and to the workers (the others).
+REVOKE ALL ON FUNCTION @extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_lease(text, text, interval, integer, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_heartbeat(bigint, bigint, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean) FROM PUBLIC;
+
+-- ===========================================================================
+-- from idem--1.5--1.6.sql
+-- ===========================================================================
+/* idem--1.5--1.6.sql: idem on Citus, distributed by owner */
+
+
+-- ---------------------------------------------------------------------------
+-- idem_distribute() spreads idem over a Citus cluster: idempotency_record and
+-- purchase_order by owner_id, co-located, idem_inbox by consumer, and every
+-- function that takes an owner (or a consumer) delegated by it, so that a call
+-- through the coordinator runs on the node that holds the owner's shard.  The
+-- outbox stays a table of each node: a message commits with the transaction
+-- that emitted it, on the node where it ran.
+--
+-- Citus wants the distribution column in every primary key and unique
+-- constraint: the keys become (owner_id, id) and (owner_id, order_no); the
+-- scope constraint (owner_id, operation, idempotency_key) already has it.  The
+-- extension's tables on each node are that node's own (Citus does not create
+-- the tables of an extension), so idem_distribute_node() runs on every node.
+-- ---------------------------------------------------------------------------
+
+-- This node's part: the keys, an index of tasks by id, and idem's sequences
+-- in a range of this node's
+-- own (group g > 0 draws from [g * 2^48 + 1, (g + 1) * 2^48 - 1], as Citus
+-- does for the sequences of distributed tables), so that ids, order numbers,
+-- message ids and fencing tokens stay unique across nodes.  Revoked from
+-- PUBLIC; its DDL needs the tables' owner.
+CREATE FUNCTION idem_internal.idem_distribute_node()
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+-- each node changes its own copy: nothing to propagate
+SET citus.enable_ddl_propagation = off
+AS $node$
+DECLARE
+    grp integer;
+    lo bigint;
+    seq text;
+BEGIN
+    IF (SELECT pg_catalog.array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
+         WHERE c.conrelid OPERATOR(pg_catalog.=) 'idem_internal.idempotency_record'::pg_catalog.regclass
+           AND c.contype OPERATOR(pg_catalog.=) 'p') OPERATOR(pg_catalog.=) 1 THEN
+        ALTER TABLE idem_internal.idempotency_record
+            DROP CONSTRAINT idempotency_record_pkey,
+            ADD CONSTRAINT idempotency_record_pkey PRIMARY KEY (owner_id, id);
+    END IF;
+    IF (SELECT pg_catalog.array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
+         WHERE c.conrelid OPERATOR(pg_catalog.=) 'idem_internal.purchase_order'::pg_catalog.regclass
+           AND c.contype OPERATOR(pg_catalog.=) 'p') OPERATOR(pg_catalog.=) 1 THEN
+        ALTER TABLE idem_internal.purchase_order
+            DROP CONSTRAINT purchase_order_pkey,
+            ADD CONSTRAINT purchase_order_pkey PRIMARY KEY (owner_id, id),
+            DROP CONSTRAINT purchase_order_order_no_key,
+            ADD CONSTRAINT purchase_order_order_no_key UNIQUE (owner_id, order_no);
+    END IF;
+    -- a task's holder knows its id, not its owner: its calls find it by id
+    -- in the shards of the node it leased from
+    IF pg_catalog.to_regclass('idem_internal.idem_task_id') IS NULL THEN
+        CREATE INDEX idem_task_id ON idem_internal.idempotency_record (id)
+            WHERE task_attempts IS NOT NULL;
+    END IF;
+
+    EXECUTE 'SELECT groupid FROM pg_catalog.pg_dist_local_group' INTO grp;
+    IF grp OPERATOR(pg_catalog.>) 0 THEN
+        lo := grp::pg_catalog.int8 OPERATOR(pg_catalog.*) 281474976710656 OPERATOR(pg_catalog.+) 1;
+        FOREACH seq IN ARRAY ARRAY['idempotency_record_id_seq', 'purchase_order_id_seq',
+                                   'idem_outbox_message_id_seq', 'idem_task_token_seq'] LOOP
+            IF (SELECT s.seqmin FROM pg_catalog.pg_sequence s
+                 WHERE s.seqrelid OPERATOR(pg_catalog.=)
+                       pg_catalog.format('@extschema@.%I', seq)::pg_catalog.regclass)
+               OPERATOR(pg_catalog.<) lo THEN
+                EXECUTE pg_catalog.format('ALTER SEQUENCE @extschema@.%I MINVALUE %s MAXVALUE %s START %s RESTART %s',
+                                          seq, lo, lo OPERATOR(pg_catalog.+) 281474976710654, lo, lo);
+            END IF;
+        END LOOP;
+    END IF;
+END
+$node$;
+
+COMMENT ON FUNCTION idem_internal.idem_distribute_node() IS
+    'idem_distribute()''s part on each node: keys with the distribution column, sequences in this node''s range';
+
+-- Run once on the Citus coordinator, as a superuser; running it again
+-- changes nothing.
+CREATE FUNCTION @extschema@.idem_distribute()
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $dist$
+DECLARE
+    r record;
+    version text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles ro
+                    WHERE ro.rolname OPERATOR(pg_catalog.=) CURRENT_USER AND ro.rolsuper) THEN
+        RAISE EXCEPTION 'permission denied to distribute idem'
+            USING ERRCODE = '42501', HINT = 'Run idem_distribute() as a superuser.';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e
+                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idem_distribute() needs the Citus extension'
+            USING ERRCODE = '0A000',
+                  DETAIL = 'Citus is not installed in this database; nothing was changed.',
+                  HINT = 'Install Citus (its packages are at https://github.com/citusdata/citus), CREATE EXTENSION citus before idem, and add the worker nodes.';
+    END IF;
+    IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) OPERATOR(pg_catalog.<>) 0 THEN
+        RAISE EXCEPTION 'idem_distribute() must run on the Citus coordinator'
+            USING ERRCODE = '55000';
+    END IF;
+    PERFORM idem_internal.idem_distribute_node();
+
+    SELECT e.extversion INTO version FROM pg_catalog.pg_extension e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'idem';
+    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
+               FROM pg_catalog.run_command_on_workers(
+                    'SELECT extversion FROM pg_catalog.pg_extension WHERE extname = ''idem''') w LOOP
+        IF NOT r.success OR r.result IS DISTINCT FROM version THEN
+            RAISE EXCEPTION 'idem % is not installed on worker node %:%', version, r.nodename, r.nodeport
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('The node answered: %s', r.result),
+                      HINT = 'Citus creates an extension on every node when it is created on the coordinator: install idem''s files on every node, then ALTER EXTENSION idem UPDATE.';
+        END IF;
+    END LOOP;
+    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
+               FROM pg_catalog.run_command_on_workers(
+                    'SELECT idem_internal.idem_distribute_node()') w LOOP
+        IF NOT r.success THEN
+            RAISE EXCEPTION 'idem_distribute() failed on worker node %:%', r.nodename, r.nodeport
+                USING ERRCODE = '55000', DETAIL = r.result;
+        END IF;
+    END LOOP;
+
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.idempotency_record'::pg_catalog.regclass) THEN
+        PERFORM pg_catalog.create_distributed_table('idem_internal.idempotency_record', 'owner_id');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.purchase_order'::pg_catalog.regclass) THEN
+        PERFORM pg_catalog.create_distributed_table('idem_internal.purchase_order', 'owner_id',
+                                                    colocate_with => 'idem_internal.idempotency_record');
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.idem_inbox'::pg_catalog.regclass) THEN
+        PERFORM pg_catalog.create_distributed_table('idem_internal.idem_inbox', 'consumer');
+    END IF;
+
+    -- force_delegation: delegated inside a transaction block too, as part of
+    -- the distributed transaction
+    FOR r IN SELECT f.fn::pg_catalog.regprocedure AS fn, f.tbl
+               FROM (VALUES
+                   ('@extschema@.idem_create_order(bigint, text, bigint, integer)', 'idem_internal.idempotency_record'),
+                   ('@extschema@.idem_begin(bigint, text, text, jsonb, interval)', 'idem_internal.idempotency_record'),
+                   ('@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb)', 'idem_internal.idempotency_record'),
+                   ('@extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)', 'idem_internal.idempotency_record'),
+                   ('@extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)', 'idem_internal.idempotency_record'),
+                   ('@extschema@.idem_consume(text, text, interval)', 'idem_internal.idem_inbox')) AS f (fn, tbl) LOOP
+        PERFORM pg_catalog.create_distributed_function(r.fn, '$1', colocate_with => r.tbl,
+                                                       force_delegation => true);
+    END LOOP;
+END
+$dist$;
+
+COMMENT ON FUNCTION @extschema@.idem_distribute() IS
+    'distribute idem over a Citus cluster by owner (run once, on the coordinator, as a superuser)';
+
+REVOKE ALL ON FUNCTION idem_internal.idem_distribute_node() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_distribute() FROM PUBLIC;
+
+-- ===========================================================================
+-- from idem--1.6--1.7.sql
+-- ===========================================================================
+/* idem--1.6--1.7.sql */
+
+-- ---------------------------------------------------------------------------
+-- The outbox's fetch and acknowledgement update idem_outbox as the
+-- extension's owner (SECURITY DEFINER): like every write of idem's C code,
+-- they refuse to fire user triggers of the table as the owner for a caller
+-- whose session has temporary tables, whose names would capture the names
+-- such a trigger does not qualify (0A000).
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION idem_internal.idem_outbox_guard()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_outbox_guard'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION idem_internal.idem_outbox_guard() IS
+    'idem: refuse to fire idem_outbox''s user triggers as its owner for a session with temporary tables (for idem_outbox_fetch and idem_outbox_ack)';
+
+REVOKE ALL ON FUNCTION idem_internal.idem_outbox_guard() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_fetch(
+    topic text, batch integer DEFAULT 100, lease interval DEFAULT '30 seconds')
+RETURNS TABLE (message_id bigint, msg_key text, payload jsonb, headers jsonb,
+               attempt integer, emitted_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fetch$
+#variable_conflict use_column
+DECLARE
+    t timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF idem_outbox_fetch.topic IS NULL OR batch IS NULL OR lease IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null',
+            CASE WHEN idem_outbox_fetch.topic IS NULL THEN 'topic'
+                 WHEN batch IS NULL THEN 'batch' ELSE 'lease' END
+            USING ERRCODE = '22004';
+    END IF;
+    -- no user trigger on the outbox runs as the owner for a caller with
+    -- temporary tables: the check of every idem write (0A000)
+    PERFORM idem_internal.idem_outbox_guard();
+    IF idem_outbox_fetch.topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,128}$' THEN
+        RAISE EXCEPTION 'topic must be 1 to 128 characters from A-Z, a-z, 0-9, "_", ".", ":" and "-"'
+            USING ERRCODE = '22023';
+    END IF;
+    IF batch OPERATOR(pg_catalog.<) 1 OR batch OPERATOR(pg_catalog.>) 10000 THEN
+        RAISE EXCEPTION 'batch must be between 1 and 10000'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has batch %s.', batch);
+    END IF;
+    IF lease OPERATOR(pg_catalog.<=) interval '0' THEN
+        RAISE EXCEPTION 'lease must be a positive interval'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has lease %s.', lease);
+    END IF;
+
+    RETURN QUERY
+    WITH due AS (
+        SELECT o.message_id
+          FROM idem_internal.idem_outbox o
+         WHERE o.topic OPERATOR(pg_catalog.=) idem_outbox_fetch.topic
+           AND o.acked_at IS NULL AND o.ready
+           AND (o.leased_until IS NULL OR o.leased_until OPERATOR(pg_catalog.<=) t)
+         ORDER BY o.commit_seq
+         LIMIT batch
+           FOR UPDATE OF o SKIP LOCKED
+    ), leased AS (
+        UPDATE idem_internal.idem_outbox o
+           SET attempt = o.attempt OPERATOR(pg_catalog.+) 1,
+               leased_until = t OPERATOR(pg_catalog.+) lease
+          FROM due
+         WHERE o.message_id OPERATOR(pg_catalog.=) due.message_id
+        RETURNING o.message_id, o.msg_key, o.payload, o.headers, o.attempt,
+                  o.emitted_at, o.commit_seq
+    )
+    SELECT l.message_id, l.msg_key::pg_catalog.text, l.payload, l.headers,
+           l.attempt, l.emitted_at
+      FROM leased l
+     ORDER BY l.commit_seq;
+END
+$fetch$;
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_ack(message_ids bigint[])
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $ack$
+DECLARE
+    n bigint;
+    topics text[];
+    keys text[];
+BEGIN
+    IF message_ids IS NULL THEN
+        RAISE EXCEPTION 'argument "message_ids" must not be null' USING ERRCODE = '22004';
+    END IF;
+    -- no user trigger on the outbox runs as the owner for a caller with
+    -- temporary tables: the check of every idem write (0A000)
+    PERFORM idem_internal.idem_outbox_guard();
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        RAISE EXCEPTION 'idem_outbox_ack must run in a READ COMMITTED transaction'
+            USING ERRCODE = '0A000';
+    END IF;
+    SELECT pg_catalog.array_agg(k.topic), pg_catalog.array_agg(k.msg_key)
+      INTO topics, keys
+      FROM (SELECT DISTINCT o.topic::pg_catalog.text AS topic, o.msg_key::pg_catalog.text AS msg_key
+              FROM idem_internal.idem_outbox o
+             WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+               AND o.acked_at IS NULL AND o.msg_key IS NOT NULL) k;
+    IF topics IS NOT NULL THEN
+        PERFORM idem_internal.idem_outbox_lock_keys(topics, keys);
+    END IF;
+
+    -- counted in idem_stats per topic, when the transaction commits
+    WITH acked AS (
+        UPDATE idem_internal.idem_outbox o
+           SET acked_at = pg_catalog.clock_timestamp(), ready = false
+         WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+           AND o.acked_at IS NULL
+        RETURNING o.topic::pg_catalog.text AS topic
+    ), per_topic AS (
+        SELECT a.topic, pg_catalog.count(*) AS n FROM acked a GROUP BY a.topic
+    )
+    SELECT COALESCE(pg_catalog.sum(idem_internal.idem_stats_add(p.topic, 'outbox_acked', p.n)), 0)
+      INTO n
+      FROM per_topic p;
+
+    -- the new head of each key: ready (if it was not already)
+    IF topics IS NOT NULL THEN
+        UPDATE idem_internal.idem_outbox o
+           SET ready = true
+          FROM ROWS FROM (pg_catalog.unnest(topics), pg_catalog.unnest(keys)) AS k(topic, msg_key),
+               LATERAL (SELECT h.message_id
+                          FROM idem_internal.idem_outbox h
+                         WHERE h.topic OPERATOR(pg_catalog.=) k.topic
+                           AND h.msg_key OPERATOR(pg_catalog.=) k.msg_key
+                           AND h.acked_at IS NULL
+                         ORDER BY h.commit_seq
+                         LIMIT 1) head
+         WHERE o.message_id OPERATOR(pg_catalog.=) head.message_id
+           AND NOT o.ready;
+    END IF;
+    RETURN n;
+END
+$ack$;
+
+-- ---------------------------------------------------------------------------
+-- idem_stats: a row per (database, kind, name); kind is operation, topic or
+-- consumer, so that a consumer, a topic and an operation of one name no
+-- longer share a row.  The "(other)" row has kind NULL.
+-- ---------------------------------------------------------------------------
+DROP VIEW @extschema@.idem_stats;
+DROP FUNCTION @extschema@.idem_stats_entries();
+
+CREATE FUNCTION @extschema@.idem_stats_entries(
+    OUT dbid oid, OUT operation text, OUT kind text,
+    OUT calls bigint, OUT executed bigint, OUT replayed bigint, OUT conflicts bigint,
+    OUT in_flight bigint, OUT waits bigint, OUT renewed bigint, OUT failed_final bigint,
+    OUT leases bigint, OUT takeovers bigint, OUT stale_tokens bigint, OUT retries bigint,
+    OUT outbox_emitted bigint, OUT outbox_acked bigint, OUT inbox_duplicates bigint,
+    OUT cleanup_deleted bigint, OUT stats_reset timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_stats_entries'
+LANGUAGE C VOLATILE STRICT;
+
+CREATE VIEW @extschema@.idem_stats AS
+SELECT e.dbid, d.datname, e.operation, e.kind,
+       e.calls, e.executed, e.replayed, e.conflicts, e.in_flight, e.waits, e.renewed,
+       e.failed_final, e.leases, e.takeovers, e.stale_tokens, e.retries,
+       e.outbox_emitted, e.outbox_acked, e.inbox_duplicates, e.cleanup_deleted, e.stats_reset
+  FROM @extschema@.idem_stats_entries() e
+  LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) e.dbid;
+
+COMMENT ON VIEW @extschema@.idem_stats IS
+    'idem: counters per (database, kind, name) since the last idem_stats_reset(); kind is operation, topic or consumer; committed work only for what calls write';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_stats_entries() FROM PUBLIC;
+REVOKE ALL ON @extschema@.idem_stats FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_entries() TO pg_monitor;
+GRANT SELECT ON @extschema@.idem_stats TO pg_monitor;
+
+-- ===========================================================================
+-- from idem--1.7--1.8.sql
+-- ===========================================================================
+/* idem--1.7--1.8.sql */
+
+-- ---------------------------------------------------------------------------
+-- idem_grant(role, kind) gives a role what one kind of user of idem needs
+-- and nothing more; idem_revoke(role, kind) takes it back.  The kinds:
+--
+--   app        the synchronous calls of an application's transaction:
+--              idem_create_order, idem_begin, idem_finish, idem_run,
+--              idem_submit (start a long flow, ask its state) and
+--              idem_outbox_emit (a message in the business transaction)
+--   worker     a long flow's worker: idem_lease, idem_heartbeat,
+--              idem_complete, idem_fail
+--   publisher  an outbox publisher: idem_outbox_fetch, idem_outbox_ack
+--   consumer   an inbox consumer: idem_consume
+--   monitor    the statistics and health: SELECT on idem_stats,
+--              idem_stats_entries(), idem_health(), idem_cleanup_status()
+--
+-- Each also grants USAGE on idem's schema when the role lacks it.  No kind
+-- grants anything on idem's tables: the calls write them as idem's owner.
+--
+-- Both run with the caller's rights (not SECURITY DEFINER): the caller must
+-- be able to grant each of those privileges (idem's owner, a superuser, or
+-- a role holding them WITH GRANT OPTION); otherwise 42501 and nothing is
+-- granted.  They return one row per privilege granted (or revoked).
+-- ---------------------------------------------------------------------------
+
+-- The privileges of a kind: (what, object) pairs, the object qualified.
+CREATE FUNCTION @extschema@.idem_privileges(kind text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $privileges$
+    SELECT p.privilege, p.object
+    FROM (VALUES
+        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_create_order(bigint, text, bigint, integer)'),
+        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_begin(bigint, text, text, jsonb, interval)'),
+        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb)'),
+        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)'),
+        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)'),
+        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb)'),
+        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_lease(text, text, interval, integer, boolean)'),
+        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_heartbeat(bigint, bigint, interval)'),
+        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb)'),
+        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean)'),
+        ('publisher', 'EXECUTE', 'FUNCTION @extschema@.idem_outbox_fetch(text, integer, interval)'),
+        ('publisher', 'EXECUTE', 'FUNCTION @extschema@.idem_outbox_ack(bigint[])'),
+        ('consumer', 'EXECUTE', 'FUNCTION @extschema@.idem_consume(text, text, interval)'),
+        ('monitor', 'SELECT', 'TABLE @extschema@.idem_stats'),
+        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_stats_entries()'),
+        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_health()'),
+        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_cleanup_status()')
+    ) AS p (kind, privilege, object)
+    WHERE p.kind OPERATOR(pg_catalog.=) idem_privileges.kind
+$privileges$;
+
+COMMENT ON FUNCTION @extschema@.idem_privileges(text) IS
+    'idem: the privileges idem_grant gives one kind of user (app, worker, publisher, consumer, monitor)';
+
+-- Grant (grant = true) or revoke the privileges of a kind; for idem_grant
+-- and idem_revoke.
+CREATE FUNCTION idem_internal.idem_grant_kind(role regrole, kind text, grant_them boolean)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $grant$
+DECLARE
+    p record;
+    target text;
+    can boolean;
+    schema_name name := (SELECT n.nspname FROM pg_catalog.pg_extension e
+                         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+                         WHERE e.extname OPERATOR(pg_catalog.=) 'idem');
+    needs_usage boolean;
+BEGIN
+    IF role IS NULL OR kind IS NULL THEN
+        RAISE EXCEPTION 'idem_%: role and kind must not be NULL', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF NOT EXISTS (SELECT FROM @extschema@.idem_privileges(kind)) THEN
+        RAISE EXCEPTION 'unknown kind of idem user: "%"', kind
+            USING ERRCODE = '22023',
+                  HINT = 'The kinds are app, worker, publisher, consumer and monitor.';
+    END IF;
+    -- every privilege is checked first: nothing is granted unless all can be
+    FOR p IN SELECT * FROM @extschema@.idem_privileges(kind) LOOP
+        target := pg_catalog.substr(p.object, pg_catalog.strpos(p.object, ' ') + 1);
+        IF p.object LIKE 'FUNCTION %' THEN
+            can := pg_catalog.has_function_privilege(target::pg_catalog.regprocedure, 'EXECUTE WITH GRANT OPTION');
+        ELSE
+            can := pg_catalog.has_table_privilege(target::pg_catalog.regclass, 'SELECT WITH GRANT OPTION');
+        END IF;
+        IF NOT can THEN
+            RAISE EXCEPTION 'permission denied to % idem''s "%" privileges', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END, kind
+                USING ERRCODE = '42501',
+                      DETAIL = pg_catalog.format('%I cannot grant %s ON %s.', current_user, p.privilege, p.object),
+                      HINT = 'Run it as idem''s owner or as a superuser.';
+        END IF;
+    END LOOP;
+    needs_usage := grant_them AND NOT pg_catalog.has_schema_privilege(role, schema_name, 'USAGE');
+    IF needs_usage AND NOT pg_catalog.has_schema_privilege(schema_name, 'USAGE WITH GRANT OPTION') THEN
+        RAISE EXCEPTION 'permission denied to grant idem''s "%" privileges', kind
+            USING ERRCODE = '42501',
+                  DETAIL = pg_catalog.format('%I cannot grant USAGE ON SCHEMA %I.', current_user, schema_name),
+                  HINT = 'Run it as idem''s owner or as a superuser.';
+    END IF;
+    IF needs_usage THEN
+        EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO %s', schema_name, role);
+        privilege := 'USAGE';
+        object := pg_catalog.format('SCHEMA %I', schema_name);
+        RETURN NEXT;
+    END IF;
+    FOR p IN SELECT * FROM @extschema@.idem_privileges(kind) LOOP
+        IF grant_them THEN
+            EXECUTE pg_catalog.format('GRANT %s ON %s TO %s', p.privilege, p.object, role);
+        ELSE
+            EXECUTE pg_catalog.format('REVOKE %s ON %s FROM %s', p.privilege, p.object, role);
+        END IF;
+        privilege := p.privilege;
+        object := p.object;
+        RETURN NEXT;
+    END LOOP;
+END
+$grant$;
+
+-- (PUBLIC keeps EXECUTE on idem_grant_kind: it runs with the caller's
+-- rights, so it can grant only what the caller could; idem_grant and
+-- idem_revoke, which a granting role is given, call it.)
+COMMENT ON FUNCTION idem_internal.idem_grant_kind(regrole, text, boolean) IS
+    'idem: for idem_grant and idem_revoke';
+
+CREATE FUNCTION @extschema@.idem_grant(role regrole, kind text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM idem_internal.idem_grant_kind(role, kind, true) $$;
+
+COMMENT ON FUNCTION @extschema@.idem_grant(regrole, text) IS
+    'idem: grant role what one kind of idem user needs: app, worker, publisher, consumer or monitor';
+
+CREATE FUNCTION @extschema@.idem_revoke(role regrole, kind text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM idem_internal.idem_grant_kind(role, kind, false) $$;
+
+COMMENT ON FUNCTION @extschema@.idem_revoke(regrole, text) IS
+    'idem: revoke from role what idem_grant gave it for one kind (its schema USAGE stays)';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_grant(regrole, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_revoke(regrole, text) FROM PUBLIC;
+
+-- ===========================================================================
+-- from idem--1.8--1.9.sql
+-- ===========================================================================
+/* idem--1.8--1.9.sql */
+
+-- ---------------------------------------------------------------------------
+-- idem_outcome, what idem_begin and idem_run return, tells when the key's
+-- record expires: a replay, the stored expiry; idem_run's first execution,
+-- the expiry it stored; idem_begin's claim, the expiry idem_finish will
+-- store for a success (2xx/3xx) in this transaction; a 4xx result expires
+-- after idem.failure_ttl instead.  The client libraries send it as the
+-- Idempotency-Expires header (clients/CONTRACT.md).
+-- ---------------------------------------------------------------------------
+ALTER TYPE @extschema@.idem_outcome ADD ATTRIBUTE expires_at timestamptz;
+
+-- ===========================================================================
+-- from idem--1.9--1.10.sql
+-- ===========================================================================
+/* idem--1.9--1.10.sql */
+
+-- ---------------------------------------------------------------------------
+-- Per-operation policy, kept in the database: two operations with other
+-- needs (a 24-hour order key, a 30-day payment key) side by side.  A NULL
+-- column is "the GUC".  Precedence: a call's own argument (ttl) > the
+-- operation's policy > the GUC > the built-in default.  Each backend reads
+-- the table once and again only after it changed (idem_set_policy,
+-- idem_drop_policy and any other write of it invalidate every backend's
+-- copy at commit): no table lookup on a call's path.
+-- ---------------------------------------------------------------------------
+CREATE TABLE idem_internal.idem_policy (
+    operation     text PRIMARY KEY CHECK (operation OPERATOR(pg_catalog.~) '^[A-Za-z0-9_.:-]{1,64}$'),
+    ttl           interval,
+    failure_ttl   interval,
+    wait_timeout  interval,
+    max_attempts  integer,
+    retry_base    interval,
+    retry_max     interval,
+    redact        text[],
+    key_format    text CHECK (key_format OPERATOR(pg_catalog.=) ANY (ARRAY['token', 'uuid', 'ulid']::text[])),
+    reject_weak_keys boolean,
+    updated_at    timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+REVOKE ALL ON idem_internal.idem_policy FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_policy', '');
+
+-- any write of the table invalidates every backend's copy at commit
+CREATE FUNCTION idem_internal.idem_policy_changed() RETURNS trigger
+LANGUAGE C AS 'MODULE_PATHNAME', 'idem_policy_changed';
+REVOKE ALL ON FUNCTION idem_internal.idem_policy_changed() FROM PUBLIC;
+CREATE TRIGGER idem_policy_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
+    ON idem_internal.idem_policy FOR EACH STATEMENT EXECUTE FUNCTION idem_internal.idem_policy_changed();
+
+-- what an omitted argument of idem_set_policy defaults to: "leave it
+-- unchanged", told apart from an explicit NULL ("back to the GUC")
+CREATE FUNCTION idem_internal.idem_policy_unchanged_interval() RETURNS interval
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
+CREATE FUNCTION idem_internal.idem_policy_unchanged_integer() RETURNS integer
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
+CREATE FUNCTION idem_internal.idem_policy_unchanged_textarray() RETURNS text[]
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
+CREATE FUNCTION idem_internal.idem_policy_unchanged_text() RETURNS text
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
+CREATE FUNCTION idem_internal.idem_policy_unchanged_boolean() RETURNS boolean
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
+
+-- idem_set_policy(operation, ...): every argument after operation named and
+-- optional; omitted: unchanged; NULL: the GUC.  Superuser or the
+-- extension's owner only (42501); bad values 22023.  Returns the policy.
+CREATE FUNCTION @extschema@.idem_set_policy(
+    operation text,
+    ttl interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    failure_ttl interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    wait_timeout interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    max_attempts integer DEFAULT idem_internal.idem_policy_unchanged_integer(),
+    retry_base interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    retry_max interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    redact text[] DEFAULT idem_internal.idem_policy_unchanged_textarray(),
+    key_format text DEFAULT idem_internal.idem_policy_unchanged_text(),
+    reject_weak_keys boolean DEFAULT idem_internal.idem_policy_unchanged_boolean())
+RETURNS idem_internal.idem_policy
+LANGUAGE C VOLATILE CALLED ON NULL INPUT AS 'MODULE_PATHNAME', 'idem_set_policy';
+
+-- idem_drop_policy(operation): true if it had one
+CREATE FUNCTION @extschema@.idem_drop_policy(operation text) RETURNS boolean
+LANGUAGE C VOLATILE STRICT AS 'MODULE_PATHNAME', 'idem_drop_policy';
+
+-- the markers return NULL and stay callable by PUBLIC: a caller's
+-- idem_set_policy fails on its own check (42501), with its own message
+REVOKE ALL ON FUNCTION @extschema@.idem_set_policy(text, interval, interval, interval, integer, interval, interval, text[], text, boolean),
+    @extschema@.idem_drop_policy(text) FROM PUBLIC;
+
+-- the policies, readable by pg_monitor
+CREATE VIEW @extschema@.idem_policies AS
+    SELECT operation, ttl, failure_ttl, wait_timeout, max_attempts, retry_base, retry_max,
+           redact, key_format, reject_weak_keys, updated_at
+    FROM idem_internal.idem_policy;
+REVOKE ALL ON @extschema@.idem_policies FROM PUBLIC;
+GRANT SELECT ON @extschema@.idem_policies TO pg_monitor;
+
+-- ===========================================================================
+-- from idem--1.10--1.11.sql
+-- ===========================================================================
+/* idem--1.10--1.11.sql */
+
+-- ---------------------------------------------------------------------------
+-- Retention that keeps the audit trail.  When a finished record expires,
+-- its audit fields (owner, operation, key, request fingerprint, status,
+-- HTTP status, resource id, times) move to idem_history if its operation
+-- has an audit period (the policy's audit_ttl, else idem.audit_ttl): at
+-- the cleanup, or when the key executes afresh, whichever comes first.
+-- The request and the response (body, headers, task request, task
+-- payload, last error) go with the record.  A history row lives until
+-- audit_until = expires_at + audit_ttl; with reuse_after_expiry 'refuse'
+-- a key is refused (IK007) until then instead of executing again.
+-- ---------------------------------------------------------------------------
+ALTER TABLE idem_internal.idem_policy
+    ADD COLUMN audit_ttl interval,
+    ADD COLUMN reuse_after_expiry text
+        CHECK (reuse_after_expiry OPERATOR(pg_catalog.=) ANY (ARRAY['execute', 'refuse']::text[]));
+
+CREATE TABLE idem_internal.idem_history (
+    owner_id            bigint NOT NULL,
+    operation           varchar(64) NOT NULL,
+    idempotency_key     varchar(128) NOT NULL,
+    record_id           bigint NOT NULL,
+    request_hash        char(64) NOT NULL,
+    fingerprint_version smallint,
+    status              varchar(20) NOT NULL,
+    http_status         integer,
+    resource_id         bigint,
+    created_at          timestamptz NOT NULL,
+    updated_at          timestamptz NOT NULL,
+    expires_at          timestamptz NOT NULL,
+    archived_at         timestamptz NOT NULL,
+    audit_until         timestamptz NOT NULL,
+    CONSTRAINT pk_idem_history PRIMARY KEY (owner_id, record_id)
+);
+-- what a refused key is looked up by, and what the cleanup deletes by
+CREATE INDEX idem_history_key ON idem_internal.idem_history (owner_id, operation, idempotency_key);
+CREATE INDEX idem_history_audit_until ON idem_internal.idem_history (audit_until);
+
+COMMENT ON TABLE idem_internal.idem_history IS
+    'idem: the audit fields of expired executions, kept until audit_until (the operation''s audit_ttl)';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_history', '');
+REVOKE ALL ON idem_internal.idem_history FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- A keyed fingerprint: with idem.fingerprint_keys_file set, a record's
+-- request_hash is HMAC-SHA-256 (keyed by that file's newest secret) of the
+-- request's SHA-256, and fingerprint_version names the secret; NULL is
+-- the plain SHA-256 of earlier records.
+-- Headers kept as given: response_header_list holds a json form
+-- (an object, or an array of [name, value] pairs) byte for byte, where a
+-- caller gave one; response_headers the jsonb form otherwise.
+-- ---------------------------------------------------------------------------
+-- (IF NOT EXISTS: on a Citus cluster the coordinator's update propagates
+-- this to the workers, which run this script too; one column a statement:
+-- Citus sends an ALTER TABLE of several to a worker as several commands)
+ALTER TABLE idem_internal.idempotency_record ADD COLUMN IF NOT EXISTS fingerprint_version smallint;
+ALTER TABLE idem_internal.idempotency_record ADD COLUMN IF NOT EXISTS response_header_list json;
+
+COMMENT ON COLUMN idem_internal.idempotency_record.fingerprint_version IS
+    'idem: the idem.fingerprint_keys_file secret request_hash is keyed with (HMAC-SHA-256); NULL: plain SHA-256';
+COMMENT ON COLUMN idem_internal.idempotency_record.response_header_list IS
+    'idem: response headers as given in json form (an object, or [name, value] pairs), replayed byte for byte';
+
+-- The inbox remembers whose message it took (idem_consume's owner), so that
+-- idem_forget_owner finds it.
+-- Its index: here, or on a Citus cluster distributed before 1.11 by
+-- idem_distribute() run again (Citus takes no CREATE INDEX on a
+-- distributed table from an extension's script).
+ALTER TABLE idem_internal.idem_inbox ADD COLUMN IF NOT EXISTS owner_id bigint;
+DO $inbox$
+DECLARE
+    distributed boolean := false;
+BEGIN
+    -- (dynamic: pg_dist_partition exists only with Citus)
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                                 WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1)'
+            INTO distributed USING 'idem_internal.idem_inbox'::pg_catalog.regclass;
+    END IF;
+    IF NOT distributed THEN
+        CREATE INDEX idem_inbox_owner ON idem_internal.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
+    END IF;
+END
+$inbox$;
+
+-- What a handler of idem_run may return instead of idem_result: headers in
+-- json form, kept as given.
+CREATE TYPE @extschema@.idem_response AS (
+    http_status integer,
+    body        json,
+    headers     json,
+    resource_id bigint
+);
+
+-- What idem_begin and idem_run return: the headers as stored, in json form
+-- too (header_list), next to the jsonb object (headers).
+ALTER TYPE @extschema@.idem_outcome ADD ATTRIBUTE header_list json;
+
+-- ---------------------------------------------------------------------------
+-- New signatures.  A function is replaced (the old signature dropped, so
+-- that positional calls of it stay unambiguous): idem_finish and
+-- idem_complete take header_list json, idem_consume the owner.  As with
+-- PostgreSQL's own modules, privileges granted on the old function do not
+-- pass to the new one (granted in this script they would be recorded as
+-- the extension's initial privileges, which pg_dump leaves out): the update
+-- warns which roles had EXECUTE, so that the administrator grants it again
+-- (idem_grant) in the same transaction.
+-- ---------------------------------------------------------------------------
+DO $replace$
+DECLARE
+    f record;
+    roles text;
+BEGIN
+    FOR f IN
+        SELECT * FROM (VALUES
+            ('@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb)',
+             $create$CREATE FUNCTION @extschema@.idem_finish(
+                 owner bigint, operation text, key text, http_status integer, body json,
+                 resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL,
+                 header_list json DEFAULT NULL)
+             RETURNS void AS 'MODULE_PATHNAME', 'idem_finish' LANGUAGE C VOLATILE$create$,
+             '@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)', 'app'),
+            ('@extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb)',
+             $create$CREATE FUNCTION @extschema@.idem_complete(
+                 task_id bigint, token bigint, http_status integer, body json,
+                 resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL,
+                 header_list json DEFAULT NULL)
+             RETURNS void AS 'MODULE_PATHNAME', 'idem_complete' LANGUAGE C VOLATILE$create$,
+             '@extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json)', 'worker'),
+            ('@extschema@.idem_consume(text, text, interval)',
+             $create$CREATE FUNCTION @extschema@.idem_consume(
+                 consumer text, message_id text, ttl interval DEFAULT NULL, owner bigint DEFAULT NULL)
+             RETURNS boolean AS 'MODULE_PATHNAME', 'idem_consume' LANGUAGE C VOLATILE$create$,
+             '@extschema@.idem_consume(text, text, interval, bigint)', 'consumer')
+        ) AS v (old, create_it, new, kind)
+    LOOP
+        SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)), ', ')
+          INTO roles
+          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+         WHERE p.oid OPERATOR(pg_catalog.=) f.old::pg_catalog.regprocedure
+           AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+           AND a.grantee OPERATOR(pg_catalog.<>) 0
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner;
+        EXECUTE 'DROP FUNCTION ' OPERATOR(pg_catalog.||) f.old;
+        EXECUTE f.create_it;
+        EXECUTE 'REVOKE ALL ON FUNCTION ' OPERATOR(pg_catalog.||) f.new OPERATOR(pg_catalog.||) ' FROM PUBLIC';
+        IF roles IS NOT NULL THEN
+            RAISE WARNING 'idem 1.11 replaced % by %: EXECUTE granted to % on the old function is not carried over',
+                f.old, f.new, roles
+                USING HINT = pg_catalog.format('Grant it again in the same transaction as the update: SELECT idem_grant(role, %L) for each role, or GRANT EXECUTE ON FUNCTION %s TO %s.',
+                                               f.kind, f.new, roles);
+        END IF;
+    END LOOP;
+END
+$replace$;
+
+COMMENT ON FUNCTION @extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json) IS
+    'idem: store the result of the key this transaction claimed with idem_begin';
+COMMENT ON FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json) IS
+    'idem: store the task''s result in the worker''s transaction (2xx/3xx SUCCEEDED, 4xx FAILED_FINAL); IK004 if the token is stale';
+COMMENT ON FUNCTION @extschema@.idem_consume(text, text, interval, bigint) IS
+    'idem: true the first time consumer takes message_id in a committed transaction, false for every redelivery';
+
+DROP VIEW @extschema@.idem_policies;
+DROP FUNCTION @extschema@.idem_set_policy(text, interval, interval, interval, integer, interval, interval, text[], text, boolean);
+
+-- idem_set_policy(operation, ...): every argument after operation named and
+-- optional; omitted: unchanged; NULL: the GUC.  Superuser or the
+-- extension's owner only (42501); bad values 22023.  Returns the policy.
+CREATE FUNCTION @extschema@.idem_set_policy(
+    operation text,
+    ttl interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    failure_ttl interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    wait_timeout interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    max_attempts integer DEFAULT idem_internal.idem_policy_unchanged_integer(),
+    retry_base interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    retry_max interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    audit_ttl interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    reuse_after_expiry text DEFAULT idem_internal.idem_policy_unchanged_text(),
+    redact text[] DEFAULT idem_internal.idem_policy_unchanged_textarray(),
+    key_format text DEFAULT idem_internal.idem_policy_unchanged_text(),
+    reject_weak_keys boolean DEFAULT idem_internal.idem_policy_unchanged_boolean())
+RETURNS idem_internal.idem_policy
+LANGUAGE C VOLATILE CALLED ON NULL INPUT AS 'MODULE_PATHNAME', 'idem_set_policy';
+REVOKE ALL ON FUNCTION @extschema@.idem_set_policy(text, interval, interval, interval, integer, interval, interval, interval, text, text[], text, boolean) FROM PUBLIC;
+
+-- the policies, readable by pg_monitor
+CREATE VIEW @extschema@.idem_policies AS
+    SELECT operation, ttl, failure_ttl, wait_timeout, max_attempts, retry_base, retry_max,
+           audit_ttl, reuse_after_expiry, redact, key_format, reject_weak_keys, updated_at
+    FROM idem_internal.idem_policy;
+REVOKE ALL ON @extschema@.idem_policies FROM PUBLIC;
+GRANT SELECT ON @extschema@.idem_policies TO pg_monitor;
+
+-- ---------------------------------------------------------------------------
+-- idem_audit: every execution of a key, the live records and the history,
+-- without requests or responses.  pg_monitor reads every owner; another
+-- role granted SELECT on the view and EXECUTE on idem_audit_entries()
+-- reads only the owners its idem.allowed_owners names (every owner when
+-- that is empty, as for calls).  A function, read as idem's owner, so that
+-- no view depends on the columns of idem's tables; given an owner, it reads
+-- that owner's rows only, through the indexes.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION @extschema@.idem_audit_entries(
+    owner bigint DEFAULT NULL,
+    OUT owner_id bigint, OUT operation text, OUT idempotency_key text, OUT record_id bigint,
+    OUT status text, OUT http_status integer, OUT resource_id bigint, OUT request_hash text,
+    OUT executed_at timestamptz, OUT finished_at timestamptz, OUT expires_at timestamptz,
+    OUT archived_at timestamptz, OUT audit_until timestamptz, OUT live boolean)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_audit_entries'
+LANGUAGE C STABLE CALLED ON NULL INPUT;
+REVOKE ALL ON FUNCTION @extschema@.idem_audit_entries(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_audit_entries(bigint) TO pg_monitor;
+
+-- (its argument typed: no other idem_audit_entries can be the one called)
+CREATE VIEW @extschema@.idem_audit AS
+    SELECT * FROM @extschema@.idem_audit_entries(NULL::pg_catalog.int8);
+REVOKE ALL ON @extschema@.idem_audit FROM PUBLIC;
+GRANT SELECT ON @extschema@.idem_audit TO pg_monitor;
+
+COMMENT ON VIEW @extschema@.idem_audit IS
+    'idem: every execution of a key, live (the record) or past (idem_history), without requests or responses';
+
+-- ---------------------------------------------------------------------------
+-- idem_forget_owner(owner): an erasure request.  Removes every record,
+-- history row and inbox entry of the owner, in batches of batch_size rows
+-- a statement, at most max_batches batches a table (all when NULL);
+-- returns how many rows went.  Superuser only.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION @extschema@.idem_forget_owner(
+    owner bigint, batch_size integer DEFAULT 10000, max_batches integer DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $forget$
+DECLARE
+    total bigint := 0;
+    n bigint;
+    batches integer;
+    tbl text;
+    keys text;
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied to forget an owner'
+            USING ERRCODE = '42501', HINT = 'Only a superuser may call idem_forget_owner.';
+    END IF;
+    IF owner IS NULL OR batch_size IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null', CASE WHEN owner IS NULL THEN 'owner' ELSE 'batch_size' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF batch_size OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION 'batch_size must be at least 1' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The call has batch_size %s.', batch_size);
+    END IF;
+    IF max_batches OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION 'max_batches must be at least 1, or NULL for no limit' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The call has max_batches %s.', max_batches);
+    END IF;
+
+    -- each table in statements of batch_size rows, at most max_batches
+    FOR tbl, keys IN SELECT * FROM (VALUES
+        ('idem_internal.idempotency_record', 'id'),
+        ('idem_internal.idem_history', 'record_id'),
+        ('idem_internal.idem_inbox', 'consumer, message_id')) AS t (tbl, keys)
+    LOOP
+        batches := 0;
+        LOOP
+            EXECUTE pg_catalog.format(
+                'DELETE FROM %1$s WHERE owner_id OPERATOR(pg_catalog.=) $1 AND (%2$s) IN'
+                ' (SELECT %2$s FROM %1$s WHERE owner_id OPERATOR(pg_catalog.=) $1 LIMIT $2)', tbl, keys)
+                USING owner, batch_size;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            total := total OPERATOR(pg_catalog.+) n;
+            batches := batches OPERATOR(pg_catalog.+) 1;
+            EXIT WHEN n OPERATOR(pg_catalog.<) batch_size OR batches OPERATOR(pg_catalog.>=) max_batches;
+        END LOOP;
+    END LOOP;
+    RETURN total;
+END
+$forget$;
+REVOKE ALL ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer) IS
+    'idem: an erasure request: remove every record, history row and inbox entry of owner (superuser only)';
+
+-- The privileges of a kind, with the new signatures, and the audit for
+-- monitors.
+CREATE OR REPLACE FUNCTION @extschema@.idem_privileges(kind text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $privileges$
+    SELECT p.privilege, p.object
+    FROM (VALUES
+        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_create_order(bigint, text, bigint, integer)'),
+        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_begin(bigint, text, text, jsonb, interval)'),
+        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)'),
+        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)'),
+        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)'),
+        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb)'),
+        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_lease(text, text, interval, integer, boolean)'),
+        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_heartbeat(bigint, bigint, interval)'),
+        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json)'),
+        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean)'),
+        ('publisher', 'EXECUTE', 'FUNCTION @extschema@.idem_outbox_fetch(text, integer, interval)'),
+        ('publisher', 'EXECUTE', 'FUNCTION @extschema@.idem_outbox_ack(bigint[])'),
+        ('consumer', 'EXECUTE', 'FUNCTION @extschema@.idem_consume(text, text, interval, bigint)'),
+        ('monitor', 'SELECT', 'TABLE @extschema@.idem_stats'),
+        ('monitor', 'SELECT', 'TABLE @extschema@.idem_audit'),
+        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_audit_entries(bigint)'),
+        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_stats_entries()'),
+        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_health()'),
+        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_cleanup_status()')
+    ) AS p (kind, privilege, object)
+    WHERE p.kind OPERATOR(pg_catalog.=) idem_privileges.kind
+$privileges$;
+
+-- ---------------------------------------------------------------------------
+-- idem_distribute() of 1.11: the new signatures delegated, idem_history
+-- distributed by owner with the records, idem_policy a reference table
+-- (every node holds the policies).  On a cluster distributed before 1.11,
+-- run it again after the update.
+-- ---------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION @extschema@.idem_distribute()
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $dist$
+DECLARE
+    r record;
+    version text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles ro
+                    WHERE ro.rolname OPERATOR(pg_catalog.=) CURRENT_USER AND ro.rolsuper) THEN
+        RAISE EXCEPTION 'permission denied to distribute idem'
+            USING ERRCODE = '42501', HINT = 'Run idem_distribute() as a superuser.';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e
+                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idem_distribute() needs the Citus extension'
+            USING ERRCODE = '0A000',
+                  DETAIL = 'Citus is not installed in this database; nothing was changed.',
+                  HINT = 'Install Citus (its packages are at https://github.com/citusdata/citus), CREATE EXTENSION citus before idem, and add the worker nodes.';
+    END IF;
+    IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) OPERATOR(pg_catalog.<>) 0 THEN
+        RAISE EXCEPTION 'idem_distribute() must run on the Citus coordinator'
+            USING ERRCODE = '55000';
+    END IF;
+    PERFORM idem_internal.idem_distribute_node();
+
+    SELECT e.extversion INTO version FROM pg_catalog.pg_extension e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'idem';
+    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
+               FROM pg_catalog.run_command_on_workers(
+                    'SELECT extversion FROM pg_catalog.pg_extension WHERE extname = ''idem''') w LOOP
+        IF NOT r.success OR r.result IS DISTINCT FROM version THEN
+            RAISE EXCEPTION 'idem % is not installed on worker node %:%', version, r.nodename, r.nodeport
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('The node answered: %s', r.result),
+                      HINT = 'Citus creates an extension on every node when it is created on the coordinator: install idem''s files on every node, then ALTER EXTENSION idem UPDATE.';
+        END IF;
+    END LOOP;
+    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
+               FROM pg_catalog.run_command_on_workers(
+                    'SELECT idem_internal.idem_distribute_node()') w LOOP
+        IF NOT r.success THEN
+            RAISE EXCEPTION 'idem_distribute() failed on worker node %:%', r.nodename, r.nodeport
+                USING ERRCODE = '55000', DETAIL = r.result;
+        END IF;
+    END LOOP;
+
+    -- the distributed tables, each once: records and orders by owner,
+    -- co-located; the inbox by consumer; (1.11) an owner's history with its
+    -- records
+    FOR r IN SELECT * FROM (VALUES
+                 ('idem_internal.idempotency_record', 'owner_id', 'default'),
+                 ('idem_internal.purchase_order', 'owner_id', 'idem_internal.idempotency_record'),
+                 ('idem_internal.idem_inbox', 'consumer', 'default'),
+                 ('idem_internal.idem_history', 'owner_id', 'idem_internal.idempotency_record')) AS v (tbl, col, colocate)
+    LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                        WHERE p.logicalrelid OPERATOR(pg_catalog.=) r.tbl::pg_catalog.regclass) THEN
+            PERFORM pg_catalog.create_distributed_table(r.tbl::pg_catalog.regclass, r.col,
+                                                        colocate_with => r.colocate);
+        END IF;
+    END LOOP;
+    -- the inbox by owner (on a cluster distributed before 1.11)
+    IF pg_catalog.to_regclass('idem_internal.idem_inbox_owner') IS NULL THEN
+        CREATE INDEX idem_inbox_owner ON idem_internal.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
+    END IF;
+    -- the policies on every node
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.idem_policy'::pg_catalog.regclass) THEN
+        -- its statement trigger only tells the node's backends that the
+        -- policies changed: Citus puts it on every placement
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+        PERFORM pg_catalog.create_reference_table('idem_internal.idem_policy');
+    END IF;
+
+    -- force_delegation: delegated inside a transaction block too, as part of
+    -- the distributed transaction
+    FOR r IN SELECT f.fn::pg_catalog.regprocedure AS fn, f.tbl
+               FROM (VALUES
+                   ('@extschema@.idem_create_order(bigint, text, bigint, integer)', 'idem_internal.idempotency_record'),
+                   ('@extschema@.idem_begin(bigint, text, text, jsonb, interval)', 'idem_internal.idempotency_record'),
+                   ('@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)', 'idem_internal.idempotency_record'),
+                   ('@extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)', 'idem_internal.idempotency_record'),
+                   ('@extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)', 'idem_internal.idempotency_record'),
+                   ('@extschema@.idem_consume(text, text, interval, bigint)', 'idem_internal.idem_inbox')) AS f (fn, tbl) LOOP
+        PERFORM pg_catalog.create_distributed_function(r.fn, '$1', colocate_with => r.tbl,
+                                                       force_delegation => true);
+    END LOOP;
+END
+$dist$;
+
+-- ===========================================================================
+-- from idem--1.11--1.12.sql
+-- ===========================================================================
+/* idem--1.11--1.12.sql */
+
+-- ---------------------------------------------------------------------------
+-- The outbox's drain, made cheaper without changing what it guarantees
+-- (per-key commit order, leases, at-least-once delivery):
+--
+-- * An acknowledged message is deleted by idem_outbox_ack itself instead of
+--   being marked (acked_at, ready = false) for the cleanup to delete later:
+--   one write per message instead of two.  Messages acknowledged before the
+--   update are still deleted by the cleanup (idem_outbox_acked).
+-- * The lease of idem_outbox_fetch is a HOT update (it changes no indexed
+--   column): with fillfactor 50 a page keeps room for a new version of each
+--   of its rows, so a lease no longer moves a row to another page and adds
+--   an entry to each index.  Pages written from now on; a table rewrite
+--   (VACUUM FULL) applies it to the older ones.
+-- * An acknowledgement of more than 16 keys took the outbox-wide key lock
+--   in EXCLUSIVE mode, so that two such publishers' acknowledgements ran
+--   one at a time; it now takes it in SHARE mode, which still excludes
+--   every committing emitter and lets acknowledgements run together.  They
+--   order themselves on the rows: every message an acknowledgement deletes
+--   is its key's head (the one ready message of the key: all a fetch hands
+--   out), and the key's next message is touched by nobody else meanwhile.
+--   An acknowledgement of a message that is not its key's head (an id not
+--   obtained from a fetch) takes the lock in EXCLUSIVE mode, as before.
+--   The acknowledgement is C now (outbox.c), one pass over the messages
+--   instead of four statements.
+-- ---------------------------------------------------------------------------
+ALTER TABLE idem_internal.idem_outbox SET (fillfactor = 50);
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_fetch(
+    topic text, batch integer DEFAULT 100, lease interval DEFAULT '30 seconds')
+RETURNS TABLE (message_id bigint, msg_key text, payload jsonb, headers jsonb,
+               attempt integer, emitted_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $fetch$
+#variable_conflict use_column
+DECLARE
+    t timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF idem_outbox_fetch.topic IS NULL OR batch IS NULL OR lease IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null',
+            CASE WHEN idem_outbox_fetch.topic IS NULL THEN 'topic'
+                 WHEN batch IS NULL THEN 'batch' ELSE 'lease' END
+            USING ERRCODE = '22004';
+    END IF;
+    -- no user trigger on the outbox runs as the owner for a caller with
+    -- temporary tables: the check of every idem write (0A000)
+    PERFORM idem_internal.idem_outbox_guard();
+    IF idem_outbox_fetch.topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,128}$' THEN
+        RAISE EXCEPTION 'topic must be 1 to 128 characters from A-Z, a-z, 0-9, "_", ".", ":" and "-"'
+            USING ERRCODE = '22023';
+    END IF;
+    IF batch OPERATOR(pg_catalog.<) 1 OR batch OPERATOR(pg_catalog.>) 10000 THEN
+        RAISE EXCEPTION 'batch must be between 1 and 10000'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has batch %s.', batch);
+    END IF;
+    IF lease OPERATOR(pg_catalog.<=) interval '0' THEN
+        RAISE EXCEPTION 'lease must be a positive interval'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has lease %s.', lease);
+    END IF;
+
+    -- the locked rows are updated where the lock found them (ctid): the
+    -- lock holds them until the end of the transaction
+    RETURN QUERY
+    WITH due AS (
+        SELECT o.ctid
+          FROM idem_internal.idem_outbox o
+         WHERE o.topic OPERATOR(pg_catalog.=) idem_outbox_fetch.topic
+           AND o.acked_at IS NULL AND o.ready
+           AND (o.leased_until IS NULL OR o.leased_until OPERATOR(pg_catalog.<=) t)
+         ORDER BY o.commit_seq
+         LIMIT batch
+           FOR UPDATE OF o SKIP LOCKED
+    ), leased AS (
+        UPDATE idem_internal.idem_outbox o
+           SET attempt = o.attempt OPERATOR(pg_catalog.+) 1,
+               leased_until = t OPERATOR(pg_catalog.+) lease
+          FROM due
+         WHERE o.ctid OPERATOR(pg_catalog.=) due.ctid
+        RETURNING o.message_id, o.msg_key, o.payload, o.headers, o.attempt,
+                  o.emitted_at, o.commit_seq
+    )
+    SELECT l.message_id, l.msg_key::pg_catalog.text, l.payload, l.headers,
+           l.attempt, l.emitted_at
+      FROM leased l
+     ORDER BY l.commit_seq;
+END
+$fetch$;
+
+-- The acknowledgement is C (outbox.c): it writes as the extension's owner
+-- like idem_outbox_emit, so it is no longer SECURITY DEFINER.
+CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_ack(message_ids bigint[])
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_outbox_ack'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_outbox_ack(bigint[]) IS
+    'idem: delete the acknowledged messages (the publisher has them confirmed by its broker) and make each key''s next message deliverable; returns how many were not already acknowledged';
+
+-- ---------------------------------------------------------------------------
+-- No sequence value twice across a promotion.  idem hands values of its
+-- sequences out (message ids an inbox keeps, fencing tokens a cut-off
+-- worker holds, order ids and numbers, task ids); a standby promoted after
+-- asynchronous replication has only the values it replayed and would hand
+-- out again those the old primary drew since.  So the first draw on a new
+-- timeline moves each idem sequence 2^36 ahead, and idem_timeline_seq
+-- records the timeline that was done for (sequence.c).  Marked now with the
+-- current timeline: only a later one moves the sequences.
+-- ---------------------------------------------------------------------------
+CREATE SEQUENCE idem_internal.idem_timeline_seq MINVALUE 0 START 0;
+
+COMMENT ON SEQUENCE idem_internal.idem_timeline_seq IS
+    'idem: the timeline idem''s sequences were last moved ahead for (a new one moves them 2^36 on its first draw)';
+
+REVOKE ALL ON SEQUENCE idem_internal.idem_timeline_seq FROM PUBLIC;
+
+CREATE FUNCTION idem_internal.idem_timeline_mark()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_timeline_mark'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION idem_internal.idem_timeline_mark() IS
+    'idem: record the current timeline in idem_timeline_seq without moving the sequences (CREATE EXTENSION, the update to 1.12)';
+
+REVOKE ALL ON FUNCTION idem_internal.idem_timeline_mark() FROM PUBLIC;
+
+SELECT idem_internal.idem_timeline_mark();
+
+-- ===========================================================================
+-- from idem--1.12--1.13.sql
+-- ===========================================================================
+-- The cleanup of a Citus cluster runs on each worker node: there it calls
+-- this one, in idem_internal, not the one in the extension's schema.
+CREATE FUNCTION idem_internal.idem_cleanup_node(batch_size integer, max_batches integer)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_cleanup_expired'
+LANGUAGE C VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+REVOKE ALL ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) FROM PUBLIC;
+
+COMMENT ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) IS
+    'idem: idem_cleanup_expired on one Citus worker node (the coordinator''s cleanup calls it there)';
+
+-- ---------------------------------------------------------------------------
+-- The privileges of each kind of user, as OIDs bound when this script runs.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION idem_internal.idem_privileges(kind text)
+RETURNS TABLE (privilege text, object text, fn pg_catalog.regprocedure, rel pg_catalog.regclass)
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT p.privilege,
+           -- spelled as before 1.13: "(bigint, text)"
+           CASE WHEN p.fn IS NOT NULL THEN pg_catalog.format('FUNCTION %s', pg_catalog.replace(p.fn::pg_catalog.text, ',', ', '))
+                ELSE pg_catalog.format('TABLE %s', p.rel) END,
+           p.fn, p.rel
+    FROM (VALUES
+        ('app', 'EXECUTE', '@extschema@.idem_create_order(bigint, text, bigint, integer)'::pg_catalog.regprocedure, NULL::pg_catalog.regclass),
+        ('app', 'EXECUTE', '@extschema@.idem_begin(bigint, text, text, jsonb, interval)'::pg_catalog.regprocedure, NULL),
+        ('app', 'EXECUTE', '@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, NULL),
+        ('app', 'EXECUTE', '@extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)'::pg_catalog.regprocedure, NULL),
+        ('app', 'EXECUTE', '@extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)'::pg_catalog.regprocedure, NULL),
+        ('app', 'EXECUTE', '@extschema@.idem_outbox_emit(text, jsonb, text, jsonb)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_lease(text, text, interval, integer, boolean)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_heartbeat(bigint, bigint, interval)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_fail(bigint, bigint, jsonb, boolean)'::pg_catalog.regprocedure, NULL),
+        ('publisher', 'EXECUTE', '@extschema@.idem_outbox_fetch(text, integer, interval)'::pg_catalog.regprocedure, NULL),
+        ('publisher', 'EXECUTE', '@extschema@.idem_outbox_ack(bigint[])'::pg_catalog.regprocedure, NULL),
+        ('consumer', 'EXECUTE', '@extschema@.idem_consume(text, text, interval, bigint)'::pg_catalog.regprocedure, NULL),
+        ('monitor', 'SELECT', NULL, '@extschema@.idem_stats'::pg_catalog.regclass),
+        ('monitor', 'SELECT', NULL, '@extschema@.idem_audit'::pg_catalog.regclass),
+        ('monitor', 'EXECUTE', '@extschema@.idem_audit_entries(bigint)'::pg_catalog.regprocedure, NULL),
+        ('monitor', 'EXECUTE', '@extschema@.idem_stats_entries()'::pg_catalog.regprocedure, NULL),
+        ('monitor', 'EXECUTE', '@extschema@.idem_health()'::pg_catalog.regprocedure, NULL),
+        ('monitor', 'EXECUTE', '@extschema@.idem_cleanup_status()'::pg_catalog.regprocedure, NULL)
+    ) AS p (kind, privilege, fn, rel)
+    WHERE p.kind OPERATOR(pg_catalog.=) idem_privileges.kind;
+END;
+
+COMMENT ON FUNCTION idem_internal.idem_privileges(text) IS
+    'idem: the privileges of one kind of user, with the objects'' OIDs (idem_privileges, idem_grant)';
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_privileges(kind text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT p.privilege, p.object FROM idem_internal.idem_privileges(idem_privileges.kind) p;
+END;
+
+-- Grant or revoke a kind's privileges; the checks by OID.  The GRANT itself
+-- names the object as it is called now (a GRANT runs nothing).
+CREATE OR REPLACE FUNCTION idem_internal.idem_grant_kind(role regrole, kind text, grant_them boolean)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p record;
+    can boolean;
+    schema_name name := (SELECT n.nspname FROM pg_catalog.pg_extension e
+                         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+                         WHERE e.extname OPERATOR(pg_catalog.=) 'idem');
+    needs_usage boolean;
+BEGIN
+    IF role IS NULL OR kind IS NULL THEN
+        RAISE EXCEPTION 'idem_%: role and kind must not be NULL', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF NOT EXISTS (SELECT FROM idem_internal.idem_privileges(kind)) THEN
+        RAISE EXCEPTION 'unknown kind of idem user: "%"', kind
+            USING ERRCODE = '22023',
+                  HINT = 'The kinds are app, worker, publisher, consumer and monitor.';
+    END IF;
+    -- every privilege is checked first: nothing is granted unless all can be
+    FOR p IN SELECT * FROM idem_internal.idem_privileges(kind) LOOP
+        IF p.fn IS NOT NULL THEN
+            can := pg_catalog.has_function_privilege(p.fn::pg_catalog.oid, 'EXECUTE WITH GRANT OPTION');
+        ELSE
+            can := pg_catalog.has_table_privilege(p.rel::pg_catalog.oid, 'SELECT WITH GRANT OPTION');
+        END IF;
+        IF NOT can THEN
+            RAISE EXCEPTION 'permission denied to % idem''s "%" privileges', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END, kind
+                USING ERRCODE = '42501',
+                      DETAIL = pg_catalog.format('%I cannot grant %s ON %s.', current_user, p.privilege, p.object),
+                      HINT = 'Run it as idem''s owner or as a superuser.';
+        END IF;
+    END LOOP;
+    needs_usage := grant_them AND NOT pg_catalog.has_schema_privilege(role, schema_name, 'USAGE');
+    IF needs_usage AND NOT pg_catalog.has_schema_privilege(schema_name, 'USAGE WITH GRANT OPTION') THEN
+        RAISE EXCEPTION 'permission denied to grant idem''s "%" privileges', kind
+            USING ERRCODE = '42501',
+                  DETAIL = pg_catalog.format('%I cannot grant USAGE ON SCHEMA %I.', current_user, schema_name),
+                  HINT = 'Run it as idem''s owner or as a superuser.';
+    END IF;
+    IF needs_usage THEN
+        EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO %s', schema_name, role);
+        privilege := 'USAGE';
+        object := pg_catalog.format('SCHEMA %I', schema_name);
+        RETURN NEXT;
+    END IF;
+    FOR p IN SELECT * FROM idem_internal.idem_privileges(kind) LOOP
+        IF grant_them THEN
+            EXECUTE pg_catalog.format('GRANT %s ON %s TO %s', p.privilege, p.object, role);
+        ELSE
+            EXECUTE pg_catalog.format('REVOKE %s ON %s FROM %s', p.privilege, p.object, role);
+        END IF;
+        privilege := p.privilege;
+        object := p.object;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_grant(role regrole, kind text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT g.privilege, g.object FROM idem_internal.idem_grant_kind(role, kind, true) g;
+END;
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_revoke(role regrole, kind text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT g.privilege, g.object FROM idem_internal.idem_grant_kind(role, kind, false) g;
+END;
+
+-- ---------------------------------------------------------------------------
+-- The outbox's fetch (SECURITY DEFINER): its table and guard in idem_internal.
+-- ---------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_fetch(
+    topic text,
+    batch integer DEFAULT 100,
+    lease interval DEFAULT interval '30 seconds')
+RETURNS TABLE (message_id bigint, msg_key text, payload jsonb, headers jsonb,
+               attempt integer, emitted_at timestamptz)
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    t timestamptz := pg_catalog.clock_timestamp();
+BEGIN
+    IF idem_outbox_fetch.topic IS NULL OR batch IS NULL OR lease IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null',
+            CASE WHEN idem_outbox_fetch.topic IS NULL THEN 'topic'
+                 WHEN batch IS NULL THEN 'batch' ELSE 'lease' END
+            USING ERRCODE = '22004';
+    END IF;
+    -- no user trigger on the outbox runs as the owner for a caller with
+    -- temporary tables: the check of every idem write (0A000)
+    PERFORM idem_internal.idem_outbox_guard();
+    IF idem_outbox_fetch.topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,128}$' THEN
+        RAISE EXCEPTION 'topic must be 1 to 128 characters from A-Z, a-z, 0-9, "_", ".", ":" and "-"'
+            USING ERRCODE = '22023';
+    END IF;
+    IF batch OPERATOR(pg_catalog.<) 1 OR batch OPERATOR(pg_catalog.>) 10000 THEN
+        RAISE EXCEPTION 'batch must be between 1 and 10000'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has batch %s.', batch);
+    END IF;
+    IF lease OPERATOR(pg_catalog.<=) interval '0' THEN
+        RAISE EXCEPTION 'lease must be a positive interval'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has lease %s.', lease);
+    END IF;
+
+    -- the locked rows are updated where the lock found them (ctid): the
+    -- lock holds them until the end of the transaction
+    RETURN QUERY
+    WITH due AS (
+        SELECT o.ctid
+          FROM idem_internal.idem_outbox o
+         WHERE o.topic OPERATOR(pg_catalog.=) idem_outbox_fetch.topic
+           AND o.acked_at IS NULL AND o.ready
+           AND (o.leased_until IS NULL OR o.leased_until OPERATOR(pg_catalog.<=) t)
+         ORDER BY o.commit_seq
+         LIMIT batch
+           FOR UPDATE OF o SKIP LOCKED
+    ), leased AS (
+        UPDATE idem_internal.idem_outbox o
+           SET attempt = o.attempt OPERATOR(pg_catalog.+) 1,
+               leased_until = t OPERATOR(pg_catalog.+) lease
+          FROM due
+         WHERE o.ctid OPERATOR(pg_catalog.=) due.ctid
+        RETURNING o.message_id, o.msg_key, o.payload, o.headers, o.attempt,
+                  o.emitted_at, o.commit_seq
+    )
+    SELECT l.message_id, l.msg_key::pg_catalog.text, l.payload, l.headers,
+           l.attempt, l.emitted_at
+      FROM leased l
+     ORDER BY l.commit_seq;
+END
+$$;
+
+-- ---------------------------------------------------------------------------
+-- idem_health (SECURITY DEFINER, called by monitors): a SQL-standard body.
+-- ---------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION @extschema@.idem_health(
+    OUT records bigint,
+    OUT expired_backlog bigint,
+    OUT oldest_expires_at timestamptz,
+    OUT processing bigint,
+    OUT oldest_processing_age interval,
+    OUT outbox_unacked bigint,
+    OUT outbox_oldest_unacked_age interval,
+    OUT outbox_acked_backlog bigint,
+    OUT inbox_entries bigint,
+    OUT inbox_expired_backlog bigint,
+    OUT table_bytes bigint,
+    OUT index_bytes bigint,
+    OUT worker_last_run_started timestamptz,
+    OUT worker_last_run_finished timestamptz,
+    OUT worker_last_run_deleted bigint,
+    OUT worker_last_error text,
+    OUT worker_last_error_at timestamptz)
+RETURNS record
+LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+SELECT
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
+      WHERE r.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
+    (SELECT pg_catalog.min(r.expires_at) FROM idem_internal.idempotency_record r),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
+      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
+    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(r.created_at)
+       FROM idem_internal.idempotency_record r
+      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
+    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(o.emitted_at)
+       FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NOT NULL),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i
+      WHERE i.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
+    sizes.table_bytes, sizes.index_bytes,
+    w.last_run_started, w.last_run_finished, w.last_run_deleted, w.last_error, w.last_error_at
+FROM (SELECT pg_catalog.sum(pg_catalog.pg_table_size(t.rel))::pg_catalog.int8 AS table_bytes,
+             pg_catalog.sum(pg_catalog.pg_indexes_size(t.rel))::pg_catalog.int8 AS index_bytes
+        FROM pg_catalog.unnest(ARRAY['idem_internal.idempotency_record'::pg_catalog.regclass,
+                                     'idem_internal.purchase_order'::pg_catalog.regclass,
+                                     'idem_internal.idem_outbox'::pg_catalog.regclass,
+                                     'idem_internal.idem_inbox'::pg_catalog.regclass]) AS t(rel)) sizes
+LEFT JOIN @extschema@.idem_cleanup_status() w
+       ON w.datid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                          WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
+END;
+
+-- ---------------------------------------------------------------------------
+-- idem_forget_owner (a superuser's): its tables in idem_internal.
+-- ---------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION @extschema@.idem_forget_owner(
+    owner bigint,
+    batch_size integer DEFAULT 10000,
+    max_batches integer DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    total bigint := 0;
+    n bigint;
+    batches integer;
+    tbl text;
+    keys text;
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied to forget an owner'
+            USING ERRCODE = '42501', HINT = 'Only a superuser may call idem_forget_owner.';
+    END IF;
+    IF owner IS NULL OR batch_size IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null', CASE WHEN owner IS NULL THEN 'owner' ELSE 'batch_size' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF batch_size OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION 'batch_size must be at least 1' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The call has batch_size %s.', batch_size);
+    END IF;
+    IF max_batches OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION 'max_batches must be at least 1, or NULL for no limit' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The call has max_batches %s.', max_batches);
+    END IF;
+
+    -- each table in statements of batch_size rows, at most max_batches
+    FOR tbl, keys IN SELECT * FROM (VALUES
+        ('idem_internal.idempotency_record', 'id'),
+        ('idem_internal.idem_history', 'record_id'),
+        ('idem_internal.idem_inbox', 'consumer, message_id')) AS t (tbl, keys)
+    LOOP
+        batches := 0;
+        LOOP
+            EXECUTE pg_catalog.format(
+                'DELETE FROM %1$s WHERE owner_id OPERATOR(pg_catalog.=) $1 AND (%2$s) IN'
+                ' (SELECT %2$s FROM %1$s WHERE owner_id OPERATOR(pg_catalog.=) $1 LIMIT $2)', tbl, keys)
+                USING owner, batch_size;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            total := total OPERATOR(pg_catalog.+) n;
+            batches := batches OPERATOR(pg_catalog.+) 1;
+            EXIT WHEN n OPERATOR(pg_catalog.<) batch_size OR batches OPERATOR(pg_catalog.>=) max_batches;
+        END LOOP;
+    END LOOP;
+    RETURN total;
+END
+$$;
+
+-- ---------------------------------------------------------------------------
+-- Citus: idem_distribute() and its per-node part on the new layout.
+-- ---------------------------------------------------------------------------
+
+-- the entry points delegated to the node of their first argument's shard,
+-- with the table they go with: OIDs bound here
+CREATE FUNCTION idem_internal.idem_delegated_functions()
+RETURNS TABLE (fn pg_catalog.regprocedure, tbl pg_catalog.regclass)
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT f.fn, f.tbl FROM (VALUES
+        ('@extschema@.idem_create_order(bigint, text, bigint, integer)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
+        ('@extschema@.idem_begin(bigint, text, text, jsonb, interval)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
+        ('@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
+        ('@extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
+        ('@extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
+        ('@extschema@.idem_consume(text, text, interval, bigint)'::pg_catalog.regprocedure, 'idem_internal.idem_inbox'::pg_catalog.regclass)
+    ) AS f (fn, tbl);
+END;
+
+REVOKE ALL ON FUNCTION idem_internal.idem_delegated_functions() FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION idem_internal.idem_distribute_node()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET citus.enable_ddl_propagation = off
+AS $$
+DECLARE
+    grp integer;
+    lo bigint;
+    seq text;
+BEGIN
+    IF (SELECT pg_catalog.array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
+         WHERE c.conrelid OPERATOR(pg_catalog.=) 'idem_internal.idempotency_record'::pg_catalog.regclass
+           AND c.contype OPERATOR(pg_catalog.=) 'p') OPERATOR(pg_catalog.=) 1 THEN
+        ALTER TABLE idem_internal.idempotency_record
+            DROP CONSTRAINT idempotency_record_pkey,
+            ADD CONSTRAINT idempotency_record_pkey PRIMARY KEY (owner_id, id);
+    END IF;
+    IF (SELECT pg_catalog.array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
+         WHERE c.conrelid OPERATOR(pg_catalog.=) 'idem_internal.purchase_order'::pg_catalog.regclass
+           AND c.contype OPERATOR(pg_catalog.=) 'p') OPERATOR(pg_catalog.=) 1 THEN
+        ALTER TABLE idem_internal.purchase_order
+            DROP CONSTRAINT purchase_order_pkey,
+            ADD CONSTRAINT purchase_order_pkey PRIMARY KEY (owner_id, id),
+            DROP CONSTRAINT purchase_order_order_no_key,
+            ADD CONSTRAINT purchase_order_order_no_key UNIQUE (owner_id, order_no);
+    END IF;
+    -- a task's holder knows its id, not its owner: its calls find it by id
+    -- in the shards of the node it leased from
+    IF pg_catalog.to_regclass('idem_internal.idem_task_id') IS NULL THEN
+        CREATE INDEX idem_task_id ON idem_internal.idempotency_record (id)
+            WHERE task_attempts IS NOT NULL;
+    END IF;
+
+    EXECUTE 'SELECT groupid FROM pg_catalog.pg_dist_local_group' INTO grp;
+    IF grp OPERATOR(pg_catalog.>) 0 THEN
+        lo := grp::pg_catalog.int8 OPERATOR(pg_catalog.*) 281474976710656 OPERATOR(pg_catalog.+) 1;
+        FOREACH seq IN ARRAY ARRAY['idempotency_record_id_seq', 'purchase_order_id_seq',
+                                   'idem_outbox_message_id_seq', 'idem_task_token_seq'] LOOP
+            IF (SELECT s.seqmin FROM pg_catalog.pg_sequence s
+                 WHERE s.seqrelid OPERATOR(pg_catalog.=)
+                       pg_catalog.format('idem_internal.%I', seq)::pg_catalog.regclass)
+               OPERATOR(pg_catalog.<) lo THEN
+                EXECUTE pg_catalog.format('ALTER SEQUENCE idem_internal.%I MINVALUE %s MAXVALUE %s START %s RESTART %s',
+                                          seq, lo, lo OPERATOR(pg_catalog.+) 281474976710654, lo, lo);
+            END IF;
+        END LOOP;
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_distribute()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r record;
+    version text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles ro
+                    WHERE ro.rolname OPERATOR(pg_catalog.=) CURRENT_USER AND ro.rolsuper) THEN
+        RAISE EXCEPTION 'permission denied to distribute idem'
+            USING ERRCODE = '42501', HINT = 'Run idem_distribute() as a superuser.';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e
+                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idem_distribute() needs the Citus extension'
+            USING ERRCODE = '0A000',
+                  DETAIL = 'Citus is not installed in this database; nothing was changed.',
+                  HINT = 'Install Citus (its packages are at https://github.com/citusdata/citus), CREATE EXTENSION citus before idem, and add the worker nodes.';
+    END IF;
+    IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) OPERATOR(pg_catalog.<>) 0 THEN
+        RAISE EXCEPTION 'idem_distribute() must run on the Citus coordinator'
+            USING ERRCODE = '55000';
+    END IF;
+    PERFORM idem_internal.idem_distribute_node();
+
+    SELECT e.extversion INTO version FROM pg_catalog.pg_extension e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'idem';
+    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
+               FROM pg_catalog.run_command_on_workers(
+                    'SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) ''idem''') w LOOP
+        IF NOT r.success OR r.result IS DISTINCT FROM version THEN
+            RAISE EXCEPTION 'idem % is not installed on worker node %:%', version, r.nodename, r.nodeport
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('The node answered: %s', r.result),
+                      HINT = 'Citus creates an extension on every node when it is created on the coordinator: install idem''s files on every node, then ALTER EXTENSION idem UPDATE.';
+        END IF;
+    END LOOP;
+    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
+               FROM pg_catalog.run_command_on_workers(
+                    'SELECT idem_internal.idem_distribute_node()') w LOOP
+        IF NOT r.success THEN
+            RAISE EXCEPTION 'idem_distribute() failed on worker node %:%', r.nodename, r.nodeport
+                USING ERRCODE = '55000', DETAIL = r.result;
+        END IF;
+    END LOOP;
+
+    -- the distributed tables, each once: records and orders by owner,
+    -- co-located; the inbox by consumer; an owner's history with its records
+    FOR r IN SELECT * FROM (VALUES
+                 ('idem_internal.idempotency_record', 'owner_id', 'default'),
+                 ('idem_internal.purchase_order', 'owner_id', 'idem_internal.idempotency_record'),
+                 ('idem_internal.idem_inbox', 'consumer', 'default'),
+                 ('idem_internal.idem_history', 'owner_id', 'idem_internal.idempotency_record')) AS v (tbl, col, colocate)
+    LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                        WHERE p.logicalrelid OPERATOR(pg_catalog.=) r.tbl::pg_catalog.regclass) THEN
+            PERFORM pg_catalog.create_distributed_table(r.tbl::pg_catalog.regclass, r.col,
+                                                        colocate_with => r.colocate);
+        END IF;
+    END LOOP;
+    -- the inbox by owner (on a cluster distributed before 1.11)
+    IF pg_catalog.to_regclass('idem_internal.idem_inbox_owner') IS NULL THEN
+        CREATE INDEX idem_inbox_owner ON idem_internal.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
+    END IF;
+    -- the policies on every node
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.idem_policy'::pg_catalog.regclass) THEN
+        -- its statement trigger only tells the node's backends that the
+        -- policies changed: Citus puts it on every placement
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+        PERFORM pg_catalog.create_reference_table('idem_internal.idem_policy');
+    END IF;
+
+    -- force_delegation: delegated inside a transaction block too, as part of
+    -- the distributed transaction
+    FOR r IN SELECT f.fn, f.tbl FROM idem_internal.idem_delegated_functions() f LOOP
+        PERFORM pg_catalog.create_distributed_function(r.fn, '$1', colocate_with => r.tbl::pg_catalog.text,
+                                                       force_delegation => true);
+    END LOOP;
+END
+$$;
