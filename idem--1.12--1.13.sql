@@ -55,15 +55,48 @@ REVOKE ALL ON SCHEMA idem_internal FROM PUBLIC;
 COMMENT ON SCHEMA idem_internal IS
     'idem: its tables, sequences and internal functions (the API, views and types are in the extension''s schema)';
 
--- the tables (their indexes, triggers and owned sequences go with them) and
+-- The tables (their indexes, triggers and owned sequences go with them) and
 -- the other sequences; pg_dump's registrations (pg_extension_config_dump)
--- are by OID and stay
-ALTER TABLE @extschema@.idempotency_record SET SCHEMA idem_internal;
-ALTER TABLE @extschema@.purchase_order SET SCHEMA idem_internal;
-ALTER TABLE @extschema@.idem_outbox SET SCHEMA idem_internal;
-ALTER TABLE @extschema@.idem_inbox SET SCHEMA idem_internal;
-ALTER TABLE @extschema@.idem_policy SET SCHEMA idem_internal;
-ALTER TABLE @extschema@.idem_history SET SCHEMA idem_internal;
+-- are by OID and stay.  On a Citus cluster every node runs this script
+-- (the coordinator's update is propagated): each moves its own tables and
+-- the shards placed on it (named after their table, in its schema), with
+-- Citus's DDL propagation off, as a worker has no idem_internal before its
+-- own update.
+DO $move$
+DECLARE
+    citus boolean := pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL;
+    propagation text := pg_catalog.current_setting('citus.enable_ddl_propagation', true);
+    tables pg_catalog.regclass[] := ARRAY['@extschema@.idempotency_record', '@extschema@.purchase_order',
+        '@extschema@.idem_outbox', '@extschema@.idem_inbox', '@extschema@.idem_policy',
+        '@extschema@.idem_history']::pg_catalog.regclass[];
+    rel pg_catalog.oid;
+BEGIN
+    IF citus THEN
+        PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+        FOR rel IN EXECUTE
+            'SELECT c.oid FROM pg_catalog.pg_dist_shard s
+               JOIN pg_catalog.pg_class l ON l.oid OPERATOR(pg_catalog.=) s.logicalrelid
+               JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) l.relnamespace
+                AND c.relname OPERATOR(pg_catalog.=)
+                    (l.relname::pg_catalog.text OPERATOR(pg_catalog.||) ''_'' OPERATOR(pg_catalog.||) s.shardid::pg_catalog.text)
+              WHERE s.logicalrelid OPERATOR(pg_catalog.=) ANY ($1)'
+            USING tables
+        LOOP
+            EXECUTE (SELECT pg_catalog.format('ALTER TABLE %I.%I SET SCHEMA idem_internal', n.nspname, c.relname)
+                       FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+                      WHERE c.oid OPERATOR(pg_catalog.=) rel);
+        END LOOP;
+    END IF;
+    FOREACH rel IN ARRAY tables::pg_catalog.oid[] LOOP
+        EXECUTE (SELECT pg_catalog.format('ALTER TABLE %I.%I SET SCHEMA idem_internal', n.nspname, c.relname)
+                   FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+                  WHERE c.oid OPERATOR(pg_catalog.=) rel);
+    END LOOP;
+    IF citus THEN
+        PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', COALESCE(propagation, 'on'), true);
+    END IF;
+END
+$move$;
 ALTER SEQUENCE @extschema@.idem_task_token_seq SET SCHEMA idem_internal;
 ALTER SEQUENCE @extschema@.idem_timeline_seq SET SCHEMA idem_internal;
 
