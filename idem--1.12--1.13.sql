@@ -66,28 +66,24 @@ DO $move$
 DECLARE
     citus boolean := pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL;
     propagation text := pg_catalog.current_setting('citus.enable_ddl_propagation', true);
-    tables pg_catalog.regclass[] := ARRAY['@extschema@.idempotency_record', '@extschema@.purchase_order',
+    tables pg_catalog.oid[] := ARRAY['@extschema@.idempotency_record', '@extschema@.purchase_order',
         '@extschema@.idem_outbox', '@extschema@.idem_inbox', '@extschema@.idem_policy',
-        '@extschema@.idem_history']::pg_catalog.regclass[];
+        '@extschema@.idem_history']::pg_catalog.regclass[]::pg_catalog.oid[];
+    shards pg_catalog.oid[] := '{}';
     rel pg_catalog.oid;
 BEGIN
     IF citus THEN
         PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
-        FOR rel IN EXECUTE
-            'SELECT c.oid FROM pg_catalog.pg_dist_shard s
+        EXECUTE
+            'SELECT COALESCE(pg_catalog.array_agg(c.oid), ''{}'') FROM pg_catalog.pg_dist_shard s
                JOIN pg_catalog.pg_class l ON l.oid OPERATOR(pg_catalog.=) s.logicalrelid
                JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) l.relnamespace
                 AND c.relname OPERATOR(pg_catalog.=)
                     (l.relname::pg_catalog.text OPERATOR(pg_catalog.||) ''_'' OPERATOR(pg_catalog.||) s.shardid::pg_catalog.text)
-              WHERE s.logicalrelid OPERATOR(pg_catalog.=) ANY ($1)'
-            USING tables
-        LOOP
-            EXECUTE (SELECT pg_catalog.format('ALTER TABLE %I.%I SET SCHEMA idem_internal', n.nspname, c.relname)
-                       FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
-                      WHERE c.oid OPERATOR(pg_catalog.=) rel);
-        END LOOP;
+              WHERE s.logicalrelid::pg_catalog.oid OPERATOR(pg_catalog.=) ANY ($1)'
+            INTO shards USING tables;
     END IF;
-    FOREACH rel IN ARRAY tables::pg_catalog.oid[] LOOP
+    FOREACH rel IN ARRAY shards OPERATOR(pg_catalog.||) tables LOOP
         EXECUTE (SELECT pg_catalog.format('ALTER TABLE %I.%I SET SCHEMA idem_internal', n.nspname, c.relname)
                    FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
                   WHERE c.oid OPERATOR(pg_catalog.=) rel);
