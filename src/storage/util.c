@@ -24,9 +24,6 @@
 #include "idem.h"
 #include "util.h"
 
-static bool extension_row(AttrNumber attnum, Oid indexid, RegProcedure eqproc, Datum value,
-						  Oid *extoid, Oid *nspid, Oid *owner);
-
 /* Raise 22004 when a required argument is NULL. */
 void
 idem_check_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
@@ -71,8 +68,8 @@ idem_free_kept(SPIPlanPtr *plan)
  * before 1.13 (an older SQL version this library still serves) the
  * extension's own schema.
  */
-Oid
-idem_tables_schema(Oid extoid, Oid extnspid)
+static Oid
+tables_schema(Oid extoid, Oid extnspid)
 {
 	Relation	rel = table_open(DependRelationId, AccessShareLock);
 	ScanKeyData key[2];
@@ -103,7 +100,8 @@ idem_tables_schema(Oid extoid, Oid extnspid)
 /*
  * The schema of idem's tables for the SQL function being called: that of
  * the extension the function belongs to (the function's own schema if it
- * belongs to none).
+ * belongs to none; before 1.13 every function is in the extension's schema,
+ * idem's tables too).
  */
 Oid
 idem_function_tables_schema(FunctionCallInfo fcinfo)
@@ -111,16 +109,10 @@ idem_function_tables_schema(FunctionCallInfo fcinfo)
 	Oid			fn_oid = fcinfo->flinfo->fn_oid;
 	Oid			nspid = get_func_namespace(fn_oid);
 	Oid			extoid = getExtensionOfObject(ProcedureRelationId, fn_oid);
-	Oid			extnspid;
-	Oid			owner;
 
 	if (!OidIsValid(nspid))
 		elog(ERROR, "idem: no schema for function %u", fn_oid);
-	if (!OidIsValid(extoid) ||
-		!extension_row(Anum_pg_extension_oid, ExtensionOidIndexId, F_OIDEQ,
-					   ObjectIdGetDatum(extoid), &extoid, &extnspid, &owner))
-		return nspid;
-	return idem_tables_schema(extoid, extnspid);
+	return OidIsValid(extoid) ? tables_schema(extoid, nspid) : nspid;
 }
 
 /* The quoted name of a schema, ready to prefix a table name. */
@@ -135,48 +127,34 @@ idem_quoted_schema(Oid nspid)
 }
 
 /*
- * The pg_extension row found by index indexid on attribute attnum equal to
- * value: its OID, schema and owner; false when there is none.
+ * The schema of idem's tables (tables_schema) and the owner of the
+ * extension idem in this database, from its pg_extension row; false when
+ * it is not installed.
  */
-static bool
-extension_row(AttrNumber attnum, Oid indexid, RegProcedure eqproc, Datum value,
-			  Oid *extoid, Oid *nspid, Oid *owner)
+bool
+idem_extension_row(Oid *nspid, Oid *owner)
 {
 	Relation	rel = table_open(ExtensionRelationId, AccessShareLock);
 	ScanKeyData key;
 	SysScanDesc scan;
 	HeapTuple	tuple;
 	bool		found;
+	Oid			extoid = InvalidOid;
 
-	ScanKeyInit(&key, attnum, BTEqualStrategyNumber, eqproc, value);
-	scan = systable_beginscan(rel, indexid, true, NULL, 1, &key);
+	ScanKeyInit(&key, Anum_pg_extension_extname, BTEqualStrategyNumber, F_NAMEEQ,
+				CStringGetDatum("idem"));
+	scan = systable_beginscan(rel, ExtensionNameIndexId, true, NULL, 1, &key);
 	tuple = systable_getnext(scan);
 	found = HeapTupleIsValid(tuple);
 	if (found)
 	{
-		Form_pg_extension ext = (Form_pg_extension) GETSTRUCT(tuple);
-
-		*extoid = ext->oid;
-		*nspid = ext->extnamespace;
-		*owner = ext->extowner;
+		extoid = ((Form_pg_extension) GETSTRUCT(tuple))->oid;
+		*nspid = ((Form_pg_extension) GETSTRUCT(tuple))->extnamespace;
+		*owner = ((Form_pg_extension) GETSTRUCT(tuple))->extowner;
 	}
 	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
+	if (found)
+		*nspid = tables_schema(extoid, *nspid);
 	return found;
-}
-
-/*
- * The schema of idem's tables (idem_tables_schema) and the owner of the
- * extension idem in this database; false when it is not installed.
- */
-bool
-idem_extension_row(Oid *nspid, Oid *owner)
-{
-	Oid			extoid;
-
-	if (!extension_row(Anum_pg_extension_extname, ExtensionNameIndexId, F_NAMEEQ,
-					   CStringGetDatum("idem"), &extoid, nspid, owner))
-		return false;
-	*nspid = idem_tables_schema(extoid, *nspid);
-	return true;
 }
