@@ -86,7 +86,7 @@ $first = worker_pids($node, 'slow_db');
 ok(defined wait_until($node, 'postgres', qq{
 	SELECT count(*) > 0 FROM pg_stat_activity
 	WHERE backend_type = 'idem cleanup worker' AND datname = 'slow_db'
-	  AND pid::text <> '@{[ $first || 0 ]}'}, 't', 30),
+	  AND pid::text <> ALL (pg_catalog.string_to_array('@{[ $first || 0 ]}', ','))}, 't', 30),
 	'the worker is busy in slow_db, in a round that listed doomed_db');
 $log_offset = -s $node->logfile;
 $node->safe_psql('postgres', 'DROP DATABASE doomed_db');

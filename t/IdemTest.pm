@@ -56,6 +56,12 @@ sub wait_until
 {
 	my ($node, $db, $query, $expected, $timeout) = @_;
 	my $start = time;
+
+	# a wait for progress, never a bound on speed: the cap is at least
+	# PostgreSQL's test timeout (PG_TEST_TIMEOUT_DEFAULT, 180 s unless set),
+	# so a busy machine only makes the wait longer
+	$timeout = $PostgreSQL::Test::Utils::timeout_default
+	  if !defined $timeout || $timeout < $PostgreSQL::Test::Utils::timeout_default;
 	while (time - $start < $timeout)
 	{
 		my ($rc, $got) = $node->psql($db, $query);

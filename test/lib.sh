@@ -12,27 +12,63 @@ IDEM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # The server under test: Debian's PostgreSQL 15 unless PG_CONFIG names
 # another installation (a build of 16, 17 or 18, say): then its binaries,
 # headers and PGXS serve, and only what it lacks stops the run.
+# build_install copies that installation into the run's directory and
+# installs idem there: from then on PG_CONFIG names the copy and
+# IDEM_PG_ORIGIN the installation it was copied from.
 DEBIAN_PG_CONFIG=/usr/lib/postgresql/15/bin/pg_config
 PG_CONFIG=${PG_CONFIG:-$DEBIAN_PG_CONFIG}
-if [ "$PG_CONFIG" = "$DEBIAN_PG_CONFIG" ]; then
-	PG_BINDIR=/usr/lib/postgresql/15/bin
-else
-	PG_BINDIR=$("$PG_CONFIG" --bindir)
-fi
+PG_BINDIR=$("$PG_CONFIG" --bindir 2>/dev/null || echo /usr/lib/postgresql/15/bin)
 export PG_CONFIG
 
-# Is the server under test Debian's PostgreSQL 15 (what the package check
-# and apt-get can serve)?
-debian_pg() { [ "$PG_CONFIG" = "$DEBIAN_PG_CONFIG" ]; }
+# Is the server under test Debian's PostgreSQL 15, or a copy of it (what
+# the package check and apt-get can serve)?
+debian_pg() { [ "${IDEM_PG_ORIGIN:-$PG_CONFIG}" = "$DEBIAN_PG_CONFIG" ]; }
 
 log() { printf '==> %s\n' "$*" >&2; }
+
+# How long a test waits for progress before it calls it a failure:
+# PostgreSQL's suites' PG_TEST_TIMEOUT_DEFAULT (180 s unless set).  A wait
+# polls for its condition and ends as soon as it holds; the cap is only
+# reached when something is wrong.
+IDEM_WAIT=${PG_TEST_TIMEOUT_DEFAULT:-180}
+export IDEM_WAIT
+
+# The run's own directory.  The first script of a run (test/run_all.sh,
+# test/demo.sh, a benchmark run alone) makes it and removes it when it
+# exits; every script it starts works under it: TMPDIR points into it, the
+# copy of PostgreSQL with idem installed lives in it, and its ports come
+# from one allocator kept in it (free_port).  Nothing outside it changes,
+# the Debian-package stage excepted (it says so).
+if [ -z "${IDEM_RUN_DIR:-}" ]; then
+	IDEM_RUN_DIR=$(mktemp -d -t idem-run.XXXXXX)
+	chmod 755 "$IDEM_RUN_DIR"
+	mkdir -m 1777 "$IDEM_RUN_DIR/tmp"
+	IDEM_RUN_OWNER=$$
+	export IDEM_RUN_DIR IDEM_RUN_OWNER
+	export TMPDIR=$IDEM_RUN_DIR/tmp
+fi
+
+# Run the commands registered with at_exit (last first) when the script
+# exits, then remove the run's directory if this script made it.
+IDEM_AT_EXIT=()
+at_exit() { IDEM_AT_EXIT=("$*" "${IDEM_AT_EXIT[@]}"); }
+run_at_exit() {
+	local cmd
+	for cmd in "${IDEM_AT_EXIT[@]}"; do
+		eval "$cmd" || true
+	done
+	if [ "${IDEM_RUN_OWNER:-}" = "$$" ] && [ -z "${IDEM_KEEP_TMP:-}" ]; then
+		rm -rf "$IDEM_RUN_DIR"
+	fi
+}
+trap run_at_exit EXIT
 
 # The other majors to test besides $PG_CONFIG's: each pg_config named in
 # IDEM_PG_CONFIGS, then each /usr/lib/postgresql/*/bin/pg_config (PGDG's
 # packages put the majors there); one path per installation, in that order.
 # test/majors.sh skips, with a line, one whose server headers are missing.
 other_pg_configs() {
-	local c real seen=" $(readlink -f "$PG_CONFIG") "
+	local c real seen=" $(readlink -f "$PG_CONFIG") $(readlink -f "${IDEM_PG_ORIGIN:-$PG_CONFIG}") "
 	for c in ${IDEM_PG_CONFIGS:-}; do
 		real=$(readlink -f "$c" || echo "$c")
 		case "$seen" in *" $real "*) continue ;; esac
@@ -112,12 +148,43 @@ ensure_service_packages() {	# ensure_service_packages PACKAGE...
 	[ "$had_guard" = 1 ] || rm -f "$guard"
 }
 
-# A free TCP port on loopback.
-free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# A TCP port on loopback for a server of this run: the run's one allocator
+# (test/ports.py), which hands out each port once, from a block below the
+# kernel's ephemeral range, after checking nothing listens on it.
+free_port() { /usr/bin/python3 "$IDEM_ROOT/test/ports.py"; }
 
-# Build idem with -Werror and install it into the PostgreSQL of $PG_CONFIG.
+# A copy of the PostgreSQL installation of $PG_CONFIG in the run's
+# directory, each of its directories at its own path under the copy's root
+# (PostgreSQL finds its lib/ and share/ relative to its binaries); the
+# server headers are linked, not copied (they are only read).  Sets
+# PG_CONFIG and PG_BINDIR to the copy's, IDEM_PG_ORIGIN to the original.
+private_pg_tree() {
+	local origin=$PG_CONFIG root dir
+	root=$IDEM_RUN_DIR/pg-$("$origin" --version | awk '{print $2}')
+	if [ ! -x "$root$("$origin" --bindir)/pg_config" ]; then
+		for dir in "$("$origin" --bindir)" "$("$origin" --pkglibdir)" "$("$origin" --sharedir)"; do
+			mkdir -p "$root$(dirname "$dir")"
+			cp -a "$dir" "$root$dir"
+		done
+		dir=$("$origin" --includedir-server)
+		mkdir -p "$root$(dirname "$dir")"
+		ln -s "$dir" "$root$dir"
+		# what an earlier install of idem left in the original
+		rm -f "$root$("$origin" --pkglibdir)"/idem.so "$root$("$origin" --sharedir)"/extension/idem[.-]*
+		rm -rf "$root$("$origin" --pkglibdir)"/bitcode/idem "$root$("$origin" --pkglibdir)"/bitcode/idem.index.bc
+	fi
+	IDEM_PG_ORIGIN=$origin
+	PG_CONFIG=$root$("$origin" --bindir)/pg_config
+	PG_BINDIR=$("$PG_CONFIG" --bindir)
+	export IDEM_PG_ORIGIN PG_CONFIG
+}
+
+# Build idem with -Werror and install it into a private copy of the
+# PostgreSQL of $PG_CONFIG (private_pg_tree): the machine's own
+# installation is only read.
 build_install() {
-	log "building and installing idem"
+	[ -n "${IDEM_PG_ORIGIN:-}" ] || private_pg_tree
+	log "building idem and installing it into $(dirname "$PG_BINDIR") (a copy of $IDEM_PG_ORIGIN's PostgreSQL)"
 	make -C "$IDEM_ROOT" -s clean >/dev/null
 	make -C "$IDEM_ROOT" -s COPT=-Werror >/dev/null
 	make -C "$IDEM_ROOT" -s COPT=-Werror install >/dev/null
@@ -127,23 +194,25 @@ build_install() {
 # temporary directory; sets IDEM_TMP, PGHOST, PGPORT, PGUSER, and stops the
 # server on exit.  Extra postgresql.conf lines may be given as arguments.
 init_server() {
-	IDEM_TMP=$(mktemp -d /tmp/idem-test.XXXXXX)
+	IDEM_TMP=$(mktemp -d -t idem-test.XXXXXX)
 	chmod 755 "$IDEM_TMP"
 	[ "$(id -u)" -eq 0 ] && chown postgres: "$IDEM_TMP"
 	as_pg_user "$PG_BINDIR/initdb" -D "$IDEM_TMP/data" -U postgres \
 		--auth=trust --encoding=UTF8 --locale=C.UTF-8 --no-sync >"$IDEM_TMP/initdb.log" 2>&1
+	local port
+	port=$(free_port)
 	{
 		echo "listen_addresses = ''"
 		echo "unix_socket_directories = '$IDEM_TMP'"
-		echo "port = 5432"
+		echo "port = $port"
 		echo "shared_preload_libraries = 'idem'"
 		echo "max_connections = 100"
 		echo "fsync = off"
 		echo "log_min_messages = warning"
 		for line in "$@"; do echo "$line"; done
 	} >>"$IDEM_TMP/data/postgresql.conf"
-	export PGHOST=$IDEM_TMP PGPORT=5432 PGUSER=postgres
-	trap stop_server EXIT
+	export PGHOST=$IDEM_TMP PGPORT=$port PGUSER=postgres
+	at_exit stop_server
 }
 
 # Start a throwaway server (see init_server).

@@ -33,12 +33,14 @@ if [ ${#missing[@]} -gt 0 ]; then
 	exit 0
 fi
 
-work=$(mktemp -d /tmp/idem-major.XXXXXX)
-trap '[ -n "${IDEM_KEEP_TMP:-}" ] || rm -rf "$work"' EXIT
+work=$(mktemp -d -t idem-major.XXXXXX)
+at_exit '[ -n "${IDEM_KEEP_TMP:-}" ] || rm -rf "$work"' 
 tar -C "$IDEM_ROOT" --exclude=.git --exclude=node_modules --exclude='*.o' --exclude='*.so' \
 	--exclude=results --exclude=tmp_check -cf - . | tar -C "$work" -xf -
 chmod 755 "$work"
-PG_CONFIG=$other IDEM_MAJOR="PostgreSQL $version" IDEM_UPGRADE_FROM=$default_pg_config \
+# its own private copy of that major's tree (IDEM_PG_ORIGIN names the
+# default major's)
+env -u IDEM_PG_ORIGIN PG_CONFIG="$other" IDEM_MAJOR="PostgreSQL $version" IDEM_UPGRADE_FROM="$default_pg_config" \
 	bash "$work/test/run_all.sh" 2>"$work/stderr.log" || {
 	echo "not ok - $label: the run stopped before its end"
 	tail -n 40 "$work/stderr.log" | sed 's/^/# /'

@@ -31,7 +31,7 @@ with_policies() {
 		-c "SELECT public.idem_set_policy('BENCH', ttl => '3 days')" >/dev/null
 }
 without_policies() { sql -q -c "TRUNCATE idem_internal.idem_policy"; }
-trap 'cat "$IDEM_TMP/pgbench.err" >&2; stop_server' EXIT
+at_exit 'cat "$IDEM_TMP/pgbench.err" >&2' 
 
 for what in replay fresh; do
 	IFS='|' read -r none some <<<"$(interleaved without_policies with_policies "$what")"

@@ -57,7 +57,7 @@ plain() {
 	wait_setting ""
 	replay_keys
 }
-trap 'cat "$IDEM_TMP/pgbench.err" >&2; stop_server' EXIT
+at_exit 'cat "$IDEM_TMP/pgbench.err" >&2' 
 
 check "with everything on, a record is keyed (version 1)" "1" \
 	"$(everything_on; sql -At -c "SELECT DISTINCT fingerprint_version FROM idem_internal.idempotency_record WHERE idempotency_key LIKE 'replay-%'")"

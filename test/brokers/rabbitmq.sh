@@ -37,7 +37,7 @@ rabbit_install() {
 rabbit_start() {
 	rabbit_install || return 1
 	if [ -z "${RABBIT_PORT:-}" ]; then
-		RABBIT_DIR=$(mktemp -d /tmp/idem-rabbitmq.XXXXXX)
+		RABBIT_DIR=$(mktemp -d -t idem-rabbitmq.XXXXXX)
 		chmod 755 "$RABBIT_DIR"
 		RABBIT_PORT=$(free_port)
 		RABBIT_DIST_PORT=$(free_port)
@@ -74,7 +74,7 @@ rabbit_stop() {
 }
 
 if [ "${1:-}" = "restart" ]; then
-	free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+	free_port() { /usr/bin/python3 "$(dirname "${BASH_SOURCE[0]}")/../ports.py"; }
 	log() { echo "==> $*" >&2; }
 	ensure_service_packages() { :; }	# installed by the run that started the node
 	# the node stopped and started again: a broker restart

@@ -39,7 +39,7 @@ redis_start() {
 }
 redis_stop() { redis-cli -p "$redis_port" shutdown >/dev/null 2>&1 || true; for _ in $(seq 1 100); do [ -f "$redis_dir/redis.pid" ] || return 0; sleep 0.05; done; }
 rabbit_stop() { :; }	# until rabbitmq.sh is sourced
-trap 'redis_stop; rabbit_stop; stop_server' EXIT
+at_exit 'redis_stop; rabbit_stop'	# rabbit_stop as rabbitmq.sh defines it by then
 redis_start
 export -f redis_start redis_stop
 export redis_port redis_dir
@@ -52,7 +52,6 @@ redis_stop
 if command -v rabbitmq-server >/dev/null || [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
 	source "$here/rabbitmq.sh"
 	if rabbit_start; then
-		trap 'redis_stop; rabbit_stop; stop_server' EXIT
 		log "RabbitMQ on 127.0.0.1:$RABBIT_PORT"
 		"$PY" "$here/pipeline.py" rabbitmq "amqp://guest:guest@127.0.0.1:$RABBIT_PORT/%2F" bash "$here/rabbitmq.sh" restart ||
 			echo "not ok - rabbitmq: the pipeline ran to its end"

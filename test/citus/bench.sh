@@ -33,7 +33,7 @@ start_server "shared_buffers = 256MB" "synchronous_commit = off" "idem.cleanup_i
 single_dir=$IDEM_TMP
 citus_cluster_start
 # both cleanups on exit
-trap 'citus_cluster_stop; stop_server' EXIT
+at_exit citus_cluster_stop
 for p in $COORD_PORT $WORKER1_PORT $WORKER2_PORT; do
 	cq "$p" -c "ALTER SYSTEM SET synchronous_commit = off" -c "SELECT pg_reload_conf()" >/dev/null
 done

@@ -36,10 +36,6 @@ citus_skip_line() {
 		"from the Citus apt repository) or from its source, then run bash test/citus/run.sh"
 }
 
-free_port() {
-	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 # psql on node port $1, database idem, as postgres, quiet, unaligned.
 cq() {
 	local port=$1
@@ -72,13 +68,16 @@ citus_node_start() {	# citus_node_start NAME
 }
 
 citus_cluster_start() {
-	CITUS_TMP=$(mktemp -d /tmp/idem-citus.XXXXXX)
+	CITUS_TMP=$(mktemp -d -t idem-citus.XXXXXX)
 	chmod 755 "$CITUS_TMP"
 	[ "$(id -u)" -eq 0 ] && chown postgres: "$CITUS_TMP"
 	COORD_PORT=$(free_port)
 	WORKER1_PORT=$(free_port)
 	WORKER2_PORT=$(free_port)
-	trap citus_cluster_stop EXIT
+	if [ -z "${CITUS_STOP_AT_EXIT:-}" ]; then
+		at_exit citus_cluster_stop
+		CITUS_STOP_AT_EXIT=1
+	fi
 	local node port
 	for node in coord:$COORD_PORT worker1:$WORKER1_PORT worker2:$WORKER2_PORT; do
 		citus_node_init "${node%%:*}" "${node##*:}"

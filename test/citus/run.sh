@@ -25,7 +25,7 @@ CITUS_WAIT_TIMEOUT=1s citus_cluster_start
 log "Citus cluster: coordinator :$COORD_PORT, workers :$WORKER1_PORT :$WORKER2_PORT"
 # a command that fails stops the script (set -e): say so, as a failed check
 finished=0
-trap '[ "$finished" = 1 ] || echo "not ok - the Citus stage stopped before its end"; citus_cluster_stop' EXIT
+at_exit '[ "$finished" = 1 ] || echo "not ok - the Citus stage stopped before its end"' 
 
 c() { cq "$COORD_PORT" "$@"; }
 # The SQLSTATE of a statement run through the coordinator, or "ok".
@@ -370,9 +370,6 @@ check "worker stop mid-load: the load ran to its end (its 6 checks printed)" 6 \
 # idem_distribute() again ----
 citus_cluster_stop
 CITUS_WAIT_TIMEOUT=1s CITUS_IDEM_VERSION=1.10 citus_cluster_start
-# (citus_cluster_start sets its own EXIT trap: a failure from here on must
-# still be a failed check)
-trap '[ "$finished" = 1 ] || echo "not ok - the Citus stage stopped before its end"; citus_cluster_stop' EXIT
 c <<SQL >/dev/null
 BEGIN;
 SELECT replayed FROM idem_begin($owner_w1, 'PAY', 'citus-upgrade-$tag-1', '{}');

@@ -30,7 +30,7 @@ ensure_client_packages() {	# ensure_client_packages PACKAGE...: the Debian packa
 # the server, the database and the role; the caller's libpq variables then
 # reach it as the superuser (the checks), SERVICE_USER as the services
 start_clients_server() {
-	[ -f "$("$PG_CONFIG" --pkglibdir)/idem.so" ] || build_install
+	[ -n "${IDEM_PG_ORIGIN:-}" ] || build_install	# run alone: a build of its own
 	local port
 	port=$(free_port)
 	start_server "listen_addresses = '127.0.0.1'" "port = $port" "idem.cleanup_interval = 0" "max_connections = 200"
@@ -48,7 +48,7 @@ start_clients_server() {
 		ALTER DATABASE idem_clients SET idem.wait_timeout = '1s';
 	SQL
 	SERVICE_USER=shop_app
-	trap cleanup_clients EXIT
+	at_exit cleanup_clients
 }
 
 service_pids=()

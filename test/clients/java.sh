@@ -21,4 +21,5 @@ else
 	cat "$JAVA_BUILD/javac-test.log" >&2
 	echo "not ok - java api: IdemTest compiles"
 fi
-contract_of java-tomcat 9000 java -cp "$JAVA_APPCP" OrderServer
+# Tomcat keeps its work directory under java.io.tmpdir: the run's, not /tmp
+contract_of java-tomcat 9000 java -Djava.io.tmpdir="$TMPDIR" -cp "$JAVA_APPCP" OrderServer

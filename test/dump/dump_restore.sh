@@ -9,7 +9,7 @@ source "$(dirname "$0")/../lib.sh"
 
 src=idem_dump_src
 dst=idem_dump_dst
-dump=$(mktemp /tmp/idem-dump.XXXXXX)
+dump=$(mktemp -t idem-dump.XXXXXX)
 q() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -At -d "$1" -c "$2"; }
 
 for db in $src $dst; do "$PG_BINDIR/dropdb" --if-exists "$db" 2>/dev/null; done

@@ -19,7 +19,7 @@ PRODUCERS=${PRODUCERS:-4}
 DRAIN_TIMEOUT=${DRAIN_TIMEOUT:-180}
 export E2E_DB=idem_e2e
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d /tmp/idem-e2e.XXXXXX)
+work=$(mktemp -d -t idem-e2e.XXXXXX)
 psql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$E2E_DB" -At "$@"; }
 # exec: $! of "py ... &" is then the python process itself, for kill -9
 py() { exec /usr/bin/python3 "$here/pipeline.py" "$@"; }

@@ -23,6 +23,7 @@ per check.
 import json
 import os
 import signal
+import sys
 import subprocess
 import threading
 import time
@@ -35,15 +36,14 @@ BIN = os.environ["PG_BINDIR"]
 DB = "idem_fo"
 LOAD_BEFORE = 4.0       # seconds of load before the failure
 LOAD_AFTER = 4.0        # and after the new primary answers
+# how long a wait for progress may take before it is a failure: the test
+# run's cap (PG_TEST_TIMEOUT_DEFAULT, 180 s unless set); each wait ends as
+# soon as its condition holds
+TIMEOUT = float(os.environ.get("IDEM_WAIT") or os.environ.get("PG_TEST_TIMEOUT_DEFAULT") or 180)
 
 
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from ports import free_port  # noqa: E402  the run's one port allocator
 
 
 def check(name, ok, detail=""):
@@ -52,7 +52,7 @@ def check(name, ok, detail=""):
 
 
 def log(msg):
-    print("==> " + msg, file=__import__("sys").stderr, flush=True)
+    print("==> " + msg, file=sys.stderr, flush=True)
 
 
 ETCD_CLIENT, ETCD_PEER = free_port(), free_port()
@@ -79,7 +79,7 @@ def start_etcd():
          "--initial-advertise-peer-urls", f"http://127.0.0.1:{ETCD_PEER}",
          "--initial-cluster", f"idem-failover=http://127.0.0.1:{ETCD_PEER}"],
         user="postgres", stdout=open(f"{FO}/etcd.log", "w"), stderr=subprocess.STDOUT)
-    deadline = time.time() + 20
+    deadline = time.time() + TIMEOUT
     while time.time() < deadline:
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{ETCD_CLIENT}/health", timeout=1).read()
@@ -190,7 +190,20 @@ def role_of(name):
         return None
 
 
-def wait_for(pred, timeout):
+def lsn_int(text):
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def switch_point(dsn):
+    """Where the server's newest timeline branched off: the last line of its
+    newest history file ("parent TLI, LSN, reason")."""
+    name = one("SELECT max(name) FROM pg_ls_waldir() WHERE name LIKE '%%.history'", None, dsn)
+    text = one("SELECT pg_read_file('pg_wal/' || %s)", (name,), dsn)
+    return lsn_int([ln for ln in text.splitlines() if ln.strip()][-1].split()[1])
+
+
+def wait_for(pred, timeout=TIMEOUT):
     deadline = time.time() + timeout
     while time.time() < deadline:
         v = pred()
@@ -229,7 +242,7 @@ class Client(threading.Thread):
         self.kind, self.idx, self.run_ = kind, idx, run
         self.conn = None
         self.n = 0
-        self.acked = []         # (key, answer, time)
+        self.acked = []         # (key, answer, time, port of the server that answered)
         self.retries = 0
         self.retried = []       # keys sent again after a failure
 
@@ -249,7 +262,9 @@ class Client(threading.Thread):
             if self.conn is None and not self.connect():
                 return None
             try:
-                return fn(self.conn)
+                ans = fn(self.conn)
+                self.port = self.conn.info.port
+                return ans
             except (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction,
                     psycopg.errors.AdminShutdown, psycopg.errors.CannotConnectNow) as e:
                 self.retries += 1
@@ -277,7 +292,7 @@ class Client(threading.Thread):
             else:
                 ans = self.call(lambda c: self.emit(c, key))
             if ans is not None:
-                self.acked.append((key, ans, time.time()))
+                self.acked.append((key, ans, time.time(), self.port))
             if self.retries > len(self.retried):
                 self.retried.append(key)
 
@@ -320,7 +335,10 @@ class TaskWorker(threading.Thread):
         super().__init__(daemon=True)
         self.run_, self.idx = run, idx
         self.kind = "task"
-        self.acked = []         # (task_id, token, time) completed, the answer received
+        # (task_id, token, time, port, LSN) completed, the answer received:
+        # the server that answered, and its WAL insert position just after
+        # the completion committed (None if it was gone by then)
+        self.acked = []
         self.retries = 0
 
     def run(self):
@@ -335,7 +353,11 @@ class TaskWorker(threading.Thread):
                     time.sleep(0.05)
                     continue
                 conn.execute("SELECT idem_complete(%s, %s, 200, '{}')", row)
-                self.acked.append((row[0], row[1], time.time()))
+                port, lsn = conn.info.port, None
+                try:
+                    lsn = lsn_int(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0])
+                finally:
+                    self.acked.append((row[0], row[1], time.time(), port, lsn))
             except psycopg.Error as e:
                 if not isinstance(e, psycopg.OperationalError) and e.sqlstate != "IK004":
                     log(f"task worker: {e!r}")
@@ -429,25 +451,26 @@ class Run:
             t.start()
 
     def finish(self):
-        self.hard_stop = time.time() + 30
+        self.hard_stop = time.time() + TIMEOUT
         self.stop.set()
         for t in self.clients + self.workers:
-            t.join(40)
-        # the relays drain what was emitted, then the consumer what they sent
-        deadline = time.time() + 20
-        while time.time() < deadline:
+            t.join(TIMEOUT)
+
+        # the relays drain what was emitted (however long that takes, up to
+        # the cap), then the consumer what they sent
+        def drained():
             try:
                 with psycopg.connect(MULTI, autocommit=True) as c:
-                    if c.execute("SELECT count(*) FROM idem_internal.idem_outbox WHERE topic = 'fo'").fetchone()[0] == 0:
-                        break
+                    return c.execute("SELECT count(*) FROM idem_internal.idem_outbox WHERE topic = 'fo'").fetchone()[0] == 0
             except Exception:
-                pass
-            time.sleep(0.2)
+                return False
+        if not wait_for(drained):
+            log(f"{self.tag}: the outbox still held messages after {TIMEOUT:.0f} s")
         self.relays_stop.set()
         for t in self.relays:
-            t.join(10)
+            t.join(TIMEOUT)
         self.consumer_stop.set()
-        self.consumer.join(20)
+        self.consumer.join(TIMEOUT)
 
 
 def q(sql, args=None, dsn=MULTI):
@@ -477,11 +500,12 @@ def round_(number, sync, failure):
     old = primary()
     other = next(n for n in NODES if n != old)
     if not check(f"{label}: {other} streams from {old}{' as its synchronous standby' if sync else ''}",
-                 wait_for(lambda: streaming(other, sync), 60), "no replica"):
+                 wait_for(lambda: streaming(other, sync)), "no replica"):
         return
     check(f"{label}: before the failure the replica {other} runs no cleanup",
           one("SELECT count(*) FROM idem_cleanup_status()", None, node_dsn(other)) == 0)
     run = Run(f"r{number}")
+    run.old_port, run.new_port = NODES[old]["pg"], NODES[other]["pg"]
     # leases held on the old primary when it fails: one bound to its session
     # (60 s), one plain (3 s); their tokens, a cut-off worker's
     q("SELECT idem_submit(900, 'FO_TASK', %s, '{}')", (f"fo-task-{number}-bound-000001",))
@@ -491,7 +515,7 @@ def round_(number, sync, failure):
     plain = cut_off.execute("SELECT task_id, token FROM idem_lease('FO_TASK', 'cut-off-plain', interval '3 seconds', 1)").fetchone()
     if sync:
         # the leases are on the standby too
-        wait_for(lambda: streaming(other, sync), 10)
+        wait_for(lambda: streaming(other, sync))
     q("SELECT count(*) FROM (SELECT idem_submit(901, %s, 'fo-load-task-' || lpad(g::text, 6, '0'), '{}') FROM generate_series(1, 3000) g) s",
       (f"FO_LOAD_r{number}",))
     run.start()
@@ -501,7 +525,7 @@ def round_(number, sync, failure):
         kill_postmaster(old)
     else:
         stop_patroni(old)
-    new = wait_for(lambda: other if role_of(other) == "primary" else None, 60)
+    new = wait_for(lambda: other if role_of(other) == "primary" else None)
     t_new = time.time()
     if not check(f"{label}: Patroni promotes {other}", new == other, f"primary now {primary()}"):
         run.finish()
@@ -558,11 +582,11 @@ def round_(number, sync, failure):
           f"{sum(1 for v in gen_rows.values() if v != 1)} keys twice")
 
     # the task workers' completions
-    done = [(t, tok) for w in run.workers for t, tok, _ in w.acked]
+    done = [(t, tok) for w in run.workers for t, tok, *_ in w.acked]
     when = {}
     for w in run.workers:
-        for t, tok, at in w.acked:
-            when.setdefault(t, []).append((at, tok))
+        for t, tok, _, port, lsn in w.acked:
+            when.setdefault(t, []).append((port, tok, lsn))
     succeeded = dict(q("SELECT id, task_token FROM idem_internal.idempotency_record WHERE operation = %s AND status = 'SUCCEEDED'",
                        (f"FO_LOAD_r{number}",)))
     if sync:
@@ -573,10 +597,22 @@ def round_(number, sync, failure):
         check(f"{label}: no task completed twice (each by one token)", not twice, twice)
     else:
         # a completion the old primary acknowledged but never replicated is
-        # lost with the task's result: the task runs again on the new one
+        # lost with the task's result: the task runs again on the new one.
+        # By commit order, not by clocks: the first completion was answered
+        # by the old primary and committed past the point where the new
+        # primary's timeline branched off (the WAL position read after it
+        # is beyond that point, or the server was gone before it could be
+        # read); the second was answered by the new primary, and is the one
+        # that holds.
+        branch = switch_point(node_dsn(other))
+
+        def lost_then_redone(t, v):
+            first = [e for e in v if e[0] == run.old_port]
+            second = [e for e in v if e[0] == run.new_port]
+            return (len(v) == 2 and len(first) == 1 and len(second) == 1 and
+                    (first[0][2] is None or first[0][2] > branch) and succeeded.get(t) == second[0][1])
         check(f"{label}: a task completed twice only after its first completion was lost ({len(twice)} such)",
-              all(len(v) == 2 and v[0][0] < t_fail < v[1][0] and succeeded.get(t) == v[1][1]
-                  for t, v in twice.items()), twice)
+              all(lost_then_redone(t, v) for t, v in twice.items()), (twice, f"branch {branch:X}"))
 
     # tasks: the leases held on the old primary, and the cut-off worker
     def lease_all():
@@ -585,7 +621,7 @@ def round_(number, sync, failure):
     if sync:
         check(f"{label}: a bound lease of the old primary is free on the new one at once (its session is gone)",
               bound[0] in got and got[bound[0]] > bound[1], f"leased {got}, bound {bound}")
-    deadline = time.time() + 6
+    deadline = time.time() + TIMEOUT
     while plain[0] not in got and time.time() < deadline:
         time.sleep(0.3)
         got.update(lease_all())
@@ -630,8 +666,9 @@ def round_(number, sync, failure):
 
 def no_reuse(label, run, t_fail):
     """After an asynchronous failover no value is handed out again."""
-    before_orders = [a[1][0] for c in run.clients if c.kind == "order" for a in c.acked if a[2] < t_fail]
-    after_orders = [a[1][0] for c in run.clients if c.kind == "order" for a in c.acked if a[2] > t_fail + 0.5 and not a[1][2]]
+    # by the server that answered, not by clocks
+    before_orders = [a[1][0] for c in run.clients if c.kind == "order" for a in c.acked if a[3] == run.old_port]
+    after_orders = [a[1][0] for c in run.clients if c.kind == "order" for a in c.acked if a[3] == run.new_port and not a[1][2]]
     check(f"{label}: every order id drawn after the failover is past every one acknowledged before",
           before_orders and after_orders and min(after_orders) > max(before_orders),
           f"{len(before_orders)} before, {len(after_orders)} after")
@@ -657,7 +694,7 @@ def main():
     for name in NODES:
         write_config(name)
     start_patroni("node1")
-    if not check("Patroni bootstraps node1 as the primary", wait_for(lambda: role_of("node1") == "primary", 60), "see patroni.log"):
+    if not check("Patroni bootstraps node1 as the primary", wait_for(lambda: role_of("node1") == "primary"), "see patroni.log"):
         return
     with psycopg.connect(node_dsn("node1", "postgres"), autocommit=True) as c:
         c.execute(f"CREATE DATABASE {DB}")
@@ -674,9 +711,9 @@ def main():
         # the cleanup worker runs on the new primary, never on the standby
         p = primary()
         check("after the failover the cleanup worker runs on the new primary",
-              wait_for(lambda: one("SELECT count(*) FROM idem_cleanup_status() WHERE last_run_finished > now() - interval '10 seconds'", None, node_dsn(p)) > 0, 10),
+              wait_for(lambda: one("SELECT count(*) FROM idem_cleanup_status() WHERE last_run_finished > now() - interval '10 seconds'", None, node_dsn(p)) > 0),
               "no recent round")
-        rep = wait_for(lambda: next((n for n in NODES if role_of(n) == "replica"), None), 60)
+        rep = wait_for(lambda: next((n for n in NODES if role_of(n) == "replica"), None))
         check("the old primary rejoins as a replica, and no cleanup runs there",
               rep is not None and one("SELECT count(*) FROM idem_cleanup_status()", None, node_dsn(rep)) == 0)
         # the notifier wakes a listener on the new primary
@@ -688,7 +725,8 @@ def main():
             with psycopg.connect(node_dsn(p), autocommit=True) as ec:
                 ec.execute("SELECT idem_outbox_emit('fo-wake', '{}')")
                 ec.execute("SELECT idem_submit(902, 'FO_WAKE', 'fo-wake-task-000001', '{}')")
-            for _ in range(30):
+            deadline = time.time() + TIMEOUT
+            while time.time() < deadline:
                 if "fo-wake" in heard and "FO_WAKE" in heard:
                     break
                 time.sleep(0.1)

@@ -15,9 +15,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 ensure_packages
 ensure_service_packages patroni etcd-server python3-psycopg
-[ -f "$("$PG_CONFIG" --pkglibdir)/idem.so" ] || build_install
+[ -n "${IDEM_PG_ORIGIN:-}" ] || build_install	# run alone: a build of its own
 
-FO_DIR=$(mktemp -d /tmp/idem-failover.XXXXXX)
+FO_DIR=$(mktemp -d -t idem-failover.XXXXXX)
 chmod 755 "$FO_DIR"
 chown postgres: "$FO_DIR"
 export FO_DIR PG_BINDIR
@@ -31,5 +31,5 @@ cleanup() {
 	sleep 0.5
 	[ -n "${IDEM_KEEP_TMP:-}" ] || rm -rf "$FO_DIR"
 }
-trap cleanup EXIT
+at_exit cleanup
 /usr/bin/python3 "$here/failover.py"

@@ -14,9 +14,9 @@ SEED=${2:-$(date +%s)}
 CHUNK=100000
 DB=idem_fuzz
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d /tmp/idem-fuzz.XXXXXX)
+work=$(mktemp -d -t idem-fuzz.XXXXXX)
 chmod 755 "$work"
-trap 'rm -rf "$work"' EXIT
+at_exit 'rm -rf "$work"' 
 
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 	log "installing nodejs and npm"

@@ -2,9 +2,12 @@
 # The Debian package: dpkg-buildpackage -us -uc -b builds postgresql-15-idem
 # with Debian's pg_buildext tooling from a copy of the repository, apt-get
 # installs it, and the pg_regress suite passes (make installcheck) against a
-# fresh server started from the installed files.  Afterwards the package is
-# removed and this tree's build installed again.  As root (apt-get, dpkg).
-# Prints "ok - ..." / "not ok - ..." lines.
+# fresh server started from the installed files.  The one stage that
+# changes the machine outside the run's directory (a package installs
+# system-wide): it first saves the idem files the machine's PostgreSQL 15
+# has, if any, and afterwards removes the package and puts those back, so
+# the machine is left as it was.  As root (apt-get, dpkg).  Prints
+# "ok - ..." / "not ok - ..." lines.
 source "$(dirname "$0")/../lib.sh"
 
 if ! debian_pg; then
@@ -27,9 +30,19 @@ if [ ${#need[@]} -gt 0 ]; then
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-work=$(mktemp -d /tmp/idem-package.XXXXXX)
+work=$(mktemp -d -t idem-package.XXXXXX)
 chmod 755 "$work"
 mkdir "$work/src"
+SYS_CONFIG=${IDEM_PG_ORIGIN:-$PG_CONFIG}
+SYS_BIN=$("$SYS_CONFIG" --bindir)
+sys_files() { ls -d "$("$SYS_CONFIG" --pkglibdir)"/idem.so "$("$SYS_CONFIG" --pkglibdir)"/bitcode/idem* \
+	"$("$SYS_CONFIG" --sharedir)"/extension/idem.control "$("$SYS_CONFIG" --sharedir)"/extension/idem--*.sql 2>/dev/null || true; }
+log "package: installs postgresql-15-idem system-wide (into $(dirname "$SYS_BIN")), then restores the $(sys_files | wc -l) idem files that were there"
+# what is there, by content
+sys_fingerprint() { { sys_files | xargs -r -I{} find {} -type f 2>/dev/null | sort | xargs -r md5sum 2>/dev/null || true; } | md5sum; }
+before=$(sys_fingerprint)
+sys_files | tar -cPf "$work/saved.tar" -T - 2>/dev/null || true
+preinstalled=$(dpkg-query -W -f='${Status} ${Version}' postgresql-15-idem 2>/dev/null | sed -n 's/^install ok installed //p' || true)
 if git -C "$IDEM_ROOT" rev-parse --git-dir >/dev/null 2>&1; then
 	git -C "$IDEM_ROOT" ls-files -z | (cd "$IDEM_ROOT" && xargs -0 tar -cf -) | tar -C "$work/src" -xf -
 else
@@ -61,18 +74,19 @@ check "the package holds the library, the control file and every install script"
 
 # a fresh server started from the installed files: the suite passes
 data=$work/data
+port=$(free_port)
 chown -R postgres: "$work"
-as_pg_user "$PG_BINDIR/initdb" -D "$data" -U postgres --auth=trust --no-sync >/dev/null 2>&1
+as_pg_user "$SYS_BIN/initdb" -D "$data" -U postgres --auth=trust --no-sync >/dev/null 2>&1
 {
 	echo "listen_addresses = ''"
 	echo "unix_socket_directories = '$work'"
-	echo "port = 5433"
+	echo "port = $port"
 	echo "shared_preload_libraries = 'idem'"
 	echo "idem.cleanup_interval = 0"
 	echo "fsync = off"
 } >>"$data/postgresql.conf"
-as_pg_user "$PG_BINDIR/pg_ctl" -D "$data" -l "$work/server.log" -w -s start
-if as_pg_user env PGHOST="$work" PGPORT=5433 PGUSER=postgres \
+as_pg_user "$SYS_BIN/pg_ctl" -D "$data" -l "$work/server.log" -w -s start
+if as_pg_user env PGHOST="$work" PGPORT="$port" PGUSER=postgres \
 		make -C "$work/src" -s installcheck ISOLATION= TAP_TESTS= >"$work/installcheck.log" 2>&1; then
 	echo "ok - make installcheck passes against a server running the installed package ($(grep -cE '\.\.\. ok' "$work/installcheck.log") tests)"
 else
@@ -80,9 +94,15 @@ else
 	grep -E '\.\.\. ' "$work/installcheck.log"
 	head -60 "$work/src/regression.diffs" 2>/dev/null
 fi
-as_pg_user "$PG_BINDIR/pg_ctl" -D "$data" -m fast -w -s stop
+as_pg_user "$SYS_BIN/pg_ctl" -D "$data" -m fast -w -s stop
 
-# leave the machine as it was: this tree's build installed
-DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq postgresql-15-idem >/dev/null 2>&1
-make -C "$IDEM_ROOT" -s install >/dev/null
+# leave the machine as it was: the package removed (unless it was
+# installed before), the idem files that were there put back
+if [ -z "$preinstalled" ]; then
+	DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq postgresql-15-idem >/dev/null 2>&1
+fi
+sys_files | xargs -r rm -rf
+[ ! -s "$work/saved.tar" ] || tar -xPf "$work/saved.tar"
+check "the machine's PostgreSQL has the idem files it had before the package, byte for byte (package ${preinstalled:-not installed before})" \
+	"$before" "$(sys_fingerprint)"
 rm -rf "$work"

@@ -24,7 +24,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 ensure_packages
 ensure_service_packages pgbouncer
-[ -f "$("$PG_CONFIG" --pkglibdir)/idem.so" ] || build_install
+[ -n "${IDEM_PG_ORIGIN:-}" ] || build_install	# run alone: a build of its own
 
 port=$(free_port)
 start_server "listen_addresses = '127.0.0.1'" "port = $port" "idem.cleanup_interval = 0" "max_connections = 100"
@@ -101,7 +101,7 @@ bouncer_stop() {
 	wait "$bouncer_pid" 2>/dev/null || true
 	bouncer_pid=
 }
-trap 'bouncer_stop; stop_server' EXIT
+at_exit bouncer_stop
 if ! bouncer_start; then
 	echo "not ok - pgbouncer: PgBouncer starts in transaction pooling"
 	exit 0

@@ -9,8 +9,8 @@
 source "$(dirname "$0")/../lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 db=idem_readme
-work=$(mktemp -d /tmp/idem-readme.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+work=$(mktemp -d -t idem-readme.XXXXXX)
+at_exit 'rm -rf "$work"' 
 out=$work/quickstart.out
 
 # the sql blocks of the section, in order
@@ -45,3 +45,24 @@ else
 	echo "$links" | tail -n +2
 fi
 check "README.md is at most 40 KB" true "$([ "$(wc -c <"$IDEM_ROOT/README.md")" -le 40960 ] && echo true || echo "false ($(wc -c <"$IDEM_ROOT/README.md") bytes)")"
+
+# test/README.md's stage budgets: one for each stage test/run_all.sh runs
+# (and its set-up), none for a stage it does not run, at most 35 minutes in
+# all (test/run_all.sh prints each stage's time beside its budget)
+budgets=$(/usr/bin/python3 - "$IDEM_ROOT" <<'PY'
+import re, sys
+root = sys.argv[1]
+run_all = open(f"{root}/test/run_all.sh").read()
+stages = ["setup"] + re.findall(r"^(?:stage|run_shell_check) ([a-z_]+) ", run_all, flags=re.M)
+readme = open(f"{root}/test/README.md").read()
+section = readme.split("\n## Stage budgets", 1)[1].split("\n## ", 1)[0]
+budget = {m[0]: int(m[1]) for m in re.findall(r"^\| `([a-z_]+)` \| (\d+) \|", section, flags=re.M)}
+missing = [s for s in dict.fromkeys(stages) if s not in budget]
+extra = [b for b in budget if b not in stages]
+total = sum(budget.values())
+print(f"{len(budget)} {total} {'yes' if not missing and not extra and total <= 35 * 60 else 'no'}"
+      f" missing={','.join(missing) or '-'} extra={','.join(extra) or '-'}")
+PY
+)
+check "test/README.md gives each of the test command's stages a budget, $(echo "$budgets" | awk '{print $1}') in all, summing to $(echo "$budgets" | awk '{printf "%d min %d s", $2 / 60, $2 % 60}') (at most 35 min)" \
+	yes "$(echo "$budgets" | awk '{print ($3 == "yes") ? "yes" : $0}')"

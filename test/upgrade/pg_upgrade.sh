@@ -29,11 +29,7 @@ IDEM_ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 source "$IDEM_ROOT/test/lib.sh"
 
 OLD_PG_CONFIG=${IDEM_UPGRADE_FROM:-$DEBIAN_PG_CONFIG}
-if [ "$OLD_PG_CONFIG" = "$DEBIAN_PG_CONFIG" ]; then
-	OLD_BIN=/usr/lib/postgresql/15/bin
-else
-	OLD_BIN=$("$OLD_PG_CONFIG" --bindir)
-fi
+OLD_BIN=$("$OLD_PG_CONFIG" --bindir)
 NEW_BIN=$PG_BINDIR
 old_version=$("$OLD_PG_CONFIG" --version | awk '{print $2}')
 new_version=$("$PG_CONFIG" --version | awk '{print $2}')
@@ -49,7 +45,8 @@ for c in "$OLD_PG_CONFIG" "$PG_CONFIG"; do
 	fi
 done
 
-work=$(mktemp -d /tmp/idem-pg-upgrade.XXXXXX)
+work=$(mktemp -d -t idem-pg-upgrade.XXXXXX)
+port=$(free_port)	# both clusters' (one runs at a time), on a socket in $work
 chmod 755 "$work"
 [ "$(id -u)" -eq 0 ] && chown postgres: "$work"
 old_pid=
@@ -64,7 +61,7 @@ cleanup() {
 	done
 	[ -n "${IDEM_KEEP_TMP:-}" ] || rm -rf "$work"
 }
-trap cleanup EXIT
+at_exit cleanup
 
 # initdb with the options pg_upgrade needs alike in both clusters (18 turns
 # data checksums on by default; 15 has them off)
@@ -78,7 +75,7 @@ new_initdb() {
 	{
 		echo "listen_addresses = ''"
 		echo "unix_socket_directories = '$work'"
-		echo "port = 5432"
+		echo "port = $port"
 		echo "shared_preload_libraries = 'idem'"
 		echo "fsync = off"
 		echo "idem.cleanup_interval = 0"
@@ -88,15 +85,15 @@ set_conf() {	# set_conf DIR "name = value"
 	echo "$2" >>"$1/postgresql.conf"
 }
 pg() { as_pg_user "$@"; }
-q() { "$1/psql" -X -q -v ON_ERROR_STOP=1 -At -h "$work" -p 5432 -U postgres -d shop -c "$2"; }
+q() { "$1/psql" -X -q -v ON_ERROR_STOP=1 -At -h "$work" -p "$port" -U postgres -d shop -c "$2"; }
 
 new_initdb "$OLD_BIN" "$work/old"
 new_initdb "$NEW_BIN" "$work/new"
 pg "$OLD_BIN/pg_ctl" -D "$work/old" -l "$work/old.log" -w -s start
-"$OLD_BIN/createdb" -h "$work" -p 5432 -U postgres shop
+"$OLD_BIN/createdb" -h "$work" -p "$port" -U postgres shop
 
 # --- the state, in the old cluster ---
-"$OLD_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$work" -p 5432 -U postgres -d shop >/dev/null <<'SQL'
+"$OLD_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$work" -p "$port" -U postgres -d shop >/dev/null <<'SQL'
 CREATE EXTENSION idem;
 SELECT count(idem_create_order(7, 'upg-key-' || lpad(g::text, 12, '0'), g, 1)) FROM generate_series(1, 20) g;
 INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
@@ -114,7 +111,7 @@ read -r task token < <(q "$OLD_BIN" "SELECT id, task_token FROM idem_internal.id
 
 # The calls whose answers must not change across the upgrade.
 checks() {	# checks BIN DB
-	"$1/psql" -X -q -At -h "$work" -p 5432 -U postgres -d "$2" -v task="$task" -v token="$token" 2>&1 <<'SQL'
+	"$1/psql" -X -q -At -h "$work" -p "$port" -U postgres -d "$2" -v task="$task" -v token="$token" 2>&1 <<'SQL'
 \set VERBOSITY sqlstate
 SELECT 'replay', replayed, order_id, http_status FROM idem_create_order(7, 'upg-key-000000000005', 5, 1);
 SELECT 'mismatch', order_id FROM idem_create_order(7, 'upg-key-000000000005', 6, 1);
@@ -141,9 +138,9 @@ SQL
 }
 
 # the answers before: on a copy taken now, in the old cluster
-"$OLD_BIN/createdb" -h "$work" -p 5432 -U postgres --template=shop probe
+"$OLD_BIN/createdb" -h "$work" -p "$port" -U postgres --template=shop probe
 before=$(checks "$OLD_BIN" probe)
-"$OLD_BIN/dropdb" -h "$work" -p 5432 -U postgres probe
+"$OLD_BIN/dropdb" -h "$work" -p "$port" -U postgres probe
 pg "$OLD_BIN/pg_ctl" -D "$work/old" -m fast -w -s stop
 
 # When the upgrade fails: does it fail without idem as well?  Upgrades two
@@ -157,11 +154,11 @@ fails_without_idem() {
 	new_initdb "$NEW_BIN" "$c/new"
 	sed -i "s/^shared_preload_libraries = 'idem'$//" "$c/old/postgresql.conf" "$c/new/postgresql.conf"
 	pg "$OLD_BIN/pg_ctl" -D "$c/old" -l "$c/old.log" -w -s start
-	"$OLD_BIN/psql" -X -q -h "$work" -p 5432 -U postgres -d postgres -c "CREATE TABLE plain (a int)"
+	"$OLD_BIN/psql" -X -q -h "$work" -p "$port" -U postgres -d postgres -c "CREATE TABLE plain (a int)"
 	pg "$OLD_BIN/pg_ctl" -D "$c/old" -m fast -w -s stop
 	if (cd "$c" && pg "$NEW_BIN/pg_upgrade" --old-bindir="$OLD_BIN" --new-bindir="$NEW_BIN" \
 		--old-datadir="$c/old" --new-datadir="$c/new" --socketdir="$work" \
-		--old-port=5432 --new-port=5432 --username=postgres --retain >"$c/pg_upgrade.log" 2>&1); then
+		--old-port="$port" --new-port="$port" --username=postgres --retain >"$c/pg_upgrade.log" 2>&1); then
 		return 1
 	fi
 	grep -rh 'ERROR: ' "$c/new" --include='*.log' 2>/dev/null | head -n 1 | sed 's/.*ERROR: *//' || true
@@ -175,7 +172,7 @@ for d in "$work/old" "$work/new"; do
 done
 if (cd "$work" && pg "$NEW_BIN/pg_upgrade" --old-bindir="$OLD_BIN" --new-bindir="$NEW_BIN" \
 	--old-datadir="$work/old" --new-datadir="$work/new" \
-	--socketdir="$work" --old-port=5432 --new-port=5432 --username=postgres \
+	--socketdir="$work" --old-port="$port" --new-port="$port" --username=postgres \
 	--retain --link >"$work/pg_upgrade.log" 2>&1); then
 	echo "ok - $what: pg_upgrade --check and the upgrade of a cluster with idem in use succeed"
 elif why=$(fails_without_idem); then
@@ -197,7 +194,7 @@ check "$what: the servers pg_upgrade ran (binary-upgrade mode, $upgrade_ran_serv
 set_conf "$work/new" "idem.cleanup_interval = 0"
 pg "$NEW_BIN/pg_ctl" -D "$work/new" -l "$work/new.log" -w -s start
 check "$what: the extension is at the same version" \
-	"$("$NEW_BIN/psql" -X -At -h "$work" -p 5432 -U postgres -d shop -c "SELECT default_version FROM pg_available_extensions WHERE name = 'idem'")" \
+	"$("$NEW_BIN/psql" -X -At -h "$work" -p "$port" -U postgres -d shop -c "SELECT default_version FROM pg_available_extensions WHERE name = 'idem'")" \
 	"$(q "$NEW_BIN" "SELECT extversion FROM pg_extension WHERE extname = 'idem'")"
 after=$(checks "$NEW_BIN" shop)
 if [ "$before" = "$after" ]; then
@@ -230,7 +227,7 @@ expect_line "the 500 expired records are all still there: no cleanup ran" '^expi
 
 # the worker, turned on now, runs in the upgraded cluster and deletes them
 set_conf "$work/new" "idem.cleanup_interval = 1"
-"$NEW_BIN/psql" -X -q -h "$work" -p 5432 -U postgres -d shop -c "SELECT pg_reload_conf()" >/dev/null
+"$NEW_BIN/psql" -X -q -h "$work" -p "$port" -U postgres -d shop -c "SELECT pg_reload_conf()" >/dev/null
 left=500
 for _ in $(seq 1 100); do
 	left=$(q "$NEW_BIN" "SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()")
