@@ -1,20 +1,20 @@
 # idem: PostgreSQL extension (PGXS)
 
 MODULE_big = idem
-OBJS = src/idem.o \
-	src/storage/util.o src/storage/identity.o src/storage/sequence.o src/storage/rowwrite.o src/storage/catalog.o \
-	src/citus/citus_meta.o src/citus/citus.o \
-	src/runtime/stats.o src/runtime/notify.o \
-	src/core/policy.o src/core/jcs.o src/core/fingerprint.o src/core/key.o src/core/record.o src/core/history.o \
+OBJS = src/shared_library_init.o \
+	src/storage/util.o src/storage/identity.o src/storage/sequence.o src/storage/rowwrite.o src/storage/citus_meta.o src/storage/catalog.o src/storage/catalog_row.o \
+	src/citus/citus.o \
+	src/shmem/stats.o src/shmem/notify.o \
+	src/core/policy.o src/core/jcs.o src/core/fingerprint.o src/core/binding.o src/core/key.o src/core/record.o src/core/record_result.o src/core/history.o \
 	src/core/claim.o src/core/pending.o src/core/call.o \
-	src/runtime/cleanup.o src/runtime/worker.o \
-	src/api/order.o src/api/api.o src/api/outbox.o src/api/inbox.o \
-	src/api/policies.o src/api/task.o src/api/task_sessions.o src/api/task_lease.o src/api/task_holder.o
+	src/process/cleanup.o src/process/worker.o src/process/launcher.o \
+	src/api/order.o src/api/api.o src/api/outbox.o src/api/outbox_emit.o src/api/outbox_ack.o src/api/inbox.o \
+	src/api/policies.o src/api/canonical.o src/api/audit.o src/api/maintenance.o src/api/statistics.o src/api/task.o src/api/task_sessions.o src/api/task_lease.o src/api/task_holder.o
 
 EXTENSION = idem
 DATA = idem--1.13.sql idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql idem--1.2--1.3.sql idem--1.3--1.4.sql idem--1.4--1.5.sql idem--1.5--1.6.sql idem--1.6--1.7.sql idem--1.7--1.8.sql idem--1.8--1.9.sql idem--1.9--1.10.sql idem--1.10--1.11.sql idem--1.11--1.12.sql idem--1.12--1.13.sql
 
-IDEM_SRC_DIRS = src src/storage src/citus src/runtime src/core src/api
+IDEM_SRC_DIRS = src/base src/storage src/citus src/shmem src/core src/process src/api
 PG_CPPFLAGS = $(addprefix -I$(srcdir)/,$(IDEM_SRC_DIRS))
 # -Wextra less unused-parameter, which PostgreSQL's own headers raise
 # (bufpage.h, ilist.h).  No -Werror here: a newer compiler's new warning must

@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
-# The layer rule of src/LAYERS holds: every file of src/ belongs to exactly
-# one module, sits in its module's folder, and includes idem's own headers
-# only of its own module, of modules listed above it, and (for an api
-# module) of no other api module; and no function of src/ is longer than
-# 80 lines (from its return type to its closing brace).  Prints "ok - ..."
-# / "not ok - ..." lines.
+# The structure of src/ as src/LAYERS states it: every file of src/
+# belongs to exactly one module and sits in its module's folder; each
+# folder holds one layer; a file includes idem's own headers only of its
+# own module, of modules listed above it, and (for an api module) of no
+# other api module; every SQL-callable C function (PG_FUNCTION_INFO_V1) is
+# in src/api/; no .c file is over 600 lines and no function over 80 (from
+# its return type to its closing brace); and docs/architecture.md's module
+# list is the one src/LAYERS gives (`bash test/layers.sh --write` writes
+# it).  Prints "ok - ..." / "not ok - ..." lines.
 set -euo pipefail
 IDEM_ROOT=$(cd "$(dirname "$0")/.." && pwd)
-exec /usr/bin/python3 - "$IDEM_ROOT" <<'PY'
+exec /usr/bin/python3 - "$IDEM_ROOT" "${1:-}" <<'PY'
 import os
 import re
 import sys
 
-root = sys.argv[1]
-order, layer, folder, owner = [], {}, {}, {}
+root, write = sys.argv[1], sys.argv[2] == '--write'
+order, layer, folder, owner, about, extras = [], {}, {}, {}, {}, {}
 with open(os.path.join(root, 'src', 'LAYERS')) as f:
-    for line in f:
-        line = line.split('#', 1)[0].split()
+    for raw in f:
+        line, _, comment = raw.partition('#')
+        line = line.split()
         if not line:
             continue
         lay, fold, mod, extra = line[0], line[1], line[2], line[3:]
         order.append(mod)
         layer[mod], folder[mod] = lay, fold
+        about[mod], extras[mod] = comment.strip(), extra
         files = extra if mod == 'init' else [mod + '.c', mod + '.h'] + extra
         for name in files:
             owner[name] = mod
@@ -86,6 +91,60 @@ if too_long:
     print('not ok - functions of src/ over 80 lines: ' + '; '.join(too_long))
 else:
     print('ok - no function of src/ is over 80 lines (the longest: %s, %d)' % (longest[1], longest[0]))
+
+# one layer per folder
+layers_of = {}
+for mod in order:
+    layers_of.setdefault(folder[mod], set()).add(layer[mod])
+mixed = ['%s holds layers %s' % (fold, ', '.join(sorted(ls))) for fold, ls in layers_of.items() if len(ls) > 1]
+if mixed:
+    print('not ok - a folder of src/ holds more than one layer: ' + '; '.join(mixed))
+else:
+    print('ok - each folder of src/ holds one layer (%d folders)' % len(layers_of))
+
+# every SQL-callable C function under src/api/, and no .c file over 600 lines
+outside, big, nfuncs, largest = [], [], 0, (0, '')
+for dirpath, _, names in os.walk(os.path.join(root, 'src')):
+    for name in sorted(n for n in names if n.endswith('.c')):
+        rel = os.path.relpath(os.path.join(dirpath, name), root)
+        text = open(os.path.join(dirpath, name)).read()
+        funcs = re.findall(r'^PG_FUNCTION_INFO_V1\((\w+)\)', text, flags=re.M)
+        nfuncs += len(funcs)
+        if funcs and not rel.startswith('src/api/'):
+            outside.append('%s (%s)' % (rel, ', '.join(funcs)))
+        n = text.count('\n')
+        largest = max(largest, (n, rel))
+        if n > 600:
+            big.append('%s: %d lines' % (rel, n))
+check = lambda ok, good, bad: print(('ok - ' + good) if ok else ('not ok - ' + bad))
+check(not outside, 'every SQL-callable C function (%d) is in src/api/' % nfuncs,
+      'SQL-callable C functions outside src/api/: ' + '; '.join(outside))
+check(not big, 'no .c file of src/ is over 600 lines (the largest: %s, %d)' % (largest[1], largest[0]),
+      '.c files of src/ over 600 lines: ' + '; '.join(big))
+
+# docs/architecture.md's module list, generated from src/LAYERS
+lines, seen = [], []
+for mod in order:
+    if folder[mod] not in seen:
+        seen.append(folder[mod])
+        lines.append('%-22s %s' % (folder[mod] + '/', layer[mod]))
+    lines.append('  %-20s %s' % (mod, about[mod]))
+    if extras[mod]:
+        lines.append('  %-20s   (%s)' % ('', ', '.join(extras[mod] if mod == 'init' else [mod + '.c'] + extras[mod])))
+block = '```\n' + '\n'.join(lines) + '\n```'
+doc_path = os.path.join(root, 'docs', 'architecture.md')
+doc = open(doc_path).read()
+begin, end = '<!-- the modules: generated from src/LAYERS by bash test/layers.sh --write -->', '<!-- end of the modules -->'
+if begin in doc and end in doc:
+    current = doc[doc.index(begin) + len(begin):doc.index(end)].strip()
+    if write and current != block:
+        doc = doc[:doc.index(begin) + len(begin)] + '\n' + block + '\n' + doc[doc.index(end):]
+        open(doc_path, 'w').write(doc)
+        current = block
+    check(current == block, "docs/architecture.md's module list is src/LAYERS' (%d modules)" % len(order),
+          "docs/architecture.md's module list differs from src/LAYERS: run bash test/layers.sh --write")
+else:
+    check(False, '', 'docs/architecture.md has no generated module list (%s ... %s)' % (begin, end))
 
 if problems:
     print('not ok - the layer rule of src/LAYERS: %d violation(s)' % len(problems))

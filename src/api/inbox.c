@@ -49,6 +49,7 @@
 #include "inbox.h"
 #include "identity.h"
 #include "key.h"
+#include "binding.h"
 #include "record.h"
 #include "stats.h"
 #include "rowwrite.h"

@@ -31,6 +31,7 @@
 #include "sequence.h"
 #include "citus.h"
 #include "claim.h"
+#include "binding.h"
 #include "stats.h"
 #include "order.h"
 #include "jcs.h"

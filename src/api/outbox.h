@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * outbox.h
- *	  The transactional outbox (outbox.c).
+ *	  The transactional outbox (outbox.c, outbox_emit.c, outbox_ack.c; what
+ *	  they share is in outbox_int.h).
  *
  *-------------------------------------------------------------------------
  */

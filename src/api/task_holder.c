@@ -31,6 +31,7 @@
 #include "compat.h"
 #include "citus.h"
 #include "key.h"
+#include "binding.h"
 #include "stats.h"
 #include "policy.h"
 #include "task_int.h"

@@ -21,9 +21,6 @@
 #define TASK_HTTP_ACCEPTED		202
 #define TASK_HTTP_FAILED		500
 
-/* GUC: attempts after which idem_fail is final (task.c) */
-
-
 /* the sequence of fencing tokens, once task_relations() has looked it up */
 extern Oid	idem_task_token_seq;
 

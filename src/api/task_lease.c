@@ -36,6 +36,7 @@
 #include "sequence.h"
 #include "citus.h"
 #include "key.h"
+#include "binding.h"
 #include "stats.h"
 #include "task_int.h"
 #include "util.h"

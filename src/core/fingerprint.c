@@ -41,8 +41,6 @@
 #include "jcs.h"
 #include "util.h"
 
-PG_FUNCTION_INFO_V1(idem_request_hash);
-PG_FUNCTION_INFO_V1(idem_canonical_json);
 
 /* GUC variable */
 char	   *idem_fingerprint_keys_file = NULL;
@@ -324,31 +322,4 @@ idem_fingerprints_equal(const char *a, const char *b)
 	for (int i = 0; i < IDEM_HASH_HEX_LEN; i++)
 		diff |= (unsigned char) (a[i] ^ b[i]);
 	return diff == 0;
-}
-
-/* SQL: idem_canonical_json(jsonb) returns text */
-Datum
-idem_canonical_json(PG_FUNCTION_ARGS)
-{
-	Jsonb	   *jb;
-	StringInfoData buf;
-
-	idem_check_not_null(fcinfo, 0, "request");
-	jb = PG_GETARG_JSONB_P(0);
-	initStringInfo(&buf);
-	idem_jcs_append_jsonb(&buf, jb);
-
-	/* the canonical text is UTF-8; hand it back in the server encoding */
-	PG_RETURN_TEXT_P(cstring_to_text(pg_any_to_server(buf.data, buf.len, PG_UTF8)));
-}
-
-/* SQL: idem_request_hash(jsonb) returns text */
-Datum
-idem_request_hash(PG_FUNCTION_ARGS)
-{
-	IdemFingerprint hex;
-
-	idem_check_not_null(fcinfo, 0, "request");
-	idem_fingerprint_jsonb(PG_GETARG_JSONB_P(0), hex);
-	PG_RETURN_TEXT_P(cstring_to_text(hex));
 }

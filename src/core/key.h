@@ -47,9 +47,6 @@ typedef enum IdemOutcomeLog
 extern int	idem_wait_timeout;
 
 extern void idem_key_init(void);
-extern void idem_check_owner(int64 owner);
-extern bool idem_owner_allowed(int64 owner);
-extern void idem_check_operation_allowed(const char *operation);
 extern void idem_check_key(const char *key, int len);
 extern void idem_check_key_policy(IdemScope *scope);
 extern void idem_check_name(const char *what, const char *name, int len, int maxlen);

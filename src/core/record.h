@@ -95,6 +95,7 @@ extern IdemStatus idem_result_make(IdemResult *res, bool http_isnull, int32 http
 extern void idem_result_set_header_list(IdemResult *res, Datum header_list);
 extern void idem_result_values(const IdemResult *res, Datum *values, bool *nulls);
 extern Datum idem_result_header_list(const IdemResult *res, bool *isnull);
+extern Datum idem_result_headers_of_list(Datum json_text);
 extern TimestampTz idem_record_expiry(IdemStatus status, TimestampTz now, const Interval *ttl,
 									  const char *operation);
 extern TimestampTz idem_timestamp_plus(TimestampTz now, const Interval *ttl);

@@ -46,7 +46,6 @@
 #include "identity.h"
 #include "sequence.h"
 
-PG_FUNCTION_INFO_V1(idem_timeline_mark);
 
 /* The sequences a new timeline moves on, and the one that records it. */
 static const char *const idem_sequences[] = {
@@ -171,16 +170,13 @@ idem_nextval(Oid seq, bool check_permissions)
 }
 
 /*
- * SQL: idem_timeline_mark() returns void
- *
- * Record the current timeline in idem_timeline_seq without moving the
- * sequences: what CREATE EXTENSION and the update to 1.12 do, so that only
- * a later timeline moves them.
+ * Record the current timeline in idem_timeline_seq of schema nspid without
+ * moving the sequences: what CREATE EXTENSION and the update to 1.12 do
+ * (idem_timeline_mark), so that only a later timeline moves them.
  */
-Datum
-idem_timeline_mark(PG_FUNCTION_ARGS)
+void
+idem_timeline_mark_current(Oid nspid)
 {
-	Oid			nspid = get_func_namespace(fcinfo->flinfo->fn_oid);
 	Oid			mark = get_relname_relid(TIMELINE_SEQ, nspid);
 
 	if (!OidIsValid(mark))
@@ -192,5 +188,4 @@ idem_timeline_mark(PG_FUNCTION_ARGS)
 	DirectFunctionCall3(setval3_oid, ObjectIdGetDatum(mark),
 						Int64GetDatum((int64) GetWALInsertionTimeLine()), BoolGetDatum(true));
 	reserved_tli = 0;
-	PG_RETURN_VOID();
 }

@@ -14,4 +14,6 @@
 
 extern int64 idem_nextval(Oid seq, bool check_permissions);
 
+extern void idem_timeline_mark_current(Oid nspid);
+
 #endif							/* IDEM_SEQUENCE_H */

@@ -53,7 +53,6 @@
 #include "rowwrite.h"
 #include "util.h"
 
-PG_FUNCTION_INFO_V1(idem_cleanup_expired);
 
 /* What the cleanup deletes: rows of a table whose cutoff column is past. */
 typedef struct CleanupTarget
@@ -261,37 +260,4 @@ idem_cleanup_batches(Oid nspid, int batch_size, int max_batches)
 			break;
 	}
 	return total;
-}
-
-/* SQL: idem_cleanup_expired(batch_size integer, max_batches integer) returns bigint */
-Datum
-idem_cleanup_expired(PG_FUNCTION_ARGS)
-{
-	int32		batch_size;
-	int32		max_batches = -1;
-	Oid			nspid;
-	int64		deleted;
-
-	idem_check_not_null(fcinfo, 0, "batch_size");
-	batch_size = PG_GETARG_INT32(0);
-	if (batch_size < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("batch_size must be at least 1"),
-				 errdetail("The call has batch_size %d.", batch_size)));
-	if (!PG_ARGISNULL(1))
-	{
-		max_batches = PG_GETARG_INT32(1);
-		if (max_batches < 1)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("max_batches must be at least 1, or NULL for no limit"),
-					 errdetail("The call has max_batches %d.", max_batches)));
-	}
-
-	nspid = idem_function_tables_schema(fcinfo);
-	deleted = idem_cleanup_batches(nspid, batch_size, max_batches);
-	/* a Citus coordinator cleans every worker's shards too */
-	deleted += idem_citus_cleanup_workers(nspid, batch_size, max_batches);
-	PG_RETURN_INT64(deleted);
 }

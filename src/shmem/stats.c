@@ -54,9 +54,6 @@
 #include "compat.h"
 #include "stats.h"
 
-PG_FUNCTION_INFO_V1(idem_stats_entries);
-PG_FUNCTION_INFO_V1(idem_stats_reset);
-PG_FUNCTION_INFO_V1(idem_stats_add);
 
 #define STATS_NAME_SIZE		(IDEM_TOPIC_MAX_LEN + 1)
 #define STATS_OTHER			"(other)"
@@ -149,7 +146,7 @@ stats_shmem_size(void)
 					mul_size(Max(max_prepared_xacts, 1), sizeof(PreparedCounts)));
 }
 
-/* Reserve the table and its lock (from idem.c's shmem_request_hook). */
+/* Reserve the table and its lock (from shared_library_init.c's shmem_request_hook). */
 void
 idem_stats_shmem_request(void)
 {
@@ -157,7 +154,7 @@ idem_stats_shmem_request(void)
 	RequestNamedLWLockTranche("idem stats", 1);
 }
 
-/* Create or attach to the table (idem.c's shmem_startup_hook, under AddinShmemInitLock). */
+/* Create or attach to the table (shared_library_init.c's shmem_startup_hook, under AddinShmemInitLock). */
 void
 idem_stats_shmem_startup(void)
 {
@@ -497,51 +494,35 @@ check_preloaded(void)
 				 errhint("Add idem to shared_preload_libraries in postgresql.conf and restart the server.")));
 }
 
-/* SQL: idem_stats_entries() returns setof record (the idem_stats view's rows) */
-Datum
-idem_stats_entries(PG_FUNCTION_ARGS)
+/*
+ * Call visit for each entry's key and counters (IDEM_STAT_NCOUNTERS of them,
+ * read now) and the time of the last reset, under the table's lock
+ * (shared): visit must not raise an error nor wait.  ERROR when idem is
+ * not preloaded.
+ */
+void
+idem_stats_visit(IdemStatsVisit visit, void *arg)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	HASH_SEQ_STATUS scan;
 	StatsEntry *entry;
-	TimestampTz reset_at;
-	bool		with_kind;
+	uint64		counters[IDEM_STAT_NCOUNTERS];
 
 	check_preloaded();
-	InitMaterializedSRF(fcinfo, 0);
-	with_kind = rsinfo->setDesc->natts == IDEM_STAT_NCOUNTERS + 4;
 	LWLockAcquire(shared->lock, LW_SHARED);
-	reset_at = shared->reset_at;
 	hash_seq_init(&scan, shared_hash);
 	while ((entry = hash_seq_search(&scan)) != NULL)
 	{
-		Datum		values[IDEM_STAT_NCOUNTERS + 4];
-		bool		nulls[IDEM_STAT_NCOUNTERS + 4] = {false};
-		int			col = 0;
-
-		values[col] = ObjectIdGetDatum(entry->key.dbid);
-		nulls[col++] = !OidIsValid(entry->key.dbid);
-		values[col++] = CStringGetTextDatum(entry->key.name);
-		/* 1.7's kind column; an installation not updated yet has none */
-		if (with_kind)
-		{
-			const char *kind = kind_names[entry->key.kind];
-
-			nulls[col] = (kind == NULL);
-			values[col++] = kind == NULL ? (Datum) 0 : CStringGetTextDatum(kind);
-		}
 		for (int i = 0; i < IDEM_STAT_NCOUNTERS; i++)
-			values[col++] = Int64GetDatum((int64) pg_atomic_read_u64(&entry->counters[i]));
-		values[col++] = TimestampTzGetDatum(reset_at);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			counters[i] = pg_atomic_read_u64(&entry->counters[i]);
+		visit(entry->key.dbid, entry->key.name, kind_names[entry->key.kind], counters,
+			  shared->reset_at, arg);
 	}
 	LWLockRelease(shared->lock);
-	return (Datum) 0;
 }
 
-/* SQL: idem_stats_reset() returns void: every counter back to 0 */
-Datum
-idem_stats_reset(PG_FUNCTION_ARGS)
+/* Every counter back to 0.  ERROR when idem is not preloaded. */
+void
+idem_stats_reset_all(void)
 {
 	HASH_SEQ_STATUS scan;
 	StatsEntry *entry;
@@ -554,21 +535,4 @@ idem_stats_reset(PG_FUNCTION_ARGS)
 			pg_atomic_write_u64(&entry->counters[i], 0);
 	shared->reset_at = GetCurrentTimestamp();
 	LWLockRelease(shared->lock);
-	PG_RETURN_VOID();
-}
-
-/*
- * SQL: idem_stats_add(name text, counter text, n bigint) returns bigint (n),
- * counted at commit: for idem's PL/pgSQL functions (idem_outbox_ack).
- */
-Datum
-idem_stats_add(PG_FUNCTION_ARGS)
-{
-	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	char	   *counter = text_to_cstring(PG_GETARG_TEXT_PP(1));
-
-	if (strcmp(counter, "outbox_acked") != 0)
-		elog(ERROR, "idem: idem_stats_add counts only outbox_acked");
-	idem_stats_count_at_commit(IDEM_KIND_TOPIC, name, IDEM_STAT_OUTBOX_ACKED, PG_GETARG_INT64(2));
-	PG_RETURN_INT64(PG_GETARG_INT64(2));
 }

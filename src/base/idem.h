@@ -91,4 +91,16 @@ idem_status_from_name(const char *name)
 	return IDEM_STATUS_UNKNOWN;
 }
 
+/*
+ * Is c a character of a name: an operation, topic or consumer
+ * ([A-Za-z0-9_.:-])?  As idem_check_name (key.c) and the list of
+ * idem.allowed_operations (binding.c) accept it.
+ */
+static inline bool
+idem_name_char(char c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+		(c >= '0' && c <= '9') || c == '_' || c == '.' || c == ':' || c == '-';
+}
+
 #endif							/* IDEM_H */

@@ -17,7 +17,11 @@
  *
  * A database without the extension costs one connection and one catalog
  * lookup per round.  Per-database figures live in shared memory and are shown
- * by idem_cleanup_status().
+ * by idem_cleanup_status() (src/api/maintenance.c).
+ *
+ * This file holds the module's shared memory, its settings and the
+ * per-database worker; launcher.c the launcher; worker_int.h what they
+ * share.
  *
  *-------------------------------------------------------------------------
  */
@@ -62,12 +66,10 @@
 #include "cleanup.h"
 #include "util.h"
 #include "worker.h"
+#include "worker_int.h"
 
-PGDLLEXPORT void idem_cleanup_launcher_main(Datum main_arg);
 PGDLLEXPORT void idem_cleanup_worker_main(Datum main_arg);
 
-PG_FUNCTION_INFO_V1(idem_cleanup_status);
-PG_FUNCTION_INFO_V1(idem_cleanup_worker_notice);
 
 /* A worker waits this long for a table lock before giving up the round. */
 #define IDEM_CLEANUP_LOCK_TIMEOUT "100ms"
@@ -75,21 +77,8 @@ PG_FUNCTION_INFO_V1(idem_cleanup_worker_notice);
 /* How many databases idem_cleanup_status() can track. */
 #define IDEM_MAX_TRACKED_DATABASES 1024
 
-#define IDEM_ERROR_LEN 256
 
 /* What the worker did in one database; shared memory, under IdemShared->lock. */
-typedef struct IdemDbStatus
-{
-	Oid			datid;			/* hash key */
-	NameData	datname;
-	TimestampTz last_run_started;
-	TimestampTz last_run_finished;	/* 0 while a run is in progress */
-	int64		last_run_deleted;
-	int64		total_deleted;	/* since the server started */
-	int64		runs;
-	TimestampTz last_error_at;	/* 0 if none since the server started */
-	char		last_error[IDEM_ERROR_LEN];
-} IdemDbStatus;
 
 typedef struct IdemShared
 {
@@ -97,14 +86,12 @@ typedef struct IdemShared
 } IdemShared;
 
 /* GUC variables */
-static int	idem_cleanup_interval = 60;
+int			idem_cleanup_interval = 60;
 static int	idem_cleanup_batch_size = 1000;
 static int	idem_cleanup_max_batches = 0;
 static int	idem_cleanup_batch_delay = 50;
-static char *idem_cleanup_databases = NULL;
-static int	idem_cleanup_database_timeout = 600000;	/* ms */
-
-static bool idem_check_cleanup_databases(char **newval, void **extra, GucSource source);
+char	   *idem_cleanup_databases = NULL;
+int			idem_cleanup_database_timeout = 600000;	/* ms */
 
 /* Set in _PG_init when loaded from shared_preload_libraries. */
 static bool idem_preloaded = false;
@@ -116,13 +103,6 @@ static HTAB *idem_status = NULL;
 static IdemDbStatus *my_status = NULL;
 
 
-/* A database the launcher visits in a round. */
-typedef struct IdemDatabase
-{
-	Oid			oid;
-	NameData	name;
-} IdemDatabase;
-
 /* ---- shared memory ------------------------------------------------------ */
 
 static Size
@@ -133,7 +113,7 @@ idem_shmem_size(void)
 									   sizeof(IdemDbStatus)));
 }
 
-/* Reserve the status table and its lock (from idem.c's shmem_request_hook). */
+/* Reserve the status table and its lock (from shared_library_init.c's shmem_request_hook). */
 void
 idem_worker_shmem_request(void)
 {
@@ -142,7 +122,7 @@ idem_worker_shmem_request(void)
 }
 
 /*
- * Create or attach to the status table (from idem.c's shmem_startup_hook,
+ * Create or attach to the status table (from shared_library_init.c's shmem_startup_hook,
  * which holds AddinShmemInitLock).
  */
 void
@@ -313,8 +293,8 @@ status_end_run(const char *error)
 }
 
 /* Record an error for database datid from the launcher, if it is tracked. */
-static void
-status_record_error(Oid datid, const char *error)
+void
+idem_worker_status_record_error(Oid datid, const char *error)
 {
 	IdemDbStatus *st;
 
@@ -340,8 +320,8 @@ status_forget(Oid datid)
 }
 
 /* Forget every database that is not in the round's list. */
-static void
-status_forget_others(List *databases)
+void
+idem_worker_status_forget_others(List *databases)
 {
 	HASH_SEQ_STATUS scan;
 	IdemDbStatus *st;
@@ -366,9 +346,9 @@ status_forget_others(List *databases)
 
 /* ---- the per-database worker -------------------------------------------- */
 
-/* Re-read the configuration after a SIGHUP. */
-static void
-reload_config_if_asked(void)
+/* Re-read the configuration after a SIGHUP (the worker and the launcher). */
+void
+idem_worker_reload_config_if_asked(void)
 {
 	if (ConfigReloadPending)
 	{
@@ -453,7 +433,7 @@ run_batches(void)
 		int64		deleted;
 
 		CHECK_FOR_INTERRUPTS();
-		reload_config_if_asked();
+		idem_worker_reload_config_if_asked();
 		/* turned off meanwhile: stop between two batches */
 		if (idem_cleanup_interval == 0)
 			break;
@@ -541,352 +521,31 @@ idem_cleanup_worker_main(Datum main_arg)
 	proc_exit(0);
 }
 
-/* ---- the launcher -------------------------------------------------------- */
+/* ---- for the SQL functions (src/api/maintenance.c) ---------------------- */
 
-/*
- * Is the database named in idem.cleanup_databases (or is the list empty)?
- * A quoted name matches exactly; an unquoted one ignoring case, so that
- * MyDb finds the database "MyDb" (SQL would fold it to mydb, which would
- * silently match nothing).
- */
-static bool
-database_selected(const char *name)
+/* Is idem in shared_preload_libraries (its worker and shared memory set up)? */
+bool
+idem_worker_preloaded(void)
 {
-	const char *p = idem_cleanup_databases;
-
-	if (p == NULL || *p == '\0')
-		return true;
-	while (*p != '\0')
-	{
-		StringInfoData item;
-		bool		quoted = false;
-
-		initStringInfo(&item);
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (*p == '"')
-		{
-			quoted = true;
-			for (p++; *p != '\0'; p++)
-			{
-				if (*p == '"' && p[1] == '"')
-					appendStringInfoChar(&item, *p++);
-				else if (*p == '"')
-				{
-					p++;
-					break;
-				}
-				else
-					appendStringInfoChar(&item, *p);
-			}
-		}
-		else
-			for (; *p != '\0' && *p != ',' && *p != ' ' && *p != '\t'; p++)
-				appendStringInfoChar(&item, *p);
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (*p == ',')
-			p++;
-		if (quoted ? strcmp(item.data, name) == 0 : pg_strcasecmp(item.data, name) == 0)
-		{
-			pfree(item.data);
-			return true;
-		}
-		pfree(item.data);
-	}
-	return false;
-}
-
-/* Check hook of idem.cleanup_databases: a comma-separated list of names. */
-static bool
-idem_check_cleanup_databases(char **newval, void **extra, GucSource source)
-{
-	char	   *raw = pstrdup(*newval);
-	List	   *names;
-	bool		ok = SplitIdentifierString(raw, ',', &names);
-
-	if (!ok)
-		GUC_check_errdetail("List syntax is invalid.");
-	list_free(names);
-	pfree(raw);
-	return ok;
+	return idem_preloaded;
 }
 
 /*
- * The databases to visit, allocated in the current memory context: those
- * that accept connections, are valid and are selected.
+ * Call visit for each database in which the worker found the extension
+ * since the server started, under the status's lock (shared): visit must
+ * not raise an error nor wait.  Nothing when idem is not preloaded.
  */
-static List *
-list_databases(void)
-{
-	List	   *result = NIL;
-	MemoryContext outer = CurrentMemoryContext;
-	Relation	rel;
-	TableScanDesc scan;
-	HeapTuple	tup;
-
-	StartTransactionCommand();
-	(void) GetTransactionSnapshot();
-	rel = table_open(DatabaseRelationId, AccessShareLock);
-	scan = table_beginscan_catalog(rel, 0, NULL);
-	while (HeapTupleIsValid(tup = heap_getnext(scan, ForwardScanDirection)))
-	{
-		Form_pg_database db = (Form_pg_database) GETSTRUCT(tup);
-		MemoryContext oldcxt;
-		IdemDatabase *d;
-
-		if (!db->datallowconn || database_is_invalid_form(db) ||
-			!database_selected(NameStr(db->datname)))
-			continue;
-		oldcxt = MemoryContextSwitchTo(outer);
-		d = palloc(sizeof(IdemDatabase));
-		d->oid = db->oid;
-		d->name = db->datname;
-		result = lappend(result, d);
-		MemoryContextSwitchTo(oldcxt);
-	}
-	table_endscan(scan);
-	table_close(rel, AccessShareLock);
-	CommitTransactionCommand();
-	return result;
-}
-
-/* Does database dboid still exist (it may have been dropped during the round)? */
-static bool
-database_exists(Oid dboid)
-{
-	bool		exists;
-
-	StartTransactionCommand();
-	exists = SearchSysCacheExists1(DATABASEOID, ObjectIdGetDatum(dboid));
-	CommitTransactionCommand();
-	return exists;
-}
-
-/*
- * Wait for a worker to exit, at most idem.cleanup_database_timeout: then
- * stop it, record why, and wait for it to be gone.
- */
-static void
-wait_for_worker(BackgroundWorkerHandle *handle, IdemDatabase *db)
-{
-	TimestampTz started = GetCurrentTimestamp();
-	bool		terminated = false;
-
-	for (;;)
-	{
-		pid_t		pid;
-		BgwHandleStatus status = GetBackgroundWorkerPid(handle, &pid);
-		long		wait_ms = 1000;
-
-		if (status == BGWH_STOPPED)
-			return;
-		if (status == BGWH_POSTMASTER_DIED)
-			proc_exit(1);
-		reload_config_if_asked();
-		if (!terminated && idem_cleanup_database_timeout > 0)
-		{
-			long		left = idem_cleanup_database_timeout -
-				TimestampDifferenceMilliseconds(started, GetCurrentTimestamp());
-
-			if (left <= 0)
-			{
-				char		msg[IDEM_ERROR_LEN];
-
-				snprintf(msg, sizeof(msg),
-						 "stopped after idem.cleanup_database_timeout (%d ms)",
-						 idem_cleanup_database_timeout);
-				ereport(LOG,
-						(errmsg("idem: the cleanup worker for database \"%s\" %s",
-								NameStr(db->name), msg)));
-				status_record_error(db->oid, msg);
-				TerminateBackgroundWorker(handle);
-				terminated = true;
-			}
-			else
-				wait_ms = Min(wait_ms, left);
-		}
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 wait_ms, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-}
-
-/* Start the worker for one database and wait until it has exited. */
-static void
-run_worker(IdemDatabase *db)
-{
-	BackgroundWorker worker;
-	BackgroundWorkerHandle *handle;
-
-	/* dropped since the round began: no worker, no FATAL in the log */
-	if (!database_exists(db->oid))
-		return;
-
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "idem");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "idem_cleanup_worker_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "idem cleanup worker for database %s",
-			 NameStr(db->name));
-	snprintf(worker.bgw_type, BGW_MAXLEN, "idem cleanup worker");
-	worker.bgw_main_arg = ObjectIdGetDatum(db->oid);
-	worker.bgw_notify_pid = MyProcPid;
-
-	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
-	{
-		ereport(LOG,
-				(errmsg("idem: could not start the cleanup worker for database \"%s\"",
-						NameStr(db->name)),
-				 errhint("Raise max_worker_processes; the cleanup needs one slot "
-						 "for its launcher and one for a worker.")));
-		return;
-	}
-	wait_for_worker(handle, db);
-	pfree(handle);
-}
-
-/* One round: every selected database in turn. */
-static void
-run_round(MemoryContext round_cxt)
-{
-	MemoryContext oldcxt = MemoryContextSwitchTo(round_cxt);
-	List	   *databases = list_databases();
-	ListCell   *lc;
-
-	status_forget_others(databases);
-	foreach(lc, databases)
-	{
-		CHECK_FOR_INTERRUPTS();
-		reload_config_if_asked();
-		if (idem_cleanup_interval == 0)
-			break;
-		run_worker((IdemDatabase *) lfirst(lc));
-	}
-	MemoryContextSwitchTo(oldcxt);
-	MemoryContextReset(round_cxt);
-}
-
-/* Entry point of the launcher: a round every idem.cleanup_interval. */
 void
-idem_cleanup_launcher_main(Datum main_arg)
+idem_worker_status_visit(IdemWorkerStatusVisit visit, void *arg)
 {
-	MemoryContext round_cxt;
-	TimestampTz last_round = 0;
-
-	pqsignal(SIGTERM, die);
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	BackgroundWorkerUnblockSignals();
-
-	/* no database: enough to read pg_database, and blocks no DROP DATABASE */
-	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
-
-	round_cxt = AllocSetContextCreate(TopMemoryContext, "idem cleanup round",
-									  ALLOCSET_DEFAULT_SIZES);
-	for (;;)
-	{
-		long		timeout = -1;
-
-		CHECK_FOR_INTERRUPTS();
-		reload_config_if_asked();
-
-		if (idem_cleanup_interval > 0)
-		{
-			TimestampTz now = GetCurrentTimestamp();
-			TimestampTz next = TimestampTzPlusMilliseconds(last_round,
-														   (int64) idem_cleanup_interval * 1000);
-
-			if (last_round == 0 || now >= next)
-			{
-				last_round = now;
-				run_round(round_cxt);
-				continue;
-			}
-			timeout = (long) ((next - now + 999) / 1000);
-		}
-
-		(void) WaitLatch(MyLatch,
-						 WL_LATCH_SET | WL_EXIT_ON_PM_DEATH | (timeout >= 0 ? WL_TIMEOUT : 0),
-						 timeout, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-	}
-}
-
-/* ---- SQL ----------------------------------------------------------------- */
-
-/*
- * SQL: idem_cleanup_status() returns setof record, one row per database in
- * which the worker found the extension since the server started.  Empty
- * when idem is not in shared_preload_libraries.
- */
-Datum
-idem_cleanup_status(PG_FUNCTION_ARGS)
-{
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	HASH_SEQ_STATUS scan;
 	IdemDbStatus *st;
 
-	InitMaterializedSRF(fcinfo, 0);
 	if (idem_status == NULL)
-		return (Datum) 0;
-
+		return;
 	LWLockAcquire(idem_shared->lock, LW_SHARED);
 	hash_seq_init(&scan, idem_status);
 	while ((st = hash_seq_search(&scan)) != NULL)
-	{
-		Datum		values[9];
-		bool		nulls[9] = {false};
-
-		values[0] = ObjectIdGetDatum(st->datid);
-		values[1] = NameGetDatum(&st->datname);
-		values[2] = TimestampTzGetDatum(st->last_run_started);
-		values[3] = TimestampTzGetDatum(st->last_run_finished);
-		nulls[3] = st->last_run_finished == 0;
-		values[4] = Int64GetDatum(st->last_run_deleted);
-		values[5] = Int64GetDatum(st->total_deleted);
-		values[6] = Int64GetDatum(st->runs);
-		values[7] = CStringGetTextDatum(st->last_error);
-		nulls[7] = st->last_error_at == 0;
-		values[8] = TimestampTzGetDatum(st->last_error_at);
-		nulls[8] = st->last_error_at == 0;
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
+		visit(st, arg);
 	LWLockRelease(idem_shared->lock);
-	return (Datum) 0;
-}
-
-/*
- * Raise a NOTICE when idem is not preloaded, so CREATE EXTENSION says that
- * expired records will not be cleaned by themselves.  The extension script
- * calls it once and drops it.  CREATE EXTENSION runs its script with
- * client_min_messages raised to WARNING, which would swallow the NOTICE, so
- * it is let through here.
- */
-Datum
-idem_cleanup_worker_notice(PG_FUNCTION_ARGS)
-{
-	int			save_client_min_messages = client_min_messages;
-
-	if (idem_preloaded)
-		PG_RETURN_VOID();
-
-	client_min_messages = Min(client_min_messages, NOTICE);
-	PG_TRY();
-	{
-		ereport(NOTICE,
-				(errmsg("idem is not in shared_preload_libraries, so its cleanup worker is not running"),
-				 errdetail("Every idem function works; expired records stay until "
-						   "idem_cleanup_expired() deletes them."),
-				 errhint("Add idem to shared_preload_libraries and restart the server "
-						 "to have expired records deleted in the background.")));
-	}
-	PG_FINALLY();
-	{
-		client_min_messages = save_client_min_messages;
-	}
-	PG_END_TRY();
-	PG_RETURN_VOID();
 }

@@ -43,6 +43,16 @@ extern void idem_stats_define_gucs(void);
 extern void idem_stats_init(void);
 extern void idem_stats_shmem_request(void);
 extern void idem_stats_shmem_startup(void);
+/*
+ * What idem_stats_visit hands over for each entry: its database (InvalidOid
+ * for a cluster-wide one), name and kind (NULL for an operation), its
+ * counters, and when they were last reset.
+ */
+typedef void (*IdemStatsVisit) (Oid dbid, const char *name, const char *kind,
+								const uint64 *counters, TimestampTz reset_at, void *arg);
+
+extern void idem_stats_visit(IdemStatsVisit visit, void *arg);
+extern void idem_stats_reset_all(void);
 extern void idem_stats_count(IdemStatKind kind, const char *name, IdemCounter counter, int64 n);
 extern void idem_stats_count_at_commit(IdemStatKind kind, const char *name, IdemCounter counter,
 									   int64 n);

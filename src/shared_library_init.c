@@ -1,11 +1,11 @@
 /*-------------------------------------------------------------------------
  *
- * idem.c
+ * shared_library_init.c
  *	  Module entry of the idem extension: _PG_init hands each module its
  *	  start-up, and the shared-memory hooks call each module's part.
  *
- * The modules sit in layers, one folder each (storage, citus, runtime, core,
- * api); src/LAYERS lists them in order and states the rule test/layers.sh
+ * The modules sit in layers, one folder each (base, storage, citus, shmem,
+ * core, process, api); src/LAYERS lists them in order and states the rule test/layers.sh
  * checks: a file includes idem headers only of its own module and of the
  * modules listed above it, and an SQL entry point none of another.  This
  * file is the top: it includes every module's start-up.
@@ -28,6 +28,7 @@
 #include "outbox.h"
 #include "pending.h"
 #include "key.h"
+#include "binding.h"
 #include "notify.h"
 #include "stats.h"
 #include "record.h"
@@ -78,6 +79,7 @@ void
 _PG_init(void)
 {
 	idem_key_init();
+	idem_binding_init();
 	idem_record_init();
 	idem_history_init();
 	idem_policy_init();

@@ -1,0 +1,86 @@
+/*-------------------------------------------------------------------------
+ *
+ * statistics.c
+ *	  The SQL face of idem's statistics (stats.c): idem_stats_entries (the
+ *	  idem_stats view's rows), idem_stats_reset, and idem_stats_add for
+ *	  idem's SQL functions.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+
+#include "idem.h"
+#include "stats.h"
+
+PG_FUNCTION_INFO_V1(idem_stats_entries);
+PG_FUNCTION_INFO_V1(idem_stats_reset);
+PG_FUNCTION_INFO_V1(idem_stats_add);
+
+static void stats_row(Oid dbid, const char *name, const char *kind, const uint64 *counters,
+					  TimestampTz reset_at, void *arg);
+
+/* SQL: idem_stats_entries() returns setof record (the idem_stats view's rows) */
+Datum
+idem_stats_entries(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo, 0);
+	idem_stats_visit(stats_row, rsinfo);
+	return (Datum) 0;
+}
+
+/* One row of idem_stats. */
+static void
+stats_row(Oid dbid, const char *name, const char *kind, const uint64 *counters,
+		  TimestampTz reset_at, void *arg)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) arg;
+	/* 1.7's kind column; an installation not updated yet has none */
+	bool		with_kind = rsinfo->setDesc->natts == IDEM_STAT_NCOUNTERS + 4;
+	Datum		values[IDEM_STAT_NCOUNTERS + 4];
+	bool		nulls[IDEM_STAT_NCOUNTERS + 4] = {false};
+	int			col = 0;
+
+	values[col] = ObjectIdGetDatum(dbid);
+	nulls[col++] = !OidIsValid(dbid);
+	values[col++] = CStringGetTextDatum(name);
+	if (with_kind)
+	{
+		nulls[col] = (kind == NULL);
+		values[col++] = kind == NULL ? (Datum) 0 : CStringGetTextDatum(kind);
+	}
+	for (int i = 0; i < IDEM_STAT_NCOUNTERS; i++)
+		values[col++] = Int64GetDatum((int64) counters[i]);
+	values[col++] = TimestampTzGetDatum(reset_at);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/* SQL: idem_stats_reset() returns void: every counter back to 0 */
+Datum
+idem_stats_reset(PG_FUNCTION_ARGS)
+{
+	idem_stats_reset_all();
+	PG_RETURN_VOID();
+}
+
+/*
+ * SQL: idem_stats_add(name text, counter text, n bigint) returns bigint (n),
+ * counted at commit: for idem's PL/pgSQL functions (idem_outbox_ack).
+ */
+Datum
+idem_stats_add(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	char	   *counter = text_to_cstring(PG_GETARG_TEXT_PP(1));
+
+	if (strcmp(counter, "outbox_acked") != 0)
+		elog(ERROR, "idem: idem_stats_add counts only outbox_acked");
+	idem_stats_count_at_commit(IDEM_KIND_TOPIC, name, IDEM_STAT_OUTBOX_ACKED, PG_GETARG_INT64(2));
+	PG_RETURN_INT64(PG_GETARG_INT64(2));
+}
