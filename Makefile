@@ -12,7 +12,14 @@ OBJS = src/shared_library_init.o \
 	src/api/policies.o src/api/canonical.o src/api/audit.o src/api/maintenance.o src/api/statistics.o src/api/task.o src/api/task_sessions.o src/api/task_lease.o src/api/task_holder.o
 
 EXTENSION = idem
-DATA = idem--1.13.sql idem--1.0.sql idem--1.0--1.1.sql idem--1.1--1.2.sql idem--1.2--1.3.sql idem--1.3--1.4.sql idem--1.4--1.5.sql idem--1.5--1.6.sql idem--1.6--1.7.sql idem--1.7--1.8.sql idem--1.8--1.9.sql idem--1.9--1.10.sql idem--1.10--1.11.sql idem--1.11--1.12.sql idem--1.12--1.13.sql
+# The install script of the current version is built from sql/idem.sql, the
+# readable current schema (as pgvector builds sql/vector.sql); the scripts of
+# earlier versions (idem--1.0.sql, for CREATE EXTENSION idem VERSION '1.0')
+# and the update scripts sit beside it and are found by their names.
+IDEM_DIR := $(dir $(firstword $(MAKEFILE_LIST)))
+EXTVERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(IDEM_DIR)idem.control)
+DATA_built = sql/idem--$(EXTVERSION).sql
+DATA = $(filter-out $(DATA_built),$(patsubst $(IDEM_DIR)%,%,$(wildcard $(IDEM_DIR)sql/idem--*.sql)))
 
 IDEM_SRC_DIRS = src/base src/storage src/citus src/shmem src/core src/process src/api
 PG_CPPFLAGS = $(addprefix -I$(srcdir)/,$(IDEM_SRC_DIRS))
@@ -21,20 +28,30 @@ PG_CPPFLAGS = $(addprefix -I$(srcdir)/,$(IDEM_SRC_DIRS))
 # not stop a user's make install; the test command builds with COPT=-Werror.
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter
 
+# The tests, as PostgreSQL's modules keep them, under test/: test/sql and
+# test/expected (pg_regress), test/specs (isolation; their expected output
+# in test/expected too), test/t (TAP).  The lists are in the order the
+# suites run; test/layers.sh fails if a test file is missing from them.
 REGRESS = jcs jcs_numbers encoding order cleanup writes api policy retention headers tasks distribute outbox inbox health stats owners operations grant hijack scripts rename tempschema security upgrade
-REGRESS_OPTS = --load-extension=idem --load-extension=pgcrypto
+REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=idem --load-extension=pgcrypto
 
 ISOLATION = claim-race-2 claim-race-3 in-flight-timeout policy-invalidation repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint bypass-writer api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race outbox-ack-share inbox-race stats-waits task-lease-race task-submit-race task-takeover refuse-cleanup-race
-ISOLATION_OPTS = --inputdir=test/isolation --outputdir=test/isolation --load-extension=idem
+ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso --load-extension=idem
 
-# the cleanup worker, restarts, crashes, a standby: PostgreSQL::Test::Cluster (t/*.pl)
+# the cleanup worker, restarts, crashes, a standby: PostgreSQL::Test::Cluster
 TAP_TESTS = 1
+PROVE_TESTS ?= test/t/*.pl
+
+EXTRA_CLEAN = test/results test/output_iso test/regression.diffs test/regression.out
 
 # a VPATH build (pg_buildext, debian/rules) writes src/**/*.o in the build directory
 ifdef VPATH
-$(shell mkdir -p $(IDEM_SRC_DIRS))
+$(shell mkdir -p $(IDEM_SRC_DIRS) sql)
 endif
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+sql/idem--$(EXTVERSION).sql: sql/idem.sql
+	cp $< $@

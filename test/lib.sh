@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # test/lib.sh: set-up shared by test/run_all.sh and test/demo.sh.
 #
 # Installs what a fresh Debian 12 machine lacks, builds and installs idem,
@@ -68,7 +69,8 @@ trap run_at_exit EXIT
 # packages put the majors there); one path per installation, in that order.
 # test/majors.sh skips, with a line, one whose server headers are missing.
 other_pg_configs() {
-	local c real seen=" $(readlink -f "$PG_CONFIG") $(readlink -f "${IDEM_PG_ORIGIN:-$PG_CONFIG}") "
+	local c real seen
+	seen=" $(readlink -f "$PG_CONFIG") $(readlink -f "${IDEM_PG_ORIGIN:-$PG_CONFIG}") "
 	for c in ${IDEM_PG_CONFIGS:-}; do
 		real=$(readlink -f "$c" || echo "$c")
 		case "$seen" in *" $real "*) continue ;; esac

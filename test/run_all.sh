@@ -89,7 +89,7 @@ stage() {	# stage NAME COMMAND...
 	if [ "$f" -gt 0 ]; then
 		echo "not ok - $IDEM_MAJOR: $name, $p passed, $f failed"
 		# what failed first, then the details that follow in the output
-		grep -E '^\[[0-9:]+\] t/|FAILED|^not ok|failed: ' "$out" | sed 's/^/# /' || true
+		grep -E '^\[[0-9:]+\] test/t/|FAILED|^not ok|failed: ' "$out" | sed 's/^/# /' || true
 		tail -n 200 "$out" | sed 's/^/# /'
 	elif [ "$s" -gt 0 ] && [ "$p" -eq 0 ]; then
 		echo "skip - $IDEM_MAJOR: $name: $(sed -n "s/^skip - \($name: \)\{0,1\}//p" "$out" | head -n 1)"
@@ -121,18 +121,18 @@ run_make_suite() {
 	make -C "$IDEM_ROOT" -s "$@" installcheck >"$log_dir/$name.log" 2>&1 || true
 	grep -E '\.\.\. |^(not )?ok [0-9]+ ' "$log_dir/$name.log" || true
 	count_regress "$log_dir/$name.log"
-	for diffs in "$IDEM_ROOT/regression.diffs" "$IDEM_ROOT/test/isolation/regression.diffs"; do
+	for diffs in "$IDEM_ROOT/test/regression.diffs" "$IDEM_ROOT/test/output_iso/regression.diffs"; do
 		if [ -s "$diffs" ] && grep -qE 'FAILED|^not ok' "$log_dir/$name.log"; then
 			cat "$diffs"
 		fi
 	done
 }
 
-rm -f "$IDEM_ROOT/regression.diffs" "$IDEM_ROOT/test/isolation/regression.diffs"
+rm -f "$IDEM_ROOT/test/regression.diffs" "$IDEM_ROOT/test/output_iso/regression.diffs"
 stage regress run_make_suite regress ISOLATION= TAP_TESTS=
 stage isolation run_make_suite isolation REGRESS= TAP_TESTS=
 
-# Run the TAP tests (t/*.pl), three files at a time (each has its own
+# Run the TAP tests (test/t/*.pl), three files at a time (each has its own
 # clusters and ports; most of their time is spent waiting for the worker's
 # rounds).  initdb refuses root, so as root they run as the server's OS
 # user, in a copy of the tree that user may write to.
@@ -149,8 +149,8 @@ run_tap_suite() {
 		make -C "$tree" -s installcheck PG_CONFIG="$PG_CONFIG" REGRESS= ISOLATION= PROVE_FLAGS="--timer -j3" >"$out" 2>&1 || true
 	grep -vE '^(\+\+\+|# Looks like|\s*$)' "$out" | grep -E '^\[|^#|^t/|Result|Failed' || true
 	local ok bad
-	ok=$(grep -cE '^\[[0-9:]+\] t/\S+\.pl \.+ ok' "$out" || true)
-	bad=$(grep -cE '^\[[0-9:]+\] t/\S+\.pl \.+ ' "$out" | awk -v ok="$ok" '{print $1 - ok}')
+	ok=$(grep -cE '^\[[0-9:]+\] test/t/\S+\.pl \.+ ok' "$out" || true)
+	bad=$(grep -cE '^\[[0-9:]+\] test/t/\S+\.pl \.+ ' "$out" | awk -v ok="$ok" '{print $1 - ok}')
 	passed=$((passed + ok))
 	failed=$((failed + bad))
 	if [ "$ok" -eq 0 ] && [ "$bad" -eq 0 ]; then
@@ -162,10 +162,10 @@ run_tap_suite() {
 		# the logs of the files that did not pass: their failed checks
 		# with what the test printed around them, then their last lines
 		local name
-		for name in $(grep -E '^\[[0-9:]+\] t/\S+\.pl \.+ ' "$out" | grep -vE '\.+ ok' |
-			sed -E 's|^\[[0-9:]+\] t/(\S+)\.pl .*|\1|'); do
+		for name in $(grep -E '^\[[0-9:]+\] test/t/\S+\.pl \.+ ' "$out" | grep -vE '\.+ ok' |
+			sed -E 's|^\[[0-9:]+\] test/t/(\S+)\.pl .*|\1|'); do
 			f=$tree/tmp_check/log/regress_log_$name
-			log "failed: t/$name.pl; its failed checks and the last lines of $f"
+			log "failed: test/t/$name.pl; its failed checks and the last lines of $f"
 			grep -B 15 -A 5 '^\[[0-9:.]*\]([0-9.]*s) not ok' "$f" 2>/dev/null | head -n 80 || true
 			tail -n 30 "$f" 2>/dev/null || true
 		done
@@ -212,6 +212,8 @@ fi
 
 run_shell_check layers "$IDEM_ROOT/test/layers.sh" \
 	"src/LAYERS: no include of src/ goes up or sideways; no function over 80 lines"
+run_shell_check lint "$IDEM_ROOT/test/lint.sh" \
+	"every test file runs (REGRESS, ISOLATION, test/t/*.pl); shellcheck finds no warning in the shell scripts"
 run_shell_check load "$IDEM_ROOT/test/load/same_key.sh" "20 clients on one key, 30 rounds"
 run_shell_check debit "$IDEM_ROOT/test/load/debit.sh" "20 clients on one key through idem_run, 30 rounds"
 run_shell_check hot_keys "$IDEM_ROOT/test/load/hot_keys.sh" "16 clients racing on a new key every 5 ms"

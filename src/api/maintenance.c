@@ -110,10 +110,10 @@ status_row(const IdemDbStatus *st, void *arg)
 
 /*
  * Raise a NOTICE when idem is not preloaded, so CREATE EXTENSION says that
- * expired records will not be cleaned by themselves.  The extension script
- * calls it once and drops it.  CREATE EXTENSION runs its script with
- * client_min_messages raised to WARNING, which would swallow the NOTICE, so
- * it is let through here.
+ * expired records will not be cleaned by themselves: the install script
+ * calls idem_internal.idem_cleanup_worker_notice() once.  CREATE EXTENSION
+ * runs its script with client_min_messages raised to WARNING, which would
+ * swallow the NOTICE, so it is let through here.
  */
 Datum
 idem_cleanup_worker_notice(PG_FUNCTION_ARGS)

@@ -11,7 +11,7 @@
 source "$(dirname "$0")/../lib.sh"
 
 SECONDS_PER_RUN=${IDEM_BENCH_SECONDS:-5}
-REPS=${IDEM_BENCH_REPS:-3}
+export REPS=${IDEM_BENCH_REPS:-3}	# interleaved (test/lib.sh) reads it
 ensure_packages
 build_install
 start_bench_server

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # test/brokers/rabbitmq.sh: a RabbitMQ node of the test's own (Debian's
 # rabbitmq-server): its node name, AMQP and distribution ports, epmd port,
 # data directory and cookie under $IDEM_TMP, nothing of the machine's.

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # test/citus/cluster.sh: a Citus cluster on loopback for the Citus stage and
 # its benchmark, sourced after test/lib.sh.
 #

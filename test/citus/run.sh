@@ -397,4 +397,5 @@ COMMIT;
 SQL
 check "update on Citus: a policy applies on the workers, headers in json form are kept" "5 days|[[\"Set-Cookie\", \"a=1\"], [\"Set-Cookie\", \"b=2\"]]" \
 	"$(c -c "SELECT expires_at - created_at, response_header_list FROM idem_internal.idempotency_record WHERE idempotency_key = 'citus-upgrade-$tag-2'")"
+# shellcheck disable=SC2034  # read by the at_exit handler above
 finished=1

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # test/clients/common.sh: what the client libraries' stages share (sourced
 # by python.sh, node.sh and java.sh).  A throwaway server on loopback TCP
 # with the examples' database (examples/schema.sql), the role the example
@@ -174,6 +175,7 @@ build_python_client() {
 	echo "ok - python: the wheel builds ($(basename "$wheel"))"
 	/usr/bin/python3 -m venv --system-site-packages "$IDEM_TMP/venv"
 	"$IDEM_TMP/venv/bin/pip" install -q --no-index --no-deps "$wheel"
+	# shellcheck disable=SC2034  # the callers' interpreter
 	PY=$IDEM_TMP/venv/bin/python
 }
 
@@ -207,8 +209,10 @@ build_java_client() {
 	JAVA_BUILD=$IDEM_TMP/java
 	mkdir -p "$JAVA_BUILD/classes" "$JAVA_BUILD/example"
 	log "javac and jar: clients/java"
+	local sources
+	mapfile -t sources < <(find "$CLIENTS/java/src" -name '*.java')
 	if ! javac -Xlint:all -Werror -d "$JAVA_BUILD/classes" -cp "$J/postgresql.jar:$J/tomcat10-embed-core.jar" \
-		$(find "$CLIENTS/java/src" -name '*.java') >"$JAVA_BUILD/javac.log" 2>&1 ||
+		"${sources[@]}" >"$JAVA_BUILD/javac.log" 2>&1 ||
 		! jar --create --file "$JAVA_BUILD/idem-pg-1.11.0.jar" -C "$JAVA_BUILD/classes" . ; then
 		cat "$JAVA_BUILD/javac.log" >&2
 		echo "not ok - java: the jar builds"

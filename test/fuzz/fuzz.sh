@@ -47,7 +47,7 @@ END \$\$;
 \copy (SELECT i, (pg_temp.try(doc)).* FROM docs ORDER BY i) TO '$work/results.csv' CSV
 SQL
 	then
-		read -r docs bad err <<<"$(node "$here/jcs_fuzz.mjs" compare "$work/docs.csv" "$work/results.csv" $((SEED + chunk)))"
+		read -r _ bad err <<<"$(node "$here/jcs_fuzz.mjs" compare "$work/docs.csv" "$work/results.csv" $((SEED + chunk)))"
 		mismatches=$((mismatches + bad))
 		errors=$((errors + err))
 	else

@@ -20,7 +20,6 @@ source "$(dirname "$0")/../lib.sh"
 
 CLIENTS=50
 POOL=10
-here=$(cd "$(dirname "$0")" && pwd)
 
 ensure_packages
 ensure_service_packages pgbouncer

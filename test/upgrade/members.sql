@@ -33,7 +33,7 @@ WITH ext AS (
     FROM m JOIN pg_proc p ON m.classid = 'pg_proc'::regclass AND p.oid = m.objid
     -- relations: kind, persistence, options, ACL, comment
     UNION ALL
-    SELECT 'relation ' || r.name || ' kind ' || r.relkind || ' persistence ' || c.relpersistence
+    SELECT 'relation ' || r.name || ' kind ' || r.relkind::text || ' persistence ' || c.relpersistence::text
            || ' options ' || coalesce(c.reloptions::text, '(none)')
            || ' acl ' || coalesce(c.relacl::text, '(default)')
            || ' comment ' || coalesce(obj_description(c.oid, 'pg_class'), '(none)')
@@ -45,8 +45,8 @@ WITH ext AS (
            || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END
            || coalesce(' default ' || pg_get_expr(ad.adbin, ad.adrelid), '')
            || coalesce(' collate ' || nullif(co.collname, 'default'), '')
-           || coalesce(' identity ' || nullif(a.attidentity, ''), '')
-           || coalesce(' generated ' || nullif(a.attgenerated, ''), '')
+           || coalesce(' identity ' || nullif(a.attidentity::text, ''), '')
+           || coalesce(' generated ' || nullif(a.attgenerated::text, ''), '')
            || ' acl ' || coalesce(a.attacl::text, '(default)')
            || ' comment ' || coalesce(col_description(r.oid, a.attnum), '(none)')
     FROM rels r
@@ -66,7 +66,7 @@ WITH ext AS (
     FROM rels r JOIN pg_constraint con ON con.conrelid = r.oid
     -- triggers of member tables
     UNION ALL
-    SELECT 'trigger ' || r.name || ' ' || pg_get_triggerdef(t.oid) || ' enabled ' || t.tgenabled
+    SELECT 'trigger ' || r.name || ' ' || pg_get_triggerdef(t.oid) || ' enabled ' || t.tgenabled::text
     FROM rels r JOIN pg_trigger t ON t.tgrelid = r.oid AND NOT t.tgisinternal
     -- views
     UNION ALL
@@ -85,7 +85,7 @@ WITH ext AS (
     FROM rels r JOIN pg_sequence s ON s.seqrelid = r.oid
     -- types: enum labels in order, composite attributes through their relation
     UNION ALL
-    SELECT 'type ' || t.oid::regtype::text || ' kind ' || t.typtype
+    SELECT 'type ' || t.oid::regtype::text || ' kind ' || t.typtype::text
            || coalesce(' labels ' || (SELECT string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder)
                                       FROM pg_enum e WHERE e.enumtypid = t.oid), '')
            || coalesce(' attributes ' || (SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)

@@ -49,8 +49,6 @@ work=$(mktemp -d -t idem-pg-upgrade.XXXXXX)
 port=$(free_port)	# both clusters' (one runs at a time), on a socket in $work
 chmod 755 "$work"
 [ "$(id -u)" -eq 0 ] && chown postgres: "$work"
-old_pid=
-new_pid=
 cleanup() {
 	local d
 	for d in "$work"/old "$work"/new "$work"/control/old "$work"/control/new; do

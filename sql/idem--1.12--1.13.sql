@@ -587,3 +587,13 @@ BEGIN
     END LOOP;
 END
 $$;
+
+-- The NOTICE CREATE EXTENSION gives when idem is not preloaded: a fresh
+-- install keeps the function in idem_internal instead of creating and
+-- dropping one in the extension's schema (1.0 to 1.12 did).
+CREATE FUNCTION idem_internal.idem_cleanup_worker_notice() RETURNS void
+AS 'MODULE_PATHNAME', 'idem_cleanup_worker_notice'
+LANGUAGE C;
+COMMENT ON FUNCTION idem_internal.idem_cleanup_worker_notice() IS
+    'idem: the NOTICE CREATE EXTENSION gives when idem is not in shared_preload_libraries';
+REVOKE ALL ON FUNCTION idem_internal.idem_cleanup_worker_notice() FROM PUBLIC;

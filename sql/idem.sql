@@ -1,12 +1,20 @@
-/* idem--1.13.sql: the full install script of idem 1.13 */
+/* idem--1.13.sql (built from sql/idem.sql): the install script of idem 1.13 */
 \echo Use "CREATE EXTENSION idem" to load this file. \quit
 
--- A fresh install runs what the scripts 1.0 to 1.12 and the update to 1.13
--- run, in their order, except that idem's tables, sequences and internal
--- functions are created in idem_internal directly instead of being moved
--- there (so a database that has a "purchase_order" of its own, say, can
--- install idem).  The update scripts beside it bring each earlier version to
--- 1.13; test "upgrade" checks that both give the same extension.
+-- The current schema, readable: every object of the extension is defined
+-- once, as it is now, with its comment, its privileges and why it is so.
+-- The sections follow the versions that brought each part, oldest first
+-- ("since 1.4: the outbox"); an object changed later is written here in its
+-- current form, where it was first introduced or, for a function whose body
+-- needs later objects, after them.  idem's tables, sequences and internal
+-- functions are created in idem_internal directly.
+--
+-- The update scripts beside it (sql/idem--X--Y.sql) bring each earlier
+-- version here; test/upgrade/suite_after_update.sh checks that a database
+-- updated from every release has exactly the members of a fresh install
+-- (test/upgrade/members.sql), and that a spoiled copy of this file fails
+-- that comparison.  A change of the current version goes into both this
+-- file and the update script of the release.
 
 -- ---------------------------------------------------------------------------
 -- idem_internal: idem's tables, sequences and internal functions
@@ -43,10 +51,8 @@ COMMENT ON SCHEMA idem_internal IS
     'idem: its tables, sequences and internal functions (the API, views and types are in the extension''s schema)';
 
 -- ===========================================================================
--- from idem--1.0.sql
+-- 1.0: the record, the order example, the fingerprint, the cleanup
 -- ===========================================================================
-/* idem--1.0.sql: the idempotency record, the demo order, and the protocol's API */
-
 
 -- One row per (owner, operation, key): the claim, the request fingerprint and,
 -- once the business write is done, the response snapshot that repeats replay.
@@ -148,10 +154,8 @@ COMMENT ON FUNCTION @extschema@.idem_cleanup_expired(integer, integer) IS
 REVOKE ALL ON FUNCTION @extschema@.idem_cleanup_expired(integer, integer) FROM PUBLIC;
 
 -- ===========================================================================
--- from idem--1.0--1.1.sql
+-- since 1.1
 -- ===========================================================================
-/* idem--1.0--1.1.sql: the cleanup background worker's status */
-
 
 CREATE FUNCTION @extschema@.idem_cleanup_status(
     OUT datid oid,
@@ -174,17 +178,17 @@ REVOKE ALL ON FUNCTION @extschema@.idem_cleanup_status() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.idem_cleanup_status() TO pg_monitor;
 
 -- Say so when the library is not preloaded: the worker is then absent.
-CREATE FUNCTION @extschema@.idem_cleanup_worker_notice() RETURNS void
+CREATE FUNCTION idem_internal.idem_cleanup_worker_notice() RETURNS void
 AS 'MODULE_PATHNAME', 'idem_cleanup_worker_notice'
 LANGUAGE C;
-SELECT @extschema@.idem_cleanup_worker_notice();
-DROP FUNCTION @extschema@.idem_cleanup_worker_notice();
+COMMENT ON FUNCTION idem_internal.idem_cleanup_worker_notice() IS
+    'idem: the NOTICE CREATE EXTENSION gives when idem is not in shared_preload_libraries';
+REVOKE ALL ON FUNCTION idem_internal.idem_cleanup_worker_notice() FROM PUBLIC;
+SELECT idem_internal.idem_cleanup_worker_notice();
 
 -- ===========================================================================
--- from idem--1.1--1.2.sql
+-- since 1.2
 -- ===========================================================================
-/* idem--1.1--1.2.sql: idem_create_order takes its owner's rights itself */
-
 
 -- idem_create_order reads and writes its tables as its owner, switching in C
 -- around that work only, and runs anything user-defined its writes may fire
@@ -196,10 +200,8 @@ ALTER FUNCTION @extschema@.idem_create_order(bigint, text, bigint, integer)
     SECURITY INVOKER RESET search_path;
 
 -- ===========================================================================
--- from idem--1.2--1.3.sql
+-- since 1.3
 -- ===========================================================================
-/* idem--1.2--1.3.sql: the generic API (idem_begin, idem_finish, idem_run) */
-
 
 -- A record stores what idem_finish (or a handler) gave it: the body byte for
 -- byte (json keeps the text as given), the headers to replay; and a
@@ -276,10 +278,8 @@ REVOKE ALL ON FUNCTION @extschema@.idem_finish(bigint, text, text, integer, json
 REVOKE ALL ON FUNCTION @extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval) FROM PUBLIC;
 
 -- ===========================================================================
--- from idem--1.3--1.4.sql
+-- since 1.4
 -- ===========================================================================
-/* idem--1.3--1.4.sql: the transactional outbox and the consumer inbox */
-
 
 -- ---------------------------------------------------------------------------
 -- Outbox: messages written in the transaction whose business rows they
@@ -368,13 +368,19 @@ COMMENT ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb) IS
 -- of its key), not acknowledged, not leased or with a lapsed lease.  FOR
 -- UPDATE SKIP LOCKED: concurrent fetchers never lease one message; a row
 -- leased and committed meanwhile is checked again on its new version.
+
+-- ---------------------------------------------------------------------------
+-- The outbox's fetch (SECURITY DEFINER): its table and guard in idem_internal.
+-- ---------------------------------------------------------------------------
 CREATE FUNCTION @extschema@.idem_outbox_fetch(
-    topic text, batch integer DEFAULT 100, lease interval DEFAULT '30 seconds')
+    topic text,
+    batch integer DEFAULT 100,
+    lease interval DEFAULT interval '30 seconds')
 RETURNS TABLE (message_id bigint, msg_key text, payload jsonb, headers jsonb,
                attempt integer, emitted_at timestamptz)
 LANGUAGE plpgsql VOLATILE
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fetch$
+AS $$
 #variable_conflict use_column
 DECLARE
     t timestamptz := pg_catalog.clock_timestamp();
@@ -385,6 +391,9 @@ BEGIN
                  WHEN batch IS NULL THEN 'batch' ELSE 'lease' END
             USING ERRCODE = '22004';
     END IF;
+    -- no user trigger on the outbox runs as the owner for a caller with
+    -- temporary tables: the check of every idem write (0A000)
+    PERFORM idem_internal.idem_outbox_guard();
     IF idem_outbox_fetch.topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,128}$' THEN
         RAISE EXCEPTION 'topic must be 1 to 128 characters from A-Z, a-z, 0-9, "_", ".", ":" and "-"'
             USING ERRCODE = '22023';
@@ -398,9 +407,11 @@ BEGIN
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has lease %s.', lease);
     END IF;
 
+    -- the locked rows are updated where the lock found them (ctid): the
+    -- lock holds them until the end of the transaction
     RETURN QUERY
     WITH due AS (
-        SELECT o.message_id
+        SELECT o.ctid
           FROM idem_internal.idem_outbox o
          WHERE o.topic OPERATOR(pg_catalog.=) idem_outbox_fetch.topic
            AND o.acked_at IS NULL AND o.ready
@@ -413,7 +424,7 @@ BEGIN
            SET attempt = o.attempt OPERATOR(pg_catalog.+) 1,
                leased_until = t OPERATOR(pg_catalog.+) lease
           FROM due
-         WHERE o.message_id OPERATOR(pg_catalog.=) due.message_id
+         WHERE o.ctid OPERATOR(pg_catalog.=) due.ctid
         RETURNING o.message_id, o.msg_key, o.payload, o.headers, o.attempt,
                   o.emitted_at, o.commit_seq
     )
@@ -422,7 +433,7 @@ BEGIN
       FROM leased l
      ORDER BY l.commit_seq;
 END
-$fetch$;
+$$;
 
 COMMENT ON FUNCTION @extschema@.idem_outbox_fetch(text, integer, interval) IS
     'idem: lease up to batch deliverable messages of a topic, in commit order per key';
@@ -434,32 +445,6 @@ CREATE FUNCTION idem_internal.idem_outbox_lock_keys(topics text[], keys text[])
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_outbox_lock_keys'
 LANGUAGE C VOLATILE STRICT;
-
--- ---------------------------------------------------------------------------
--- Statistics: counters per (database, operation) in shared memory (needs
--- shared_preload_libraries), read through the idem_stats view.
--- ---------------------------------------------------------------------------
-CREATE FUNCTION @extschema@.idem_stats_entries(
-    OUT dbid oid, OUT operation text,
-    OUT calls bigint, OUT executed bigint, OUT replayed bigint, OUT conflicts bigint,
-    OUT in_flight bigint, OUT waits bigint, OUT renewed bigint, OUT failed_final bigint,
-    OUT leases bigint, OUT takeovers bigint, OUT stale_tokens bigint, OUT retries bigint,
-    OUT outbox_emitted bigint, OUT outbox_acked bigint, OUT inbox_duplicates bigint,
-    OUT cleanup_deleted bigint, OUT stats_reset timestamptz)
-RETURNS SETOF record
-AS 'MODULE_PATHNAME', 'idem_stats_entries'
-LANGUAGE C VOLATILE STRICT;
-
-CREATE VIEW @extschema@.idem_stats AS
-SELECT e.dbid, d.datname, e.operation,
-       e.calls, e.executed, e.replayed, e.conflicts, e.in_flight, e.waits, e.renewed,
-       e.failed_final, e.leases, e.takeovers, e.stale_tokens, e.retries,
-       e.outbox_emitted, e.outbox_acked, e.inbox_duplicates, e.cleanup_deleted, e.stats_reset
-  FROM @extschema@.idem_stats_entries() e
-  LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) e.dbid;
-
-COMMENT ON VIEW @extschema@.idem_stats IS
-    'idem: counters per (database, operation) since the last idem_stats_reset(); committed work only for what calls write';
 
 CREATE FUNCTION @extschema@.idem_stats_reset()
 RETURNS void
@@ -474,13 +459,8 @@ CREATE FUNCTION idem_internal.idem_stats_add(name text, counter text, n bigint)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'idem_stats_add'
 LANGUAGE C VOLATILE STRICT;
-
-REVOKE ALL ON FUNCTION @extschema@.idem_stats_entries() FROM PUBLIC;
-REVOKE ALL ON @extschema@.idem_stats FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_stats_reset() FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_internal.idem_stats_add(text, text, bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_entries() TO pg_monitor;
-GRANT SELECT ON @extschema@.idem_stats TO pg_monitor;
 GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_reset() TO pg_monitor;
 
 -- Acknowledge delivered messages; the cleanup worker deletes them later.
@@ -488,68 +468,16 @@ GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_reset() TO pg_monitor;
 -- meanwhile, each key whose head was acknowledged gets its next message
 -- ready.  READ COMMITTED: each statement sees what committed before it, the
 -- work of the emitters the locks waited for included.
+
+-- The acknowledgement is C (outbox.c): it writes as the extension's owner
+-- like idem_outbox_emit, so it is no longer SECURITY DEFINER.
 CREATE FUNCTION @extschema@.idem_outbox_ack(message_ids bigint[])
 RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $ack$
-DECLARE
-    n bigint;
-    topics text[];
-    keys text[];
-BEGIN
-    IF message_ids IS NULL THEN
-        RAISE EXCEPTION 'argument "message_ids" must not be null' USING ERRCODE = '22004';
-    END IF;
-    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
-        RAISE EXCEPTION 'idem_outbox_ack must run in a READ COMMITTED transaction'
-            USING ERRCODE = '0A000';
-    END IF;
-    SELECT pg_catalog.array_agg(k.topic), pg_catalog.array_agg(k.msg_key)
-      INTO topics, keys
-      FROM (SELECT DISTINCT o.topic::pg_catalog.text AS topic, o.msg_key::pg_catalog.text AS msg_key
-              FROM idem_internal.idem_outbox o
-             WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
-               AND o.acked_at IS NULL AND o.msg_key IS NOT NULL) k;
-    IF topics IS NOT NULL THEN
-        PERFORM idem_internal.idem_outbox_lock_keys(topics, keys);
-    END IF;
-
-    -- counted in idem_stats per topic, when the transaction commits
-    WITH acked AS (
-        UPDATE idem_internal.idem_outbox o
-           SET acked_at = pg_catalog.clock_timestamp(), ready = false
-         WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
-           AND o.acked_at IS NULL
-        RETURNING o.topic::pg_catalog.text AS topic
-    ), per_topic AS (
-        SELECT a.topic, pg_catalog.count(*) AS n FROM acked a GROUP BY a.topic
-    )
-    SELECT COALESCE(pg_catalog.sum(idem_internal.idem_stats_add(p.topic, 'outbox_acked', p.n)), 0)
-      INTO n
-      FROM per_topic p;
-
-    -- the new head of each key: ready (if it was not already)
-    IF topics IS NOT NULL THEN
-        UPDATE idem_internal.idem_outbox o
-           SET ready = true
-          FROM ROWS FROM (pg_catalog.unnest(topics), pg_catalog.unnest(keys)) AS k(topic, msg_key),
-               LATERAL (SELECT h.message_id
-                          FROM idem_internal.idem_outbox h
-                         WHERE h.topic OPERATOR(pg_catalog.=) k.topic
-                           AND h.msg_key OPERATOR(pg_catalog.=) k.msg_key
-                           AND h.acked_at IS NULL
-                         ORDER BY h.commit_seq
-                         LIMIT 1) head
-         WHERE o.message_id OPERATOR(pg_catalog.=) head.message_id
-           AND NOT o.ready;
-    END IF;
-    RETURN n;
-END
-$ack$;
+AS 'MODULE_PATHNAME', 'idem_outbox_ack'
+LANGUAGE C VOLATILE;
 
 COMMENT ON FUNCTION @extschema@.idem_outbox_ack(bigint[]) IS
-    'idem: acknowledge delivered messages; returns how many were not acknowledged before';
+    'idem: delete the acknowledged messages (the publisher has them confirmed by its broker) and make each key''s next message deliverable; returns how many were not already acknowledged';
 
 -- Take effect for a message once per consumer.
 CREATE FUNCTION @extschema@.idem_consume(
@@ -561,69 +489,6 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.idem_consume(text, text, interval) IS
     'idem: true the first time consumer takes message_id in a committed transaction, false for every redelivery';
 
--- What an operator watches, for this database: the record backlog the
--- cleanup has not reached yet, committed PROCESSING records, the outbox's
--- unacknowledged messages and their age, the inbox, idem's disk use, and
--- the worker's last round.  Counts are exact (the backlog and the outbox
--- through their indexes; records and inbox entries by a scan).
-CREATE FUNCTION @extschema@.idem_health(
-    OUT records bigint,
-    OUT expired_backlog bigint,
-    OUT oldest_expires_at timestamptz,
-    OUT processing bigint,
-    OUT oldest_processing_age interval,
-    OUT outbox_unacked bigint,
-    OUT outbox_oldest_unacked_age interval,
-    OUT outbox_acked_backlog bigint,
-    OUT inbox_entries bigint,
-    OUT inbox_expired_backlog bigint,
-    OUT table_bytes bigint,
-    OUT index_bytes bigint,
-    OUT worker_last_run_started timestamptz,
-    OUT worker_last_run_finished timestamptz,
-    OUT worker_last_run_deleted bigint,
-    OUT worker_last_error text,
-    OUT worker_last_error_at timestamptz)
-RETURNS record
-LANGUAGE sql STABLE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $health$
-SELECT
-    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
-      WHERE r.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
-    (SELECT pg_catalog.min(r.expires_at) FROM idem_internal.idempotency_record r),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
-      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
-    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(r.created_at)
-       FROM idem_internal.idempotency_record r
-      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
-    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(o.emitted_at)
-       FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NOT NULL),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i
-      WHERE i.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
-    sizes.table_bytes, sizes.index_bytes,
-    w.last_run_started, w.last_run_finished, w.last_run_deleted, w.last_error, w.last_error_at
-FROM (SELECT pg_catalog.sum(pg_catalog.pg_table_size(t.rel))::pg_catalog.int8 AS table_bytes,
-             pg_catalog.sum(pg_catalog.pg_indexes_size(t.rel))::pg_catalog.int8 AS index_bytes
-        FROM pg_catalog.unnest(ARRAY['idem_internal.idempotency_record'::pg_catalog.regclass,
-                                     'idem_internal.purchase_order'::pg_catalog.regclass,
-                                     'idem_internal.idem_outbox'::pg_catalog.regclass,
-                                     'idem_internal.idem_inbox'::pg_catalog.regclass]) AS t(rel)) sizes
-LEFT JOIN @extschema@.idem_cleanup_status() w
-       ON w.datid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
-                                          WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
-$health$;
-
-COMMENT ON FUNCTION @extschema@.idem_health() IS
-    'idem: backlog, PROCESSING records, outbox and inbox, disk use and the cleanup worker''s last round, for this database';
-
-REVOKE ALL ON FUNCTION @extschema@.idem_health() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.idem_health() TO pg_monitor;
-
 -- Granted by the administrator to producers, publishers and consumers.
 REVOKE ALL ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_outbox_fetch(text, integer, interval) FROM PUBLIC;
@@ -632,10 +497,8 @@ REVOKE ALL ON FUNCTION idem_internal.idem_outbox_lock_keys(text[], text[]) FROM 
 REVOKE ALL ON FUNCTION @extschema@.idem_consume(text, text, interval) FROM PUBLIC;
 
 -- ===========================================================================
--- from idem--1.4--1.5.sql
+-- since 1.5
 -- ===========================================================================
-/* idem--1.4--1.5.sql: long flows (tasks leased to workers, fencing tokens, backoff) */
-
 
 -- ---------------------------------------------------------------------------
 -- A long flow's record is its task.  idem_submit commits the record as
@@ -770,10 +633,8 @@ REVOKE ALL ON FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, 
 REVOKE ALL ON FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean) FROM PUBLIC;
 
 -- ===========================================================================
--- from idem--1.5--1.6.sql
+-- since 1.6
 -- ===========================================================================
-/* idem--1.5--1.6.sql: idem on Citus, distributed by owner */
-
 
 -- ---------------------------------------------------------------------------
 -- idem_distribute() spreads idem over a Citus cluster: idempotency_record and
@@ -798,11 +659,10 @@ REVOKE ALL ON FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean) FRO
 -- PUBLIC; its DDL needs the tables' owner.
 CREATE FUNCTION idem_internal.idem_distribute_node()
 RETURNS void
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
--- each node changes its own copy: nothing to propagate
 SET citus.enable_ddl_propagation = off
-AS $node$
+AS $$
 DECLARE
     grp integer;
     lo bigint;
@@ -838,15 +698,15 @@ BEGIN
                                    'idem_outbox_message_id_seq', 'idem_task_token_seq'] LOOP
             IF (SELECT s.seqmin FROM pg_catalog.pg_sequence s
                  WHERE s.seqrelid OPERATOR(pg_catalog.=)
-                       pg_catalog.format('@extschema@.%I', seq)::pg_catalog.regclass)
+                       pg_catalog.format('idem_internal.%I', seq)::pg_catalog.regclass)
                OPERATOR(pg_catalog.<) lo THEN
-                EXECUTE pg_catalog.format('ALTER SEQUENCE @extschema@.%I MINVALUE %s MAXVALUE %s START %s RESTART %s',
+                EXECUTE pg_catalog.format('ALTER SEQUENCE idem_internal.%I MINVALUE %s MAXVALUE %s START %s RESTART %s',
                                           seq, lo, lo OPERATOR(pg_catalog.+) 281474976710654, lo, lo);
             END IF;
         END LOOP;
     END IF;
 END
-$node$;
+$$;
 
 COMMENT ON FUNCTION idem_internal.idem_distribute_node() IS
     'idem_distribute()''s part on each node: keys with the distribution column, sequences in this node''s range';
@@ -855,9 +715,9 @@ COMMENT ON FUNCTION idem_internal.idem_distribute_node() IS
 -- changes nothing.
 CREATE FUNCTION @extschema@.idem_distribute()
 RETURNS void
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-AS $dist$
+AS $$
 DECLARE
     r record;
     version text;
@@ -884,7 +744,7 @@ BEGIN
      WHERE e.extname OPERATOR(pg_catalog.=) 'idem';
     FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
                FROM pg_catalog.run_command_on_workers(
-                    'SELECT extversion FROM pg_catalog.pg_extension WHERE extname = ''idem''') w LOOP
+                    'SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) ''idem''') w LOOP
         IF NOT r.success OR r.result IS DISTINCT FROM version THEN
             RAISE EXCEPTION 'idem % is not installed on worker node %:%', version, r.nodename, r.nodeport
                 USING ERRCODE = '55000',
@@ -901,35 +761,41 @@ BEGIN
         END IF;
     END LOOP;
 
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.idempotency_record'::pg_catalog.regclass) THEN
-        PERFORM pg_catalog.create_distributed_table('idem_internal.idempotency_record', 'owner_id');
+    -- the distributed tables, each once: records and orders by owner,
+    -- co-located; the inbox by consumer; an owner's history with its records
+    FOR r IN SELECT * FROM (VALUES
+                 ('idem_internal.idempotency_record', 'owner_id', 'default'),
+                 ('idem_internal.purchase_order', 'owner_id', 'idem_internal.idempotency_record'),
+                 ('idem_internal.idem_inbox', 'consumer', 'default'),
+                 ('idem_internal.idem_history', 'owner_id', 'idem_internal.idempotency_record')) AS v (tbl, col, colocate)
+    LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                        WHERE p.logicalrelid OPERATOR(pg_catalog.=) r.tbl::pg_catalog.regclass) THEN
+            PERFORM pg_catalog.create_distributed_table(r.tbl::pg_catalog.regclass, r.col,
+                                                        colocate_with => r.colocate);
+        END IF;
+    END LOOP;
+    -- the inbox by owner (on a cluster distributed before 1.11)
+    IF pg_catalog.to_regclass('idem_internal.idem_inbox_owner') IS NULL THEN
+        CREATE INDEX idem_inbox_owner ON idem_internal.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
     END IF;
+    -- the policies on every node
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.purchase_order'::pg_catalog.regclass) THEN
-        PERFORM pg_catalog.create_distributed_table('idem_internal.purchase_order', 'owner_id',
-                                                    colocate_with => 'idem_internal.idempotency_record');
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.idem_inbox'::pg_catalog.regclass) THEN
-        PERFORM pg_catalog.create_distributed_table('idem_internal.idem_inbox', 'consumer');
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.idem_policy'::pg_catalog.regclass) THEN
+        -- its statement trigger only tells the node's backends that the
+        -- policies changed: Citus puts it on every placement
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+        PERFORM pg_catalog.create_reference_table('idem_internal.idem_policy');
     END IF;
 
     -- force_delegation: delegated inside a transaction block too, as part of
     -- the distributed transaction
-    FOR r IN SELECT f.fn::pg_catalog.regprocedure AS fn, f.tbl
-               FROM (VALUES
-                   ('@extschema@.idem_create_order(bigint, text, bigint, integer)', 'idem_internal.idempotency_record'),
-                   ('@extschema@.idem_begin(bigint, text, text, jsonb, interval)', 'idem_internal.idempotency_record'),
-                   ('@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb)', 'idem_internal.idempotency_record'),
-                   ('@extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)', 'idem_internal.idempotency_record'),
-                   ('@extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)', 'idem_internal.idempotency_record'),
-                   ('@extschema@.idem_consume(text, text, interval)', 'idem_internal.idem_inbox')) AS f (fn, tbl) LOOP
-        PERFORM pg_catalog.create_distributed_function(r.fn, '$1', colocate_with => r.tbl,
+    FOR r IN SELECT f.fn, f.tbl FROM idem_internal.idem_delegated_functions() f LOOP
+        PERFORM pg_catalog.create_distributed_function(r.fn, '$1', colocate_with => r.tbl::pg_catalog.text,
                                                        force_delegation => true);
     END LOOP;
 END
-$dist$;
+$$;
 
 COMMENT ON FUNCTION @extschema@.idem_distribute() IS
     'distribute idem over a Citus cluster by owner (run once, on the coordinator, as a superuser)';
@@ -938,9 +804,8 @@ REVOKE ALL ON FUNCTION idem_internal.idem_distribute_node() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_distribute() FROM PUBLIC;
 
 -- ===========================================================================
--- from idem--1.6--1.7.sql
+-- since 1.7
 -- ===========================================================================
-/* idem--1.6--1.7.sql */
 
 -- ---------------------------------------------------------------------------
 -- The outbox's fetch and acknowledgement update idem_outbox as the
@@ -958,136 +823,6 @@ COMMENT ON FUNCTION idem_internal.idem_outbox_guard() IS
     'idem: refuse to fire idem_outbox''s user triggers as its owner for a session with temporary tables (for idem_outbox_fetch and idem_outbox_ack)';
 
 REVOKE ALL ON FUNCTION idem_internal.idem_outbox_guard() FROM PUBLIC;
-
-CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_fetch(
-    topic text, batch integer DEFAULT 100, lease interval DEFAULT '30 seconds')
-RETURNS TABLE (message_id bigint, msg_key text, payload jsonb, headers jsonb,
-               attempt integer, emitted_at timestamptz)
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fetch$
-#variable_conflict use_column
-DECLARE
-    t timestamptz := pg_catalog.clock_timestamp();
-BEGIN
-    IF idem_outbox_fetch.topic IS NULL OR batch IS NULL OR lease IS NULL THEN
-        RAISE EXCEPTION 'argument "%" must not be null',
-            CASE WHEN idem_outbox_fetch.topic IS NULL THEN 'topic'
-                 WHEN batch IS NULL THEN 'batch' ELSE 'lease' END
-            USING ERRCODE = '22004';
-    END IF;
-    -- no user trigger on the outbox runs as the owner for a caller with
-    -- temporary tables: the check of every idem write (0A000)
-    PERFORM idem_internal.idem_outbox_guard();
-    IF idem_outbox_fetch.topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,128}$' THEN
-        RAISE EXCEPTION 'topic must be 1 to 128 characters from A-Z, a-z, 0-9, "_", ".", ":" and "-"'
-            USING ERRCODE = '22023';
-    END IF;
-    IF batch OPERATOR(pg_catalog.<) 1 OR batch OPERATOR(pg_catalog.>) 10000 THEN
-        RAISE EXCEPTION 'batch must be between 1 and 10000'
-            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has batch %s.', batch);
-    END IF;
-    IF lease OPERATOR(pg_catalog.<=) interval '0' THEN
-        RAISE EXCEPTION 'lease must be a positive interval'
-            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has lease %s.', lease);
-    END IF;
-
-    RETURN QUERY
-    WITH due AS (
-        SELECT o.message_id
-          FROM idem_internal.idem_outbox o
-         WHERE o.topic OPERATOR(pg_catalog.=) idem_outbox_fetch.topic
-           AND o.acked_at IS NULL AND o.ready
-           AND (o.leased_until IS NULL OR o.leased_until OPERATOR(pg_catalog.<=) t)
-         ORDER BY o.commit_seq
-         LIMIT batch
-           FOR UPDATE OF o SKIP LOCKED
-    ), leased AS (
-        UPDATE idem_internal.idem_outbox o
-           SET attempt = o.attempt OPERATOR(pg_catalog.+) 1,
-               leased_until = t OPERATOR(pg_catalog.+) lease
-          FROM due
-         WHERE o.message_id OPERATOR(pg_catalog.=) due.message_id
-        RETURNING o.message_id, o.msg_key, o.payload, o.headers, o.attempt,
-                  o.emitted_at, o.commit_seq
-    )
-    SELECT l.message_id, l.msg_key::pg_catalog.text, l.payload, l.headers,
-           l.attempt, l.emitted_at
-      FROM leased l
-     ORDER BY l.commit_seq;
-END
-$fetch$;
-
-CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_ack(message_ids bigint[])
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $ack$
-DECLARE
-    n bigint;
-    topics text[];
-    keys text[];
-BEGIN
-    IF message_ids IS NULL THEN
-        RAISE EXCEPTION 'argument "message_ids" must not be null' USING ERRCODE = '22004';
-    END IF;
-    -- no user trigger on the outbox runs as the owner for a caller with
-    -- temporary tables: the check of every idem write (0A000)
-    PERFORM idem_internal.idem_outbox_guard();
-    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
-        RAISE EXCEPTION 'idem_outbox_ack must run in a READ COMMITTED transaction'
-            USING ERRCODE = '0A000';
-    END IF;
-    SELECT pg_catalog.array_agg(k.topic), pg_catalog.array_agg(k.msg_key)
-      INTO topics, keys
-      FROM (SELECT DISTINCT o.topic::pg_catalog.text AS topic, o.msg_key::pg_catalog.text AS msg_key
-              FROM idem_internal.idem_outbox o
-             WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
-               AND o.acked_at IS NULL AND o.msg_key IS NOT NULL) k;
-    IF topics IS NOT NULL THEN
-        PERFORM idem_internal.idem_outbox_lock_keys(topics, keys);
-    END IF;
-
-    -- counted in idem_stats per topic, when the transaction commits
-    WITH acked AS (
-        UPDATE idem_internal.idem_outbox o
-           SET acked_at = pg_catalog.clock_timestamp(), ready = false
-         WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
-           AND o.acked_at IS NULL
-        RETURNING o.topic::pg_catalog.text AS topic
-    ), per_topic AS (
-        SELECT a.topic, pg_catalog.count(*) AS n FROM acked a GROUP BY a.topic
-    )
-    SELECT COALESCE(pg_catalog.sum(idem_internal.idem_stats_add(p.topic, 'outbox_acked', p.n)), 0)
-      INTO n
-      FROM per_topic p;
-
-    -- the new head of each key: ready (if it was not already)
-    IF topics IS NOT NULL THEN
-        UPDATE idem_internal.idem_outbox o
-           SET ready = true
-          FROM ROWS FROM (pg_catalog.unnest(topics), pg_catalog.unnest(keys)) AS k(topic, msg_key),
-               LATERAL (SELECT h.message_id
-                          FROM idem_internal.idem_outbox h
-                         WHERE h.topic OPERATOR(pg_catalog.=) k.topic
-                           AND h.msg_key OPERATOR(pg_catalog.=) k.msg_key
-                           AND h.acked_at IS NULL
-                         ORDER BY h.commit_seq
-                         LIMIT 1) head
-         WHERE o.message_id OPERATOR(pg_catalog.=) head.message_id
-           AND NOT o.ready;
-    END IF;
-    RETURN n;
-END
-$ack$;
-
--- ---------------------------------------------------------------------------
--- idem_stats: a row per (database, kind, name); kind is operation, topic or
--- consumer, so that a consumer, a topic and an operation of one name no
--- longer share a row.  The "(other)" row has kind NULL.
--- ---------------------------------------------------------------------------
-DROP VIEW @extschema@.idem_stats;
-DROP FUNCTION @extschema@.idem_stats_entries();
 
 CREATE FUNCTION @extschema@.idem_stats_entries(
     OUT dbid oid, OUT operation text, OUT kind text,
@@ -1115,78 +850,22 @@ REVOKE ALL ON FUNCTION @extschema@.idem_stats_entries() FROM PUBLIC;
 REVOKE ALL ON @extschema@.idem_stats FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_entries() TO pg_monitor;
 GRANT SELECT ON @extschema@.idem_stats TO pg_monitor;
-
 -- ===========================================================================
--- from idem--1.7--1.8.sql
+-- since 1.8
 -- ===========================================================================
-/* idem--1.7--1.8.sql */
-
--- ---------------------------------------------------------------------------
--- idem_grant(role, kind) gives a role what one kind of user of idem needs
--- and nothing more; idem_revoke(role, kind) takes it back.  The kinds:
---
---   app        the synchronous calls of an application's transaction:
---              idem_create_order, idem_begin, idem_finish, idem_run,
---              idem_submit (start a long flow, ask its state) and
---              idem_outbox_emit (a message in the business transaction)
---   worker     a long flow's worker: idem_lease, idem_heartbeat,
---              idem_complete, idem_fail
---   publisher  an outbox publisher: idem_outbox_fetch, idem_outbox_ack
---   consumer   an inbox consumer: idem_consume
---   monitor    the statistics and health: SELECT on idem_stats,
---              idem_stats_entries(), idem_health(), idem_cleanup_status()
---
--- Each also grants USAGE on idem's schema when the role lacks it.  No kind
--- grants anything on idem's tables: the calls write them as idem's owner.
---
--- Both run with the caller's rights (not SECURITY DEFINER): the caller must
--- be able to grant each of those privileges (idem's owner, a superuser, or
--- a role holding them WITH GRANT OPTION); otherwise 42501 and nothing is
--- granted.  They return one row per privilege granted (or revoked).
--- ---------------------------------------------------------------------------
-
--- The privileges of a kind: (what, object) pairs, the object qualified.
-CREATE FUNCTION @extschema@.idem_privileges(kind text)
-RETURNS TABLE (privilege text, object text)
-LANGUAGE sql IMMUTABLE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $privileges$
-    SELECT p.privilege, p.object
-    FROM (VALUES
-        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_create_order(bigint, text, bigint, integer)'),
-        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_begin(bigint, text, text, jsonb, interval)'),
-        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb)'),
-        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)'),
-        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)'),
-        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb)'),
-        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_lease(text, text, interval, integer, boolean)'),
-        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_heartbeat(bigint, bigint, interval)'),
-        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb)'),
-        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean)'),
-        ('publisher', 'EXECUTE', 'FUNCTION @extschema@.idem_outbox_fetch(text, integer, interval)'),
-        ('publisher', 'EXECUTE', 'FUNCTION @extschema@.idem_outbox_ack(bigint[])'),
-        ('consumer', 'EXECUTE', 'FUNCTION @extschema@.idem_consume(text, text, interval)'),
-        ('monitor', 'SELECT', 'TABLE @extschema@.idem_stats'),
-        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_stats_entries()'),
-        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_health()'),
-        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_cleanup_status()')
-    ) AS p (kind, privilege, object)
-    WHERE p.kind OPERATOR(pg_catalog.=) idem_privileges.kind
-$privileges$;
-
-COMMENT ON FUNCTION @extschema@.idem_privileges(text) IS
-    'idem: the privileges idem_grant gives one kind of user (app, worker, publisher, consumer, monitor)';
 
 -- Grant (grant = true) or revoke the privileges of a kind; for idem_grant
 -- and idem_revoke.
+
+-- Grant or revoke a kind's privileges; the checks by OID.  The GRANT itself
+-- names the object as it is called now (a GRANT runs nothing).
 CREATE FUNCTION idem_internal.idem_grant_kind(role regrole, kind text, grant_them boolean)
 RETURNS TABLE (privilege text, object text)
-LANGUAGE plpgsql VOLATILE
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-AS $grant$
+AS $$
 DECLARE
     p record;
-    target text;
     can boolean;
     schema_name name := (SELECT n.nspname FROM pg_catalog.pg_extension e
                          JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
@@ -1197,18 +876,17 @@ BEGIN
         RAISE EXCEPTION 'idem_%: role and kind must not be NULL', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END
             USING ERRCODE = '22004';
     END IF;
-    IF NOT EXISTS (SELECT FROM @extschema@.idem_privileges(kind)) THEN
+    IF NOT EXISTS (SELECT FROM idem_internal.idem_privileges(kind)) THEN
         RAISE EXCEPTION 'unknown kind of idem user: "%"', kind
             USING ERRCODE = '22023',
                   HINT = 'The kinds are app, worker, publisher, consumer and monitor.';
     END IF;
     -- every privilege is checked first: nothing is granted unless all can be
-    FOR p IN SELECT * FROM @extschema@.idem_privileges(kind) LOOP
-        target := pg_catalog.substr(p.object, pg_catalog.strpos(p.object, ' ') + 1);
-        IF p.object LIKE 'FUNCTION %' THEN
-            can := pg_catalog.has_function_privilege(target::pg_catalog.regprocedure, 'EXECUTE WITH GRANT OPTION');
+    FOR p IN SELECT * FROM idem_internal.idem_privileges(kind) LOOP
+        IF p.fn IS NOT NULL THEN
+            can := pg_catalog.has_function_privilege(p.fn::pg_catalog.oid, 'EXECUTE WITH GRANT OPTION');
         ELSE
-            can := pg_catalog.has_table_privilege(target::pg_catalog.regclass, 'SELECT WITH GRANT OPTION');
+            can := pg_catalog.has_table_privilege(p.rel::pg_catalog.oid, 'SELECT WITH GRANT OPTION');
         END IF;
         IF NOT can THEN
             RAISE EXCEPTION 'permission denied to % idem''s "%" privileges', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END, kind
@@ -1230,7 +908,7 @@ BEGIN
         object := pg_catalog.format('SCHEMA %I', schema_name);
         RETURN NEXT;
     END IF;
-    FOR p IN SELECT * FROM @extschema@.idem_privileges(kind) LOOP
+    FOR p IN SELECT * FROM idem_internal.idem_privileges(kind) LOOP
         IF grant_them THEN
             EXECUTE pg_catalog.format('GRANT %s ON %s TO %s', p.privilege, p.object, role);
         ELSE
@@ -1241,7 +919,7 @@ BEGIN
         RETURN NEXT;
     END LOOP;
 END
-$grant$;
+$$;
 
 -- (PUBLIC keeps EXECUTE on idem_grant_kind: it runs with the caller's
 -- rights, so it can grant only what the caller could; idem_grant and
@@ -1249,31 +927,9 @@ $grant$;
 COMMENT ON FUNCTION idem_internal.idem_grant_kind(regrole, text, boolean) IS
     'idem: for idem_grant and idem_revoke';
 
-CREATE FUNCTION @extschema@.idem_grant(role regrole, kind text)
-RETURNS TABLE (privilege text, object text)
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM idem_internal.idem_grant_kind(role, kind, true) $$;
-
-COMMENT ON FUNCTION @extschema@.idem_grant(regrole, text) IS
-    'idem: grant role what one kind of idem user needs: app, worker, publisher, consumer or monitor';
-
-CREATE FUNCTION @extschema@.idem_revoke(role regrole, kind text)
-RETURNS TABLE (privilege text, object text)
-LANGUAGE sql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT * FROM idem_internal.idem_grant_kind(role, kind, false) $$;
-
-COMMENT ON FUNCTION @extschema@.idem_revoke(regrole, text) IS
-    'idem: revoke from role what idem_grant gave it for one kind (its schema USAGE stays)';
-
-REVOKE ALL ON FUNCTION @extschema@.idem_grant(regrole, text) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_revoke(regrole, text) FROM PUBLIC;
-
 -- ===========================================================================
--- from idem--1.8--1.9.sql
+-- since 1.9
 -- ===========================================================================
-/* idem--1.8--1.9.sql */
 
 -- ---------------------------------------------------------------------------
 -- idem_outcome, what idem_begin and idem_run return, tells when the key's
@@ -1286,9 +942,8 @@ REVOKE ALL ON FUNCTION @extschema@.idem_revoke(regrole, text) FROM PUBLIC;
 ALTER TYPE @extschema@.idem_outcome ADD ATTRIBUTE expires_at timestamptz;
 
 -- ===========================================================================
--- from idem--1.9--1.10.sql
+-- since 1.10
 -- ===========================================================================
-/* idem--1.9--1.10.sql */
 
 -- ---------------------------------------------------------------------------
 -- Per-operation policy, kept in the database: two operations with other
@@ -1335,44 +990,14 @@ LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
 CREATE FUNCTION idem_internal.idem_policy_unchanged_boolean() RETURNS boolean
 LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
 
--- idem_set_policy(operation, ...): every argument after operation named and
--- optional; omitted: unchanged; NULL: the GUC.  Superuser or the
--- extension's owner only (42501); bad values 22023.  Returns the policy.
-CREATE FUNCTION @extschema@.idem_set_policy(
-    operation text,
-    ttl interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
-    failure_ttl interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
-    wait_timeout interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
-    max_attempts integer DEFAULT idem_internal.idem_policy_unchanged_integer(),
-    retry_base interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
-    retry_max interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
-    redact text[] DEFAULT idem_internal.idem_policy_unchanged_textarray(),
-    key_format text DEFAULT idem_internal.idem_policy_unchanged_text(),
-    reject_weak_keys boolean DEFAULT idem_internal.idem_policy_unchanged_boolean())
-RETURNS idem_internal.idem_policy
-LANGUAGE C VOLATILE CALLED ON NULL INPUT AS 'MODULE_PATHNAME', 'idem_set_policy';
-
 -- idem_drop_policy(operation): true if it had one
 CREATE FUNCTION @extschema@.idem_drop_policy(operation text) RETURNS boolean
 LANGUAGE C VOLATILE STRICT AS 'MODULE_PATHNAME', 'idem_drop_policy';
-
--- the markers return NULL and stay callable by PUBLIC: a caller's
--- idem_set_policy fails on its own check (42501), with its own message
-REVOKE ALL ON FUNCTION @extschema@.idem_set_policy(text, interval, interval, interval, integer, interval, interval, text[], text, boolean),
-    @extschema@.idem_drop_policy(text) FROM PUBLIC;
-
--- the policies, readable by pg_monitor
-CREATE VIEW @extschema@.idem_policies AS
-    SELECT operation, ttl, failure_ttl, wait_timeout, max_attempts, retry_base, retry_max,
-           redact, key_format, reject_weak_keys, updated_at
-    FROM idem_internal.idem_policy;
-REVOKE ALL ON @extschema@.idem_policies FROM PUBLIC;
-GRANT SELECT ON @extschema@.idem_policies TO pg_monitor;
+REVOKE ALL ON FUNCTION @extschema@.idem_drop_policy(text) FROM PUBLIC;
 
 -- ===========================================================================
--- from idem--1.10--1.11.sql
+-- since 1.11
 -- ===========================================================================
-/* idem--1.10--1.11.sql */
 
 -- ---------------------------------------------------------------------------
 -- Retention that keeps the audit trail.  When a finished record expires,
@@ -1537,9 +1162,6 @@ COMMENT ON FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, big
 COMMENT ON FUNCTION @extschema@.idem_consume(text, text, interval, bigint) IS
     'idem: true the first time consumer takes message_id in a committed transaction, false for every redelivery';
 
-DROP VIEW @extschema@.idem_policies;
-DROP FUNCTION @extschema@.idem_set_policy(text, interval, interval, interval, integer, interval, interval, text[], text, boolean);
-
 -- idem_set_policy(operation, ...): every argument after operation named and
 -- optional; omitted: unchanged; NULL: the GUC.  Superuser or the
 -- extension's owner only (42501); bad values 22023.  Returns the policy.
@@ -1604,593 +1226,11 @@ COMMENT ON VIEW @extschema@.idem_audit IS
 -- a statement, at most max_batches batches a table (all when NULL);
 -- returns how many rows went.  Superuser only.
 -- ---------------------------------------------------------------------------
-CREATE FUNCTION @extschema@.idem_forget_owner(
-    owner bigint, batch_size integer DEFAULT 10000, max_batches integer DEFAULT NULL)
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $forget$
-DECLARE
-    total bigint := 0;
-    n bigint;
-    batches integer;
-    tbl text;
-    keys text;
-BEGIN
-    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
-        RAISE EXCEPTION 'permission denied to forget an owner'
-            USING ERRCODE = '42501', HINT = 'Only a superuser may call idem_forget_owner.';
-    END IF;
-    IF owner IS NULL OR batch_size IS NULL THEN
-        RAISE EXCEPTION 'argument "%" must not be null', CASE WHEN owner IS NULL THEN 'owner' ELSE 'batch_size' END
-            USING ERRCODE = '22004';
-    END IF;
-    IF batch_size OPERATOR(pg_catalog.<) 1 THEN
-        RAISE EXCEPTION 'batch_size must be at least 1' USING ERRCODE = '22023',
-            DETAIL = pg_catalog.format('The call has batch_size %s.', batch_size);
-    END IF;
-    IF max_batches OPERATOR(pg_catalog.<) 1 THEN
-        RAISE EXCEPTION 'max_batches must be at least 1, or NULL for no limit' USING ERRCODE = '22023',
-            DETAIL = pg_catalog.format('The call has max_batches %s.', max_batches);
-    END IF;
-
-    -- each table in statements of batch_size rows, at most max_batches
-    FOR tbl, keys IN SELECT * FROM (VALUES
-        ('idem_internal.idempotency_record', 'id'),
-        ('idem_internal.idem_history', 'record_id'),
-        ('idem_internal.idem_inbox', 'consumer, message_id')) AS t (tbl, keys)
-    LOOP
-        batches := 0;
-        LOOP
-            EXECUTE pg_catalog.format(
-                'DELETE FROM %1$s WHERE owner_id OPERATOR(pg_catalog.=) $1 AND (%2$s) IN'
-                ' (SELECT %2$s FROM %1$s WHERE owner_id OPERATOR(pg_catalog.=) $1 LIMIT $2)', tbl, keys)
-                USING owner, batch_size;
-            GET DIAGNOSTICS n = ROW_COUNT;
-            total := total OPERATOR(pg_catalog.+) n;
-            batches := batches OPERATOR(pg_catalog.+) 1;
-            EXIT WHEN n OPERATOR(pg_catalog.<) batch_size OR batches OPERATOR(pg_catalog.>=) max_batches;
-        END LOOP;
-    END LOOP;
-    RETURN total;
-END
-$forget$;
-REVOKE ALL ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer) FROM PUBLIC;
-
-COMMENT ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer) IS
-    'idem: an erasure request: remove every record, history row and inbox entry of owner (superuser only)';
-
--- The privileges of a kind, with the new signatures, and the audit for
--- monitors.
-CREATE OR REPLACE FUNCTION @extschema@.idem_privileges(kind text)
-RETURNS TABLE (privilege text, object text)
-LANGUAGE sql IMMUTABLE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $privileges$
-    SELECT p.privilege, p.object
-    FROM (VALUES
-        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_create_order(bigint, text, bigint, integer)'),
-        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_begin(bigint, text, text, jsonb, interval)'),
-        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)'),
-        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)'),
-        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)'),
-        ('app', 'EXECUTE', 'FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb)'),
-        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_lease(text, text, interval, integer, boolean)'),
-        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_heartbeat(bigint, bigint, interval)'),
-        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json)'),
-        ('worker', 'EXECUTE', 'FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean)'),
-        ('publisher', 'EXECUTE', 'FUNCTION @extschema@.idem_outbox_fetch(text, integer, interval)'),
-        ('publisher', 'EXECUTE', 'FUNCTION @extschema@.idem_outbox_ack(bigint[])'),
-        ('consumer', 'EXECUTE', 'FUNCTION @extschema@.idem_consume(text, text, interval, bigint)'),
-        ('monitor', 'SELECT', 'TABLE @extschema@.idem_stats'),
-        ('monitor', 'SELECT', 'TABLE @extschema@.idem_audit'),
-        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_audit_entries(bigint)'),
-        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_stats_entries()'),
-        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_health()'),
-        ('monitor', 'EXECUTE', 'FUNCTION @extschema@.idem_cleanup_status()')
-    ) AS p (kind, privilege, object)
-    WHERE p.kind OPERATOR(pg_catalog.=) idem_privileges.kind
-$privileges$;
-
--- ---------------------------------------------------------------------------
--- idem_distribute() of 1.11: the new signatures delegated, idem_history
--- distributed by owner with the records, idem_policy a reference table
--- (every node holds the policies).  On a cluster distributed before 1.11,
--- run it again after the update.
--- ---------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION @extschema@.idem_distribute()
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $dist$
-DECLARE
-    r record;
-    version text;
-BEGIN
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles ro
-                    WHERE ro.rolname OPERATOR(pg_catalog.=) CURRENT_USER AND ro.rolsuper) THEN
-        RAISE EXCEPTION 'permission denied to distribute idem'
-            USING ERRCODE = '42501', HINT = 'Run idem_distribute() as a superuser.';
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e
-                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
-        RAISE EXCEPTION 'idem_distribute() needs the Citus extension'
-            USING ERRCODE = '0A000',
-                  DETAIL = 'Citus is not installed in this database; nothing was changed.',
-                  HINT = 'Install Citus (its packages are at https://github.com/citusdata/citus), CREATE EXTENSION citus before idem, and add the worker nodes.';
-    END IF;
-    IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) OPERATOR(pg_catalog.<>) 0 THEN
-        RAISE EXCEPTION 'idem_distribute() must run on the Citus coordinator'
-            USING ERRCODE = '55000';
-    END IF;
-    PERFORM idem_internal.idem_distribute_node();
-
-    SELECT e.extversion INTO version FROM pg_catalog.pg_extension e
-     WHERE e.extname OPERATOR(pg_catalog.=) 'idem';
-    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
-               FROM pg_catalog.run_command_on_workers(
-                    'SELECT extversion FROM pg_catalog.pg_extension WHERE extname = ''idem''') w LOOP
-        IF NOT r.success OR r.result IS DISTINCT FROM version THEN
-            RAISE EXCEPTION 'idem % is not installed on worker node %:%', version, r.nodename, r.nodeport
-                USING ERRCODE = '55000',
-                      DETAIL = pg_catalog.format('The node answered: %s', r.result),
-                      HINT = 'Citus creates an extension on every node when it is created on the coordinator: install idem''s files on every node, then ALTER EXTENSION idem UPDATE.';
-        END IF;
-    END LOOP;
-    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
-               FROM pg_catalog.run_command_on_workers(
-                    'SELECT idem_internal.idem_distribute_node()') w LOOP
-        IF NOT r.success THEN
-            RAISE EXCEPTION 'idem_distribute() failed on worker node %:%', r.nodename, r.nodeport
-                USING ERRCODE = '55000', DETAIL = r.result;
-        END IF;
-    END LOOP;
-
-    -- the distributed tables, each once: records and orders by owner,
-    -- co-located; the inbox by consumer; (1.11) an owner's history with its
-    -- records
-    FOR r IN SELECT * FROM (VALUES
-                 ('idem_internal.idempotency_record', 'owner_id', 'default'),
-                 ('idem_internal.purchase_order', 'owner_id', 'idem_internal.idempotency_record'),
-                 ('idem_internal.idem_inbox', 'consumer', 'default'),
-                 ('idem_internal.idem_history', 'owner_id', 'idem_internal.idempotency_record')) AS v (tbl, col, colocate)
-    LOOP
-        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                        WHERE p.logicalrelid OPERATOR(pg_catalog.=) r.tbl::pg_catalog.regclass) THEN
-            PERFORM pg_catalog.create_distributed_table(r.tbl::pg_catalog.regclass, r.col,
-                                                        colocate_with => r.colocate);
-        END IF;
-    END LOOP;
-    -- the inbox by owner (on a cluster distributed before 1.11)
-    IF pg_catalog.to_regclass('idem_internal.idem_inbox_owner') IS NULL THEN
-        CREATE INDEX idem_inbox_owner ON idem_internal.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
-    END IF;
-    -- the policies on every node
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.idem_policy'::pg_catalog.regclass) THEN
-        -- its statement trigger only tells the node's backends that the
-        -- policies changed: Citus puts it on every placement
-        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
-        PERFORM pg_catalog.create_reference_table('idem_internal.idem_policy');
-    END IF;
-
-    -- force_delegation: delegated inside a transaction block too, as part of
-    -- the distributed transaction
-    FOR r IN SELECT f.fn::pg_catalog.regprocedure AS fn, f.tbl
-               FROM (VALUES
-                   ('@extschema@.idem_create_order(bigint, text, bigint, integer)', 'idem_internal.idempotency_record'),
-                   ('@extschema@.idem_begin(bigint, text, text, jsonb, interval)', 'idem_internal.idempotency_record'),
-                   ('@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)', 'idem_internal.idempotency_record'),
-                   ('@extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)', 'idem_internal.idempotency_record'),
-                   ('@extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)', 'idem_internal.idempotency_record'),
-                   ('@extschema@.idem_consume(text, text, interval, bigint)', 'idem_internal.idem_inbox')) AS f (fn, tbl) LOOP
-        PERFORM pg_catalog.create_distributed_function(r.fn, '$1', colocate_with => r.tbl,
-                                                       force_delegation => true);
-    END LOOP;
-END
-$dist$;
-
--- ===========================================================================
--- from idem--1.11--1.12.sql
--- ===========================================================================
-/* idem--1.11--1.12.sql */
-
--- ---------------------------------------------------------------------------
--- The outbox's drain, made cheaper without changing what it guarantees
--- (per-key commit order, leases, at-least-once delivery):
---
--- * An acknowledged message is deleted by idem_outbox_ack itself instead of
---   being marked (acked_at, ready = false) for the cleanup to delete later:
---   one write per message instead of two.  Messages acknowledged before the
---   update are still deleted by the cleanup (idem_outbox_acked).
--- * The lease of idem_outbox_fetch is a HOT update (it changes no indexed
---   column): with fillfactor 50 a page keeps room for a new version of each
---   of its rows, so a lease no longer moves a row to another page and adds
---   an entry to each index.  Pages written from now on; a table rewrite
---   (VACUUM FULL) applies it to the older ones.
--- * An acknowledgement of more than 16 keys took the outbox-wide key lock
---   in EXCLUSIVE mode, so that two such publishers' acknowledgements ran
---   one at a time; it now takes it in SHARE mode, which still excludes
---   every committing emitter and lets acknowledgements run together.  They
---   order themselves on the rows: every message an acknowledgement deletes
---   is its key's head (the one ready message of the key: all a fetch hands
---   out), and the key's next message is touched by nobody else meanwhile.
---   An acknowledgement of a message that is not its key's head (an id not
---   obtained from a fetch) takes the lock in EXCLUSIVE mode, as before.
---   The acknowledgement is C now (outbox.c), one pass over the messages
---   instead of four statements.
--- ---------------------------------------------------------------------------
-ALTER TABLE idem_internal.idem_outbox SET (fillfactor = 50);
-
-CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_fetch(
-    topic text, batch integer DEFAULT 100, lease interval DEFAULT '30 seconds')
-RETURNS TABLE (message_id bigint, msg_key text, payload jsonb, headers jsonb,
-               attempt integer, emitted_at timestamptz)
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $fetch$
-#variable_conflict use_column
-DECLARE
-    t timestamptz := pg_catalog.clock_timestamp();
-BEGIN
-    IF idem_outbox_fetch.topic IS NULL OR batch IS NULL OR lease IS NULL THEN
-        RAISE EXCEPTION 'argument "%" must not be null',
-            CASE WHEN idem_outbox_fetch.topic IS NULL THEN 'topic'
-                 WHEN batch IS NULL THEN 'batch' ELSE 'lease' END
-            USING ERRCODE = '22004';
-    END IF;
-    -- no user trigger on the outbox runs as the owner for a caller with
-    -- temporary tables: the check of every idem write (0A000)
-    PERFORM idem_internal.idem_outbox_guard();
-    IF idem_outbox_fetch.topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,128}$' THEN
-        RAISE EXCEPTION 'topic must be 1 to 128 characters from A-Z, a-z, 0-9, "_", ".", ":" and "-"'
-            USING ERRCODE = '22023';
-    END IF;
-    IF batch OPERATOR(pg_catalog.<) 1 OR batch OPERATOR(pg_catalog.>) 10000 THEN
-        RAISE EXCEPTION 'batch must be between 1 and 10000'
-            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has batch %s.', batch);
-    END IF;
-    IF lease OPERATOR(pg_catalog.<=) interval '0' THEN
-        RAISE EXCEPTION 'lease must be a positive interval'
-            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has lease %s.', lease);
-    END IF;
-
-    -- the locked rows are updated where the lock found them (ctid): the
-    -- lock holds them until the end of the transaction
-    RETURN QUERY
-    WITH due AS (
-        SELECT o.ctid
-          FROM idem_internal.idem_outbox o
-         WHERE o.topic OPERATOR(pg_catalog.=) idem_outbox_fetch.topic
-           AND o.acked_at IS NULL AND o.ready
-           AND (o.leased_until IS NULL OR o.leased_until OPERATOR(pg_catalog.<=) t)
-         ORDER BY o.commit_seq
-         LIMIT batch
-           FOR UPDATE OF o SKIP LOCKED
-    ), leased AS (
-        UPDATE idem_internal.idem_outbox o
-           SET attempt = o.attempt OPERATOR(pg_catalog.+) 1,
-               leased_until = t OPERATOR(pg_catalog.+) lease
-          FROM due
-         WHERE o.ctid OPERATOR(pg_catalog.=) due.ctid
-        RETURNING o.message_id, o.msg_key, o.payload, o.headers, o.attempt,
-                  o.emitted_at, o.commit_seq
-    )
-    SELECT l.message_id, l.msg_key::pg_catalog.text, l.payload, l.headers,
-           l.attempt, l.emitted_at
-      FROM leased l
-     ORDER BY l.commit_seq;
-END
-$fetch$;
-
--- The acknowledgement is C (outbox.c): it writes as the extension's owner
--- like idem_outbox_emit, so it is no longer SECURITY DEFINER.
-CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_ack(message_ids bigint[])
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'idem_outbox_ack'
-LANGUAGE C VOLATILE;
-
-COMMENT ON FUNCTION @extschema@.idem_outbox_ack(bigint[]) IS
-    'idem: delete the acknowledged messages (the publisher has them confirmed by its broker) and make each key''s next message deliverable; returns how many were not already acknowledged';
-
--- ---------------------------------------------------------------------------
--- No sequence value twice across a promotion.  idem hands values of its
--- sequences out (message ids an inbox keeps, fencing tokens a cut-off
--- worker holds, order ids and numbers, task ids); a standby promoted after
--- asynchronous replication has only the values it replayed and would hand
--- out again those the old primary drew since.  So the first draw on a new
--- timeline moves each idem sequence 2^36 ahead, and idem_timeline_seq
--- records the timeline that was done for (sequence.c).  Marked now with the
--- current timeline: only a later one moves the sequences.
--- ---------------------------------------------------------------------------
-CREATE SEQUENCE idem_internal.idem_timeline_seq MINVALUE 0 START 0;
-
-COMMENT ON SEQUENCE idem_internal.idem_timeline_seq IS
-    'idem: the timeline idem''s sequences were last moved ahead for (a new one moves them 2^36 on its first draw)';
-
-REVOKE ALL ON SEQUENCE idem_internal.idem_timeline_seq FROM PUBLIC;
-
-CREATE FUNCTION idem_internal.idem_timeline_mark()
-RETURNS void
-AS 'MODULE_PATHNAME', 'idem_timeline_mark'
-LANGUAGE C VOLATILE STRICT;
-
-COMMENT ON FUNCTION idem_internal.idem_timeline_mark() IS
-    'idem: record the current timeline in idem_timeline_seq without moving the sequences (CREATE EXTENSION, the update to 1.12)';
-
-REVOKE ALL ON FUNCTION idem_internal.idem_timeline_mark() FROM PUBLIC;
-
-SELECT idem_internal.idem_timeline_mark();
-
--- ===========================================================================
--- from idem--1.12--1.13.sql
--- ===========================================================================
--- The cleanup of a Citus cluster runs on each worker node: there it calls
--- this one, in idem_internal, not the one in the extension's schema.
-CREATE FUNCTION idem_internal.idem_cleanup_node(batch_size integer, max_batches integer)
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'idem_cleanup_expired'
-LANGUAGE C VOLATILE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
-
-REVOKE ALL ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) FROM PUBLIC;
-
-COMMENT ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) IS
-    'idem: idem_cleanup_expired on one Citus worker node (the coordinator''s cleanup calls it there)';
-
--- ---------------------------------------------------------------------------
--- The privileges of each kind of user, as OIDs bound when this script runs.
--- ---------------------------------------------------------------------------
-CREATE FUNCTION idem_internal.idem_privileges(kind text)
-RETURNS TABLE (privilege text, object text, fn pg_catalog.regprocedure, rel pg_catalog.regclass)
-LANGUAGE sql IMMUTABLE STRICT
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT p.privilege,
-           -- spelled as before 1.13: "(bigint, text)"
-           CASE WHEN p.fn IS NOT NULL THEN pg_catalog.format('FUNCTION %s', pg_catalog.replace(p.fn::pg_catalog.text, ',', ', '))
-                ELSE pg_catalog.format('TABLE %s', p.rel) END,
-           p.fn, p.rel
-    FROM (VALUES
-        ('app', 'EXECUTE', '@extschema@.idem_create_order(bigint, text, bigint, integer)'::pg_catalog.regprocedure, NULL::pg_catalog.regclass),
-        ('app', 'EXECUTE', '@extschema@.idem_begin(bigint, text, text, jsonb, interval)'::pg_catalog.regprocedure, NULL),
-        ('app', 'EXECUTE', '@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, NULL),
-        ('app', 'EXECUTE', '@extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)'::pg_catalog.regprocedure, NULL),
-        ('app', 'EXECUTE', '@extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)'::pg_catalog.regprocedure, NULL),
-        ('app', 'EXECUTE', '@extschema@.idem_outbox_emit(text, jsonb, text, jsonb)'::pg_catalog.regprocedure, NULL),
-        ('worker', 'EXECUTE', '@extschema@.idem_lease(text, text, interval, integer, boolean)'::pg_catalog.regprocedure, NULL),
-        ('worker', 'EXECUTE', '@extschema@.idem_heartbeat(bigint, bigint, interval)'::pg_catalog.regprocedure, NULL),
-        ('worker', 'EXECUTE', '@extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, NULL),
-        ('worker', 'EXECUTE', '@extschema@.idem_fail(bigint, bigint, jsonb, boolean)'::pg_catalog.regprocedure, NULL),
-        ('publisher', 'EXECUTE', '@extschema@.idem_outbox_fetch(text, integer, interval)'::pg_catalog.regprocedure, NULL),
-        ('publisher', 'EXECUTE', '@extschema@.idem_outbox_ack(bigint[])'::pg_catalog.regprocedure, NULL),
-        ('consumer', 'EXECUTE', '@extschema@.idem_consume(text, text, interval, bigint)'::pg_catalog.regprocedure, NULL),
-        ('monitor', 'SELECT', NULL, '@extschema@.idem_stats'::pg_catalog.regclass),
-        ('monitor', 'SELECT', NULL, '@extschema@.idem_audit'::pg_catalog.regclass),
-        ('monitor', 'EXECUTE', '@extschema@.idem_audit_entries(bigint)'::pg_catalog.regprocedure, NULL),
-        ('monitor', 'EXECUTE', '@extschema@.idem_stats_entries()'::pg_catalog.regprocedure, NULL),
-        ('monitor', 'EXECUTE', '@extschema@.idem_health()'::pg_catalog.regprocedure, NULL),
-        ('monitor', 'EXECUTE', '@extschema@.idem_cleanup_status()'::pg_catalog.regprocedure, NULL)
-    ) AS p (kind, privilege, fn, rel)
-    WHERE p.kind OPERATOR(pg_catalog.=) idem_privileges.kind;
-END;
-
-COMMENT ON FUNCTION idem_internal.idem_privileges(text) IS
-    'idem: the privileges of one kind of user, with the objects'' OIDs (idem_privileges, idem_grant)';
-
-CREATE OR REPLACE FUNCTION @extschema@.idem_privileges(kind text)
-RETURNS TABLE (privilege text, object text)
-LANGUAGE sql IMMUTABLE STRICT
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT p.privilege, p.object FROM idem_internal.idem_privileges(idem_privileges.kind) p;
-END;
-
--- Grant or revoke a kind's privileges; the checks by OID.  The GRANT itself
--- names the object as it is called now (a GRANT runs nothing).
-CREATE OR REPLACE FUNCTION idem_internal.idem_grant_kind(role regrole, kind text, grant_them boolean)
-RETURNS TABLE (privilege text, object text)
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    p record;
-    can boolean;
-    schema_name name := (SELECT n.nspname FROM pg_catalog.pg_extension e
-                         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
-                         WHERE e.extname OPERATOR(pg_catalog.=) 'idem');
-    needs_usage boolean;
-BEGIN
-    IF role IS NULL OR kind IS NULL THEN
-        RAISE EXCEPTION 'idem_%: role and kind must not be NULL', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END
-            USING ERRCODE = '22004';
-    END IF;
-    IF NOT EXISTS (SELECT FROM idem_internal.idem_privileges(kind)) THEN
-        RAISE EXCEPTION 'unknown kind of idem user: "%"', kind
-            USING ERRCODE = '22023',
-                  HINT = 'The kinds are app, worker, publisher, consumer and monitor.';
-    END IF;
-    -- every privilege is checked first: nothing is granted unless all can be
-    FOR p IN SELECT * FROM idem_internal.idem_privileges(kind) LOOP
-        IF p.fn IS NOT NULL THEN
-            can := pg_catalog.has_function_privilege(p.fn::pg_catalog.oid, 'EXECUTE WITH GRANT OPTION');
-        ELSE
-            can := pg_catalog.has_table_privilege(p.rel::pg_catalog.oid, 'SELECT WITH GRANT OPTION');
-        END IF;
-        IF NOT can THEN
-            RAISE EXCEPTION 'permission denied to % idem''s "%" privileges', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END, kind
-                USING ERRCODE = '42501',
-                      DETAIL = pg_catalog.format('%I cannot grant %s ON %s.', current_user, p.privilege, p.object),
-                      HINT = 'Run it as idem''s owner or as a superuser.';
-        END IF;
-    END LOOP;
-    needs_usage := grant_them AND NOT pg_catalog.has_schema_privilege(role, schema_name, 'USAGE');
-    IF needs_usage AND NOT pg_catalog.has_schema_privilege(schema_name, 'USAGE WITH GRANT OPTION') THEN
-        RAISE EXCEPTION 'permission denied to grant idem''s "%" privileges', kind
-            USING ERRCODE = '42501',
-                  DETAIL = pg_catalog.format('%I cannot grant USAGE ON SCHEMA %I.', current_user, schema_name),
-                  HINT = 'Run it as idem''s owner or as a superuser.';
-    END IF;
-    IF needs_usage THEN
-        EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO %s', schema_name, role);
-        privilege := 'USAGE';
-        object := pg_catalog.format('SCHEMA %I', schema_name);
-        RETURN NEXT;
-    END IF;
-    FOR p IN SELECT * FROM idem_internal.idem_privileges(kind) LOOP
-        IF grant_them THEN
-            EXECUTE pg_catalog.format('GRANT %s ON %s TO %s', p.privilege, p.object, role);
-        ELSE
-            EXECUTE pg_catalog.format('REVOKE %s ON %s FROM %s', p.privilege, p.object, role);
-        END IF;
-        privilege := p.privilege;
-        object := p.object;
-        RETURN NEXT;
-    END LOOP;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION @extschema@.idem_grant(role regrole, kind text)
-RETURNS TABLE (privilege text, object text)
-LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT g.privilege, g.object FROM idem_internal.idem_grant_kind(role, kind, true) g;
-END;
-
-CREATE OR REPLACE FUNCTION @extschema@.idem_revoke(role regrole, kind text)
-RETURNS TABLE (privilege text, object text)
-LANGUAGE sql
-SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-    SELECT g.privilege, g.object FROM idem_internal.idem_grant_kind(role, kind, false) g;
-END;
-
--- ---------------------------------------------------------------------------
--- The outbox's fetch (SECURITY DEFINER): its table and guard in idem_internal.
--- ---------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION @extschema@.idem_outbox_fetch(
-    topic text,
-    batch integer DEFAULT 100,
-    lease interval DEFAULT interval '30 seconds')
-RETURNS TABLE (message_id bigint, msg_key text, payload jsonb, headers jsonb,
-               attempt integer, emitted_at timestamptz)
-LANGUAGE plpgsql VOLATILE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-AS $$
-#variable_conflict use_column
-DECLARE
-    t timestamptz := pg_catalog.clock_timestamp();
-BEGIN
-    IF idem_outbox_fetch.topic IS NULL OR batch IS NULL OR lease IS NULL THEN
-        RAISE EXCEPTION 'argument "%" must not be null',
-            CASE WHEN idem_outbox_fetch.topic IS NULL THEN 'topic'
-                 WHEN batch IS NULL THEN 'batch' ELSE 'lease' END
-            USING ERRCODE = '22004';
-    END IF;
-    -- no user trigger on the outbox runs as the owner for a caller with
-    -- temporary tables: the check of every idem write (0A000)
-    PERFORM idem_internal.idem_outbox_guard();
-    IF idem_outbox_fetch.topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,128}$' THEN
-        RAISE EXCEPTION 'topic must be 1 to 128 characters from A-Z, a-z, 0-9, "_", ".", ":" and "-"'
-            USING ERRCODE = '22023';
-    END IF;
-    IF batch OPERATOR(pg_catalog.<) 1 OR batch OPERATOR(pg_catalog.>) 10000 THEN
-        RAISE EXCEPTION 'batch must be between 1 and 10000'
-            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has batch %s.', batch);
-    END IF;
-    IF lease OPERATOR(pg_catalog.<=) interval '0' THEN
-        RAISE EXCEPTION 'lease must be a positive interval'
-            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has lease %s.', lease);
-    END IF;
-
-    -- the locked rows are updated where the lock found them (ctid): the
-    -- lock holds them until the end of the transaction
-    RETURN QUERY
-    WITH due AS (
-        SELECT o.ctid
-          FROM idem_internal.idem_outbox o
-         WHERE o.topic OPERATOR(pg_catalog.=) idem_outbox_fetch.topic
-           AND o.acked_at IS NULL AND o.ready
-           AND (o.leased_until IS NULL OR o.leased_until OPERATOR(pg_catalog.<=) t)
-         ORDER BY o.commit_seq
-         LIMIT batch
-           FOR UPDATE OF o SKIP LOCKED
-    ), leased AS (
-        UPDATE idem_internal.idem_outbox o
-           SET attempt = o.attempt OPERATOR(pg_catalog.+) 1,
-               leased_until = t OPERATOR(pg_catalog.+) lease
-          FROM due
-         WHERE o.ctid OPERATOR(pg_catalog.=) due.ctid
-        RETURNING o.message_id, o.msg_key, o.payload, o.headers, o.attempt,
-                  o.emitted_at, o.commit_seq
-    )
-    SELECT l.message_id, l.msg_key::pg_catalog.text, l.payload, l.headers,
-           l.attempt, l.emitted_at
-      FROM leased l
-     ORDER BY l.commit_seq;
-END
-$$;
-
--- ---------------------------------------------------------------------------
--- idem_health (SECURITY DEFINER, called by monitors): a SQL-standard body.
--- ---------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION @extschema@.idem_health(
-    OUT records bigint,
-    OUT expired_backlog bigint,
-    OUT oldest_expires_at timestamptz,
-    OUT processing bigint,
-    OUT oldest_processing_age interval,
-    OUT outbox_unacked bigint,
-    OUT outbox_oldest_unacked_age interval,
-    OUT outbox_acked_backlog bigint,
-    OUT inbox_entries bigint,
-    OUT inbox_expired_backlog bigint,
-    OUT table_bytes bigint,
-    OUT index_bytes bigint,
-    OUT worker_last_run_started timestamptz,
-    OUT worker_last_run_finished timestamptz,
-    OUT worker_last_run_deleted bigint,
-    OUT worker_last_error text,
-    OUT worker_last_error_at timestamptz)
-RETURNS record
-LANGUAGE sql STABLE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-SELECT
-    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
-      WHERE r.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
-    (SELECT pg_catalog.min(r.expires_at) FROM idem_internal.idempotency_record r),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
-      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
-    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(r.created_at)
-       FROM idem_internal.idempotency_record r
-      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
-    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(o.emitted_at)
-       FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NOT NULL),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i
-      WHERE i.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
-    sizes.table_bytes, sizes.index_bytes,
-    w.last_run_started, w.last_run_finished, w.last_run_deleted, w.last_error, w.last_error_at
-FROM (SELECT pg_catalog.sum(pg_catalog.pg_table_size(t.rel))::pg_catalog.int8 AS table_bytes,
-             pg_catalog.sum(pg_catalog.pg_indexes_size(t.rel))::pg_catalog.int8 AS index_bytes
-        FROM pg_catalog.unnest(ARRAY['idem_internal.idempotency_record'::pg_catalog.regclass,
-                                     'idem_internal.purchase_order'::pg_catalog.regclass,
-                                     'idem_internal.idem_outbox'::pg_catalog.regclass,
-                                     'idem_internal.idem_inbox'::pg_catalog.regclass]) AS t(rel)) sizes
-LEFT JOIN @extschema@.idem_cleanup_status() w
-       ON w.datid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
-                                          WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
-END;
 
 -- ---------------------------------------------------------------------------
 -- idem_forget_owner (a superuser's): its tables in idem_internal.
 -- ---------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION @extschema@.idem_forget_owner(
+CREATE FUNCTION @extschema@.idem_forget_owner(
     owner bigint,
     batch_size integer DEFAULT 10000,
     max_batches integer DEFAULT NULL)
@@ -2243,6 +1283,144 @@ BEGIN
     RETURN total;
 END
 $$;
+REVOKE ALL ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer) IS
+    'idem: an erasure request: remove every record, history row and inbox entry of owner (superuser only)';
+
+-- ===========================================================================
+-- since 1.12
+-- ===========================================================================
+
+-- ---------------------------------------------------------------------------
+-- The outbox's drain, made cheaper without changing what it guarantees
+-- (per-key commit order, leases, at-least-once delivery):
+--
+-- * An acknowledged message is deleted by idem_outbox_ack itself instead of
+--   being marked (acked_at, ready = false) for the cleanup to delete later:
+--   one write per message instead of two.  Messages acknowledged before the
+--   update are still deleted by the cleanup (idem_outbox_acked).
+-- * The lease of idem_outbox_fetch is a HOT update (it changes no indexed
+--   column): with fillfactor 50 a page keeps room for a new version of each
+--   of its rows, so a lease no longer moves a row to another page and adds
+--   an entry to each index.  Pages written from now on; a table rewrite
+--   (VACUUM FULL) applies it to the older ones.
+-- * An acknowledgement of more than 16 keys took the outbox-wide key lock
+--   in EXCLUSIVE mode, so that two such publishers' acknowledgements ran
+--   one at a time; it now takes it in SHARE mode, which still excludes
+--   every committing emitter and lets acknowledgements run together.  They
+--   order themselves on the rows: every message an acknowledgement deletes
+--   is its key's head (the one ready message of the key: all a fetch hands
+--   out), and the key's next message is touched by nobody else meanwhile.
+--   An acknowledgement of a message that is not its key's head (an id not
+--   obtained from a fetch) takes the lock in EXCLUSIVE mode, as before.
+--   The acknowledgement is C now (outbox.c), one pass over the messages
+--   instead of four statements.
+-- ---------------------------------------------------------------------------
+ALTER TABLE idem_internal.idem_outbox SET (fillfactor = 50);
+
+-- ---------------------------------------------------------------------------
+-- No sequence value twice across a promotion.  idem hands values of its
+-- sequences out (message ids an inbox keeps, fencing tokens a cut-off
+-- worker holds, order ids and numbers, task ids); a standby promoted after
+-- asynchronous replication has only the values it replayed and would hand
+-- out again those the old primary drew since.  So the first draw on a new
+-- timeline moves each idem sequence 2^36 ahead, and idem_timeline_seq
+-- records the timeline that was done for (sequence.c).  Marked now with the
+-- current timeline: only a later one moves the sequences.
+-- ---------------------------------------------------------------------------
+CREATE SEQUENCE idem_internal.idem_timeline_seq MINVALUE 0 START 0;
+
+COMMENT ON SEQUENCE idem_internal.idem_timeline_seq IS
+    'idem: the timeline idem''s sequences were last moved ahead for (a new one moves them 2^36 on its first draw)';
+
+REVOKE ALL ON SEQUENCE idem_internal.idem_timeline_seq FROM PUBLIC;
+
+CREATE FUNCTION idem_internal.idem_timeline_mark()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_timeline_mark'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION idem_internal.idem_timeline_mark() IS
+    'idem: record the current timeline in idem_timeline_seq without moving the sequences (CREATE EXTENSION, the update to 1.12)';
+
+REVOKE ALL ON FUNCTION idem_internal.idem_timeline_mark() FROM PUBLIC;
+
+SELECT idem_internal.idem_timeline_mark();
+
+-- ===========================================================================
+-- since 1.13
+-- ===========================================================================
+-- The cleanup of a Citus cluster runs on each worker node: there it calls
+-- this one, in idem_internal, not the one in the extension's schema.
+CREATE FUNCTION idem_internal.idem_cleanup_node(batch_size integer, max_batches integer)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_cleanup_expired'
+LANGUAGE C VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+REVOKE ALL ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) FROM PUBLIC;
+
+COMMENT ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) IS
+    'idem: idem_cleanup_expired on one Citus worker node (the coordinator''s cleanup calls it there)';
+-- ---------------------------------------------------------------------------
+-- idem_health (SECURITY DEFINER, called by monitors): a SQL-standard body.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION @extschema@.idem_health(
+    OUT records bigint,
+    OUT expired_backlog bigint,
+    OUT oldest_expires_at timestamptz,
+    OUT processing bigint,
+    OUT oldest_processing_age interval,
+    OUT outbox_unacked bigint,
+    OUT outbox_oldest_unacked_age interval,
+    OUT outbox_acked_backlog bigint,
+    OUT inbox_entries bigint,
+    OUT inbox_expired_backlog bigint,
+    OUT table_bytes bigint,
+    OUT index_bytes bigint,
+    OUT worker_last_run_started timestamptz,
+    OUT worker_last_run_finished timestamptz,
+    OUT worker_last_run_deleted bigint,
+    OUT worker_last_error text,
+    OUT worker_last_error_at timestamptz)
+RETURNS record
+LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+SELECT
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
+      WHERE r.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
+    (SELECT pg_catalog.min(r.expires_at) FROM idem_internal.idempotency_record r),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
+      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
+    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(r.created_at)
+       FROM idem_internal.idempotency_record r
+      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
+    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(o.emitted_at)
+       FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NOT NULL),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i
+      WHERE i.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
+    sizes.table_bytes, sizes.index_bytes,
+    w.last_run_started, w.last_run_finished, w.last_run_deleted, w.last_error, w.last_error_at
+FROM (SELECT pg_catalog.sum(pg_catalog.pg_table_size(t.rel))::pg_catalog.int8 AS table_bytes,
+             pg_catalog.sum(pg_catalog.pg_indexes_size(t.rel))::pg_catalog.int8 AS index_bytes
+        FROM pg_catalog.unnest(ARRAY['idem_internal.idempotency_record'::pg_catalog.regclass,
+                                     'idem_internal.purchase_order'::pg_catalog.regclass,
+                                     'idem_internal.idem_outbox'::pg_catalog.regclass,
+                                     'idem_internal.idem_inbox'::pg_catalog.regclass]) AS t(rel)) sizes
+LEFT JOIN @extschema@.idem_cleanup_status() w
+       ON w.datid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                          WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
+END;
+COMMENT ON FUNCTION @extschema@.idem_health() IS
+    'idem: backlog, PROCESSING records, outbox and inbox, disk use and the cleanup worker''s last round, for this database';
+REVOKE ALL ON FUNCTION @extschema@.idem_health() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_health() TO pg_monitor;
 
 -- ---------------------------------------------------------------------------
 -- Citus: idem_distribute() and its per-node part on the new layout.
@@ -2250,6 +1428,80 @@ $$;
 
 -- the entry points delegated to the node of their first argument's shard,
 -- with the table they go with: OIDs bound here
+
+
+-- ---------------------------------------------------------------------------
+-- The privileges of each kind of user, as OIDs bound when this script runs.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION idem_internal.idem_privileges(kind text)
+RETURNS TABLE (privilege text, object text, fn pg_catalog.regprocedure, rel pg_catalog.regclass)
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT p.privilege,
+           -- spelled as before 1.13: "(bigint, text)"
+           CASE WHEN p.fn IS NOT NULL THEN pg_catalog.format('FUNCTION %s', pg_catalog.replace(p.fn::pg_catalog.text, ',', ', '))
+                ELSE pg_catalog.format('TABLE %s', p.rel) END,
+           p.fn, p.rel
+    FROM (VALUES
+        ('app', 'EXECUTE', '@extschema@.idem_create_order(bigint, text, bigint, integer)'::pg_catalog.regprocedure, NULL::pg_catalog.regclass),
+        ('app', 'EXECUTE', '@extschema@.idem_begin(bigint, text, text, jsonb, interval)'::pg_catalog.regprocedure, NULL),
+        ('app', 'EXECUTE', '@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, NULL),
+        ('app', 'EXECUTE', '@extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)'::pg_catalog.regprocedure, NULL),
+        ('app', 'EXECUTE', '@extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)'::pg_catalog.regprocedure, NULL),
+        ('app', 'EXECUTE', '@extschema@.idem_outbox_emit(text, jsonb, text, jsonb)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_lease(text, text, interval, integer, boolean)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_heartbeat(bigint, bigint, interval)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_fail(bigint, bigint, jsonb, boolean)'::pg_catalog.regprocedure, NULL),
+        ('publisher', 'EXECUTE', '@extschema@.idem_outbox_fetch(text, integer, interval)'::pg_catalog.regprocedure, NULL),
+        ('publisher', 'EXECUTE', '@extschema@.idem_outbox_ack(bigint[])'::pg_catalog.regprocedure, NULL),
+        ('consumer', 'EXECUTE', '@extschema@.idem_consume(text, text, interval, bigint)'::pg_catalog.regprocedure, NULL),
+        ('monitor', 'SELECT', NULL, '@extschema@.idem_stats'::pg_catalog.regclass),
+        ('monitor', 'SELECT', NULL, '@extschema@.idem_audit'::pg_catalog.regclass),
+        ('monitor', 'EXECUTE', '@extschema@.idem_audit_entries(bigint)'::pg_catalog.regprocedure, NULL),
+        ('monitor', 'EXECUTE', '@extschema@.idem_stats_entries()'::pg_catalog.regprocedure, NULL),
+        ('monitor', 'EXECUTE', '@extschema@.idem_health()'::pg_catalog.regprocedure, NULL),
+        ('monitor', 'EXECUTE', '@extschema@.idem_cleanup_status()'::pg_catalog.regprocedure, NULL)
+    ) AS p (kind, privilege, fn, rel)
+    WHERE p.kind OPERATOR(pg_catalog.=) idem_privileges.kind;
+END;
+
+COMMENT ON FUNCTION idem_internal.idem_privileges(text) IS
+    'idem: the privileges of one kind of user, with the objects'' OIDs (idem_privileges, idem_grant)';
+
+CREATE FUNCTION @extschema@.idem_privileges(kind text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT p.privilege, p.object FROM idem_internal.idem_privileges(idem_privileges.kind) p;
+END;
+COMMENT ON FUNCTION @extschema@.idem_privileges(text) IS
+    'idem: the privileges idem_grant gives one kind of user (app, worker, publisher, consumer, monitor)';
+
+CREATE FUNCTION @extschema@.idem_grant(role regrole, kind text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT g.privilege, g.object FROM idem_internal.idem_grant_kind(role, kind, true) g;
+END;
+COMMENT ON FUNCTION @extschema@.idem_grant(regrole, text) IS
+    'idem: grant role what one kind of idem user needs: app, worker, publisher, consumer or monitor';
+REVOKE ALL ON FUNCTION @extschema@.idem_grant(regrole, text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.idem_revoke(role regrole, kind text)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT g.privilege, g.object FROM idem_internal.idem_grant_kind(role, kind, false) g;
+END;
+COMMENT ON FUNCTION @extschema@.idem_revoke(regrole, text) IS
+    'idem: revoke from role what idem_grant gave it for one kind (its schema USAGE stays)';
+REVOKE ALL ON FUNCTION @extschema@.idem_revoke(regrole, text) FROM PUBLIC;
+
 CREATE FUNCTION idem_internal.idem_delegated_functions()
 RETURNS TABLE (fn pg_catalog.regprocedure, tbl pg_catalog.regclass)
 LANGUAGE sql IMMUTABLE
@@ -2266,138 +1518,3 @@ BEGIN ATOMIC
 END;
 
 REVOKE ALL ON FUNCTION idem_internal.idem_delegated_functions() FROM PUBLIC;
-
-CREATE OR REPLACE FUNCTION idem_internal.idem_distribute_node()
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-SET citus.enable_ddl_propagation = off
-AS $$
-DECLARE
-    grp integer;
-    lo bigint;
-    seq text;
-BEGIN
-    IF (SELECT pg_catalog.array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
-         WHERE c.conrelid OPERATOR(pg_catalog.=) 'idem_internal.idempotency_record'::pg_catalog.regclass
-           AND c.contype OPERATOR(pg_catalog.=) 'p') OPERATOR(pg_catalog.=) 1 THEN
-        ALTER TABLE idem_internal.idempotency_record
-            DROP CONSTRAINT idempotency_record_pkey,
-            ADD CONSTRAINT idempotency_record_pkey PRIMARY KEY (owner_id, id);
-    END IF;
-    IF (SELECT pg_catalog.array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
-         WHERE c.conrelid OPERATOR(pg_catalog.=) 'idem_internal.purchase_order'::pg_catalog.regclass
-           AND c.contype OPERATOR(pg_catalog.=) 'p') OPERATOR(pg_catalog.=) 1 THEN
-        ALTER TABLE idem_internal.purchase_order
-            DROP CONSTRAINT purchase_order_pkey,
-            ADD CONSTRAINT purchase_order_pkey PRIMARY KEY (owner_id, id),
-            DROP CONSTRAINT purchase_order_order_no_key,
-            ADD CONSTRAINT purchase_order_order_no_key UNIQUE (owner_id, order_no);
-    END IF;
-    -- a task's holder knows its id, not its owner: its calls find it by id
-    -- in the shards of the node it leased from
-    IF pg_catalog.to_regclass('idem_internal.idem_task_id') IS NULL THEN
-        CREATE INDEX idem_task_id ON idem_internal.idempotency_record (id)
-            WHERE task_attempts IS NOT NULL;
-    END IF;
-
-    EXECUTE 'SELECT groupid FROM pg_catalog.pg_dist_local_group' INTO grp;
-    IF grp OPERATOR(pg_catalog.>) 0 THEN
-        lo := grp::pg_catalog.int8 OPERATOR(pg_catalog.*) 281474976710656 OPERATOR(pg_catalog.+) 1;
-        FOREACH seq IN ARRAY ARRAY['idempotency_record_id_seq', 'purchase_order_id_seq',
-                                   'idem_outbox_message_id_seq', 'idem_task_token_seq'] LOOP
-            IF (SELECT s.seqmin FROM pg_catalog.pg_sequence s
-                 WHERE s.seqrelid OPERATOR(pg_catalog.=)
-                       pg_catalog.format('idem_internal.%I', seq)::pg_catalog.regclass)
-               OPERATOR(pg_catalog.<) lo THEN
-                EXECUTE pg_catalog.format('ALTER SEQUENCE idem_internal.%I MINVALUE %s MAXVALUE %s START %s RESTART %s',
-                                          seq, lo, lo OPERATOR(pg_catalog.+) 281474976710654, lo, lo);
-            END IF;
-        END LOOP;
-    END IF;
-END
-$$;
-
-CREATE OR REPLACE FUNCTION @extschema@.idem_distribute()
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    r record;
-    version text;
-BEGIN
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles ro
-                    WHERE ro.rolname OPERATOR(pg_catalog.=) CURRENT_USER AND ro.rolsuper) THEN
-        RAISE EXCEPTION 'permission denied to distribute idem'
-            USING ERRCODE = '42501', HINT = 'Run idem_distribute() as a superuser.';
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e
-                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
-        RAISE EXCEPTION 'idem_distribute() needs the Citus extension'
-            USING ERRCODE = '0A000',
-                  DETAIL = 'Citus is not installed in this database; nothing was changed.',
-                  HINT = 'Install Citus (its packages are at https://github.com/citusdata/citus), CREATE EXTENSION citus before idem, and add the worker nodes.';
-    END IF;
-    IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) OPERATOR(pg_catalog.<>) 0 THEN
-        RAISE EXCEPTION 'idem_distribute() must run on the Citus coordinator'
-            USING ERRCODE = '55000';
-    END IF;
-    PERFORM idem_internal.idem_distribute_node();
-
-    SELECT e.extversion INTO version FROM pg_catalog.pg_extension e
-     WHERE e.extname OPERATOR(pg_catalog.=) 'idem';
-    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
-               FROM pg_catalog.run_command_on_workers(
-                    'SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) ''idem''') w LOOP
-        IF NOT r.success OR r.result IS DISTINCT FROM version THEN
-            RAISE EXCEPTION 'idem % is not installed on worker node %:%', version, r.nodename, r.nodeport
-                USING ERRCODE = '55000',
-                      DETAIL = pg_catalog.format('The node answered: %s', r.result),
-                      HINT = 'Citus creates an extension on every node when it is created on the coordinator: install idem''s files on every node, then ALTER EXTENSION idem UPDATE.';
-        END IF;
-    END LOOP;
-    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
-               FROM pg_catalog.run_command_on_workers(
-                    'SELECT idem_internal.idem_distribute_node()') w LOOP
-        IF NOT r.success THEN
-            RAISE EXCEPTION 'idem_distribute() failed on worker node %:%', r.nodename, r.nodeport
-                USING ERRCODE = '55000', DETAIL = r.result;
-        END IF;
-    END LOOP;
-
-    -- the distributed tables, each once: records and orders by owner,
-    -- co-located; the inbox by consumer; an owner's history with its records
-    FOR r IN SELECT * FROM (VALUES
-                 ('idem_internal.idempotency_record', 'owner_id', 'default'),
-                 ('idem_internal.purchase_order', 'owner_id', 'idem_internal.idempotency_record'),
-                 ('idem_internal.idem_inbox', 'consumer', 'default'),
-                 ('idem_internal.idem_history', 'owner_id', 'idem_internal.idempotency_record')) AS v (tbl, col, colocate)
-    LOOP
-        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                        WHERE p.logicalrelid OPERATOR(pg_catalog.=) r.tbl::pg_catalog.regclass) THEN
-            PERFORM pg_catalog.create_distributed_table(r.tbl::pg_catalog.regclass, r.col,
-                                                        colocate_with => r.colocate);
-        END IF;
-    END LOOP;
-    -- the inbox by owner (on a cluster distributed before 1.11)
-    IF pg_catalog.to_regclass('idem_internal.idem_inbox_owner') IS NULL THEN
-        CREATE INDEX idem_inbox_owner ON idem_internal.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
-    END IF;
-    -- the policies on every node
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.idem_policy'::pg_catalog.regclass) THEN
-        -- its statement trigger only tells the node's backends that the
-        -- policies changed: Citus puts it on every placement
-        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
-        PERFORM pg_catalog.create_reference_table('idem_internal.idem_policy');
-    END IF;
-
-    -- force_delegation: delegated inside a transaction block too, as part of
-    -- the distributed transaction
-    FOR r IN SELECT f.fn, f.tbl FROM idem_internal.idem_delegated_functions() f LOOP
-        PERFORM pg_catalog.create_distributed_function(r.fn, '$1', colocate_with => r.tbl::pg_catalog.text,
-                                                       force_delegation => true);
-    END LOOP;
-END
-$$;

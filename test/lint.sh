@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The repository's own hygiene, for test/run_all.sh:
+#
+#   - every test file runs: each test/sql/*.sql is in the Makefile's REGRESS,
+#     each test/specs/*.spec in its ISOLATION, each expected output belongs to
+#     one of them, and the TAP files are taken by their wildcard (test/t/*.pl),
+#     as citus's ci/check_all_tests_are_run.sh checks;
+#   - every shell script of the repository passes shellcheck (warnings and
+#     errors; Debian's shellcheck, installed if missing).
+#
+# Prints "ok - ..." / "not ok - ..." lines.
+source "$(dirname "$0")/lib.sh"
+cd "$IDEM_ROOT" || exit 1
+
+list() { sed -n "s/^$1 = //p" Makefile | tr ' ' '\n' | grep -v '^$' | sort; }
+files() { ls "$1" 2>/dev/null | sed -E "s/\\.$2\$//" | sort; }
+regress=$(list REGRESS)
+isolation=$(list ISOLATION)
+check "every test/sql/*.sql is in REGRESS and every REGRESS test has its file ($(echo "$regress" | wc -l) tests)" \
+	"" "$(diff <(files test/sql sql) <(echo "$regress") | grep '^[<>]' | tr '\n' ' ')"
+check "every test/specs/*.spec is in ISOLATION and every ISOLATION spec has its file ($(echo "$isolation" | wc -l) specs)" \
+	"" "$(diff <(files test/specs spec) <(echo "$isolation") | grep '^[<>]' | tr '\n' ' ')"
+check "every test/expected/*.out belongs to a test or a spec" \
+	"" "$(comm -23 <(ls test/expected | sed -E 's/(_[0-9])?\.out$//' | sort -u) <(printf '%s\n' $regress $isolation | sort -u) | tr '\n' ' ')"
+check "the TAP files are run by their wildcard (test/t/*.pl: $(ls test/t/*.pl | wc -l) files)" \
+	"test/t/*.pl" "$(sed -n 's/^PROVE_TESTS ?= //p' Makefile)"
+
+ensure_service_packages shellcheck
+mapfile -t scripts < <(git ls-files '*.sh' 2>/dev/null || find . -name '*.sh' -not -path '*/node_modules/*')
+if out=$(shellcheck -S warning -f gcc "${scripts[@]}" 2>&1); then
+	echo "ok - shellcheck finds no warning in the ${#scripts[@]} shell scripts"
+else
+	echo "not ok - shellcheck: $(echo "$out" | grep -c ': \(warning\|error\):') warnings and errors in the shell scripts"
+	echo "$out" | head -n 40 | sed 's/^/# /'
+fi
