@@ -168,12 +168,11 @@ idem_outbox_text_order(const text *a, const text *b)
 	return memcmp(VARDATA_ANY(a), VARDATA_ANY(b), alen);
 }
 
-/* Register the table and the transaction callbacks. */
+/* Register the table with the catalog (from idem_outbox_init, outbox_emit.c). */
 void
-idem_outbox_init(void)
+idem_outbox_register_table(void)
 {
 	idem_outbox_table_index = idem_catalog_register(&outbox_table);
-	idem_outbox_emit_init();
 }
 
 /* Sort order of uint64 hashes. */

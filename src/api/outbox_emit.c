@@ -352,10 +352,11 @@ outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 }
 
-/* The transaction callbacks of the emit. */
+/* The outbox's start-up: its table, and the transaction callbacks of the emit. */
 void
-idem_outbox_emit_init(void)
+idem_outbox_init(void)
 {
+	idem_outbox_register_table();
 	RegisterXactCallback(outbox_xact_callback, NULL);
 	RegisterSubXactCallback(outbox_subxact_callback, NULL);
 }

@@ -42,7 +42,6 @@ extern uint64 idem_outbox_hash_key(const text *topic, const text *msg_key);
 extern Relation idem_outbox_open_key_index(const IdemTableLayout *t, Oid nspid, Relation heap);
 extern int	idem_outbox_text_order(const text *a, const text *b);
 
-/* outbox_emit.c */
-extern void idem_outbox_emit_init(void);
+extern void idem_outbox_register_table(void);
 
 #endif							/* IDEM_OUTBOX_INT_H */
