@@ -386,6 +386,7 @@ sub call_everything
 		SELECT idem_internal.idem_outbox_lock_keys(ARRAY['orders'], ARRAY['k1']);
 		SELECT idem_internal.idem_stats_add('PAY', 'outbox_acked', 0);
 		SELECT idem_internal.idem_timeline_mark();
+		SELECT idem_internal.idem_cleanup_worker_notice();
 	}, extra_params => [ '-v', 'ON_ERROR_STOP=1' ]);
 	$ok{internal} = $rc == 0 ? 'ok' : "failed: $err";
 	# Citus is not here: refused before it reads anything (0A000)
@@ -393,7 +394,7 @@ sub call_everything
 	$ok{distribute} = $err =~ /needs the Citus extension/ ? 'ok' : "unexpected: $err";
 	# the exporter's queries, as a pg_monitor role whose search_path names
 	# idem's schema after pg_catalog (docs/operations.md)
-	open(my $fh, '<', "$FindBin::RealBin/../contrib/postgres_exporter/idem.yaml") or die $!;
+	open(my $fh, '<', "$FindBin::RealBin/../../contrib/postgres_exporter/idem.yaml") or die $!;
 	my @queries = map { /^\s+query:\s*"(.*)"\s*$/ ? ($1) : () } <$fh>;
 	close $fh;
 	for my $q (@queries)
