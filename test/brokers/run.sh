@@ -49,14 +49,13 @@ log "Redis Streams on 127.0.0.1:$redis_port"
 redis_stop
 
 # ---- RabbitMQ: its own node name, ports, data directory and cookie ----
-if command -v rabbitmq-server >/dev/null || [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
-	source "$here/rabbitmq.sh"
-	if rabbit_start; then
-		log "RabbitMQ on 127.0.0.1:$RABBIT_PORT"
-		"$PY" "$here/pipeline.py" rabbitmq "amqp://guest:guest@127.0.0.1:$RABBIT_PORT/%2F" bash "$here/rabbitmq.sh" restart ||
-			echo "not ok - rabbitmq: the pipeline ran to its end"
-	else
-		echo "not ok - rabbitmq: the broker starts"
-		tail -n 30 "$RABBIT_DIR/log/server.out" >&2
-	fi
+# (rabbit_start installs Debian's rabbitmq-server when it is missing)
+source "$here/rabbitmq.sh"
+if rabbit_start; then
+	log "RabbitMQ on 127.0.0.1:$RABBIT_PORT"
+	"$PY" "$here/pipeline.py" rabbitmq "amqp://guest:guest@127.0.0.1:$RABBIT_PORT/%2F" bash "$here/rabbitmq.sh" restart ||
+		echo "not ok - rabbitmq: the pipeline ran to its end"
+else
+	echo "not ok - rabbitmq: the broker starts"
+	tail -n 30 "$RABBIT_DIR/log/server.out" >&2
 fi

@@ -53,10 +53,10 @@ budgets=$(/usr/bin/python3 - "$IDEM_ROOT" <<'PY'
 import re, sys
 root = sys.argv[1]
 run_all = open(f"{root}/test/run_all.sh").read()
-stages = ["setup"] + re.findall(r"^(?:stage|run_shell_check) ([a-z_]+) ", run_all, flags=re.M)
+stages = ["setup"] + re.findall(r"^(?:stage|run_shell_check) ([a-z0-9_]+) ", run_all, flags=re.M)
 readme = open(f"{root}/test/README.md").read()
 section = readme.split("\n## Stage budgets", 1)[1].split("\n## ", 1)[0]
-budget = {m[0]: int(m[1]) for m in re.findall(r"^\| `([a-z_]+)` \| (\d+) \|", section, flags=re.M)}
+budget = {m[0]: int(m[1]) for m in re.findall(r"^\| `([a-z0-9_]+)` \| (\d+) \|", section, flags=re.M)}
 missing = [s for s in dict.fromkeys(stages) if s not in budget]
 extra = [b for b in budget if b not in stages]
 total = sum(budget.values())
