@@ -87,25 +87,22 @@ static void
 status_row(const IdemDbStatus *st, void *arg)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) arg;
+	Datum		values[9];
+	bool		nulls[9] = {false};
 
-	{
-		Datum		values[9];
-		bool		nulls[9] = {false};
-
-		values[0] = ObjectIdGetDatum(st->datid);
-		values[1] = NameGetDatum(&st->datname);
-		values[2] = TimestampTzGetDatum(st->last_run_started);
-		values[3] = TimestampTzGetDatum(st->last_run_finished);
-		nulls[3] = st->last_run_finished == 0;
-		values[4] = Int64GetDatum(st->last_run_deleted);
-		values[5] = Int64GetDatum(st->total_deleted);
-		values[6] = Int64GetDatum(st->runs);
-		values[7] = CStringGetTextDatum(st->last_error);
-		nulls[7] = st->last_error_at == 0;
-		values[8] = TimestampTzGetDatum(st->last_error_at);
-		nulls[8] = st->last_error_at == 0;
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-	}
+	values[0] = ObjectIdGetDatum(st->datid);
+	values[1] = NameGetDatum(&st->datname);
+	values[2] = TimestampTzGetDatum(st->last_run_started);
+	values[3] = TimestampTzGetDatum(st->last_run_finished);
+	nulls[3] = st->last_run_finished == 0;
+	values[4] = Int64GetDatum(st->last_run_deleted);
+	values[5] = Int64GetDatum(st->total_deleted);
+	values[6] = Int64GetDatum(st->runs);
+	values[7] = CStringGetTextDatum(st->last_error);
+	nulls[7] = st->last_error_at == 0;
+	values[8] = TimestampTzGetDatum(st->last_error_at);
+	nulls[8] = st->last_error_at == 0;
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
 /*

@@ -24,14 +24,23 @@ PG_FUNCTION_INFO_V1(idem_stats_add);
 static void stats_row(Oid dbid, const char *name, const char *kind, const uint64 *counters,
 					  TimestampTz reset_at, void *arg);
 
+/* Where stats_row puts its rows, and whether they have the kind column. */
+typedef struct StatsRows
+{
+	ReturnSetInfo *rsinfo;
+	bool		with_kind;		/* 1.7's kind column; not before the update */
+} StatsRows;
+
 /* SQL: idem_stats_entries() returns setof record (the idem_stats view's rows) */
 Datum
 idem_stats_entries(PG_FUNCTION_ARGS)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	StatsRows	rows;
 
 	InitMaterializedSRF(fcinfo, 0);
-	idem_stats_visit(stats_row, rsinfo);
+	rows.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	rows.with_kind = rows.rsinfo->setDesc->natts == IDEM_STAT_NCOUNTERS + 4;
+	idem_stats_visit(stats_row, &rows);
 	return (Datum) 0;
 }
 
@@ -40,9 +49,7 @@ static void
 stats_row(Oid dbid, const char *name, const char *kind, const uint64 *counters,
 		  TimestampTz reset_at, void *arg)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) arg;
-	/* 1.7's kind column; an installation not updated yet has none */
-	bool		with_kind = rsinfo->setDesc->natts == IDEM_STAT_NCOUNTERS + 4;
+	const StatsRows *rows = (const StatsRows *) arg;
 	Datum		values[IDEM_STAT_NCOUNTERS + 4];
 	bool		nulls[IDEM_STAT_NCOUNTERS + 4] = {false};
 	int			col = 0;
@@ -50,7 +57,7 @@ stats_row(Oid dbid, const char *name, const char *kind, const uint64 *counters,
 	values[col] = ObjectIdGetDatum(dbid);
 	nulls[col++] = !OidIsValid(dbid);
 	values[col++] = CStringGetTextDatum(name);
-	if (with_kind)
+	if (rows->with_kind)
 	{
 		nulls[col] = (kind == NULL);
 		values[col++] = kind == NULL ? (Datum) 0 : CStringGetTextDatum(kind);
@@ -58,7 +65,7 @@ stats_row(Oid dbid, const char *name, const char *kind, const uint64 *counters,
 	for (int i = 0; i < IDEM_STAT_NCOUNTERS; i++)
 		values[col++] = Int64GetDatum((int64) counters[i]);
 	values[col++] = TimestampTzGetDatum(reset_at);
-	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	tuplestore_putvalues(rows->rsinfo->setResult, rows->rsinfo->setDesc, values, nulls);
 }
 
 /* SQL: idem_stats_reset() returns void: every counter back to 0 */

@@ -532,8 +532,8 @@ idem_worker_preloaded(void)
 
 /*
  * Call visit for each database in which the worker found the extension
- * since the server started, under the status's lock (shared): visit must
- * not raise an error nor wait.  Nothing when idem is not preloaded.
+ * since the server started, under the status's lock (shared): visit should
+ * only form its row.  Nothing when idem is not preloaded.
  */
 void
 idem_worker_status_visit(IdemWorkerStatusVisit visit, void *arg)

@@ -497,8 +497,8 @@ check_preloaded(void)
 /*
  * Call visit for each entry's key and counters (IDEM_STAT_NCOUNTERS of them,
  * read now) and the time of the last reset, under the table's lock
- * (shared): visit must not raise an error nor wait.  ERROR when idem is
- * not preloaded.
+ * (shared): visit should only form its row.  ERROR when idem is not
+ * preloaded.
  */
 void
 idem_stats_visit(IdemStatsVisit visit, void *arg)
