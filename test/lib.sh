@@ -155,6 +155,20 @@ ensure_service_packages() {	# ensure_service_packages PACKAGE...
 # kernel's ephemeral range, after checking nothing listens on it.
 free_port() { /usr/bin/python3 "$IDEM_ROOT/test/ports.py"; }
 
+# Copy the source tree to DEST: in a git checkout the files git would
+# commit (tracked, and new ones it does not ignore), else the tree without
+# its builds, results and node_modules.
+copy_source_tree() {	# copy_source_tree DEST
+	mkdir -p "$1"
+	if git -C "$IDEM_ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+		git -C "$IDEM_ROOT" ls-files -z --cached --others --exclude-standard |
+			(cd "$IDEM_ROOT" && xargs -0 tar -cf - --ignore-failed-read 2>/dev/null) | tar -C "$1" -xf -
+	else
+		tar -C "$IDEM_ROOT" --exclude=.git --exclude=node_modules --exclude='*.o' --exclude='*.so' \
+			--exclude=results --exclude=tmp_check -cf - . | tar -C "$1" -xf -
+	fi
+}
+
 # A copy of the PostgreSQL installation of $PG_CONFIG in the run's
 # directory, each of its directories at its own path under the copy's root
 # (PostgreSQL finds its lib/ and share/ relative to its binaries); the

@@ -35,8 +35,7 @@ fi
 
 work=$(mktemp -d -t idem-major.XXXXXX)
 at_exit '[ -n "${IDEM_KEEP_TMP:-}" ] || rm -rf "$work"' 
-tar -C "$IDEM_ROOT" --exclude=.git --exclude=node_modules --exclude='*.o' --exclude='*.so' \
-	--exclude=results --exclude=tmp_check -cf - . | tar -C "$work" -xf -
+copy_source_tree "$work"
 chmod 755 "$work"
 # its own private copy of that major's tree (IDEM_PG_ORIGIN names the
 # default major's)

@@ -27,14 +27,7 @@ source "$(dirname "$0")/lib.sh"
 # git would commit them).
 if [ -z "${IDEM_RUN_TREE:-}" ]; then
 	IDEM_RUN_TREE=$IDEM_RUN_DIR/src
-	mkdir -p "$IDEM_RUN_TREE"
-	if git -C "$IDEM_ROOT" rev-parse --git-dir >/dev/null 2>&1; then
-		git -C "$IDEM_ROOT" ls-files -z --cached --others --exclude-standard |
-			(cd "$IDEM_ROOT" && xargs -0 tar -cf - --ignore-failed-read 2>/dev/null) | tar -C "$IDEM_RUN_TREE" -xf -
-	else
-		tar -C "$IDEM_ROOT" --exclude=.git --exclude=node_modules --exclude='*.o' --exclude='*.so' \
-			--exclude=results --exclude=tmp_check -cf - . | tar -C "$IDEM_RUN_TREE" -xf -
-	fi
+	copy_source_tree "$IDEM_RUN_TREE"
 	chmod 755 "$IDEM_RUN_TREE"
 	export IDEM_RUN_TREE
 	log "running in $IDEM_RUN_TREE (a copy of $IDEM_ROOT)"
@@ -46,12 +39,14 @@ fi
 # so (a busy machine may make it slower: a line to read, not a failure).
 budget_of() { sed -n "s/^| \`$1\` | \([0-9]*\) |.*/\1/p" "$IDEM_ROOT/test/README.md" | head -n 1; }
 timed() {	# timed NAME COMMAND...
-	local name=$1 t0=$SECONDS budget
+	local name=$1 t0=$SECONDS took budget over=
 	shift
 	"$@"
+	took=$((SECONDS - t0))
 	budget=$(budget_of "$name")
-	log "stage $name: $((SECONDS - t0)) s (budget ${budget:-none} s)$([ -n "$budget" ] && [ $((SECONDS - t0)) -gt "$budget" ] && echo ": over its budget")"
-	echo "$name $((SECONDS - t0)) ${budget:-none}" >>"$IDEM_TMP/stage-times"
+	[ -n "$budget" ] && [ "$took" -gt "$budget" ] && over=": over its budget"
+	log "stage $name: $took s (budget ${budget:-none} s)$over"
+	echo "$name $took ${budget:-none}" >>"$IDEM_TMP/stage-times"
 }
 
 ensure_packages
@@ -141,8 +136,7 @@ run_tap_suite() {
 	log "running tap"
 	if [ "$(id -u)" -eq 0 ]; then
 		tree=$IDEM_TMP/tap-tree
-		mkdir -p "$tree"
-		tar -C "$IDEM_ROOT" --exclude=.git --exclude=node_modules -cf - . | tar -C "$tree" -xf -
+		copy_source_tree "$tree"
 		chown -R postgres: "$tree"
 	fi
 	as_pg_user env -u PGHOST -u PGPORT -u PGUSER \

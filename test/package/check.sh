@@ -43,11 +43,7 @@ sys_fingerprint() { { sys_files | xargs -r -I{} find {} -type f 2>/dev/null | so
 before=$(sys_fingerprint)
 sys_files | tar -cPf "$work/saved.tar" -T - 2>/dev/null || true
 preinstalled=$(dpkg-query -W -f='${Status} ${Version}' postgresql-15-idem 2>/dev/null | sed -n 's/^install ok installed //p' || true)
-if git -C "$IDEM_ROOT" rev-parse --git-dir >/dev/null 2>&1; then
-	git -C "$IDEM_ROOT" ls-files -z | (cd "$IDEM_ROOT" && xargs -0 tar -cf -) | tar -C "$work/src" -xf -
-else
-	tar -C "$IDEM_ROOT" --exclude=.git -cf - . | tar -C "$work/src" -xf -
-fi
+copy_source_tree "$work/src"
 
 if (cd "$work/src" && dpkg-buildpackage -us -uc -b) >"$work/build.log" 2>&1; then
 	echo "ok - dpkg-buildpackage -us -uc -b builds postgresql-15-idem"
