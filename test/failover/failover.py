@@ -198,7 +198,7 @@ def lsn_int(text):
 def switch_point(dsn):
     """Where the server's newest timeline branched off: the last line of its
     newest history file ("parent TLI, LSN, reason")."""
-    name = one("SELECT max(name) FROM pg_ls_waldir() WHERE name LIKE '%%.history'", None, dsn)
+    name = one("SELECT max(name) FROM pg_ls_waldir() WHERE name LIKE '%.history'", None, dsn)
     text = one("SELECT pg_read_file('pg_wal/' || %s)", (name,), dsn)
     return lsn_int([ln for ln in text.splitlines() if ln.strip()][-1].split()[1])
 
