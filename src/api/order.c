@@ -327,10 +327,7 @@ order_args(FunctionCallInfo fcinfo, IdemScope *scope, OrderCall *call)
 	idem_check_operation_allowed(ORDER_OPERATION);
 	scope->operation = ORDER_OPERATION;
 	scope->operation_text = CStringGetTextDatum(ORDER_OPERATION);
-	scope->key = text_to_cstring(key);
-	scope->key_text = PointerGetDatum(key);
-	idem_check_key(scope->key, VARSIZE_ANY_EXHDR(key));
-	idem_check_key_policy(scope);
+	idem_scope_set_key(scope, PointerGetDatum(key));
 	call->owner = scope->owner;
 	call->sku = PG_GETARG_INT64(2);
 	call->qty = PG_GETARG_INT32(3);

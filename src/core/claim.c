@@ -45,6 +45,70 @@ replayable(IdemStatus status)
 	return status == IDEM_STATUS_SUCCEEDED || status == IDEM_STATUS_FAILED_FINAL;
 }
 
+/*
+ * Read the key's record under each of its spellings (idem_scope_spelling):
+ * a record stored before the operation's key_format changed is found under
+ * the other (1.13).  If both have one (two executions under 1.12), the
+ * older answers, with a WARNING naming both.
+ */
+static bool
+read_key(IdemClaim *c)
+{
+	IdemScope	spelled;
+	IdemRecord	other;
+	bool		found;
+
+	(void) idem_scope_spelling(c->scope, 0, &spelled);
+	c->rec_spelling = 0;
+	found = idem_record_read(c->cat, &spelled, c->now, &c->rec);
+	if (!idem_scope_spelling(c->scope, 1, &spelled) ||
+		!idem_record_read(c->cat, &spelled, c->now, found ? &other : &c->rec))
+		return found;
+	if (!found)
+	{
+		c->rec_spelling = 1;
+		return true;
+	}
+	ereport(WARNING,
+			(errcode(ERRCODE_WARNING),
+			 errmsg("idempotency key has a record under each of two spellings"),
+			 errdetail("Owner " INT64_FORMAT ", operation %s: records " INT64_FORMAT " (key \"%s\") and " INT64_FORMAT " (key \"%s\"); the older, " INT64_FORMAT ", answers.",
+					   c->scope->owner, c->scope->operation, c->rec.id, c->scope->key,
+					   other.id, c->scope->sent_key,
+					   other.created_at < c->rec.created_at ? other.id : c->rec.id),
+			 errhint("The key was executed twice before 1.13, once per spelling, when the operation's key_format changed. Review the newer execution.")));
+	if (other.created_at < c->rec.created_at ||
+		(other.created_at == c->rec.created_at && other.id < c->rec.id))
+	{
+		c->rec = other;
+		c->rec_spelling = 1;
+	}
+	return true;
+}
+
+/*
+ * Probe the key's rows under each of its spellings: IDEM_PROBE_BUSY if a
+ * running transaction writes either, else IDEM_PROBE_FOUND if either has
+ * one.
+ */
+static IdemProbe
+probe_key(IdemClaim *c, TransactionId *busy)
+{
+	IdemScope	spelled;
+	IdemProbe	result = IDEM_PROBE_NONE;
+
+	for (int i = 0; idem_scope_spelling(c->scope, i, &spelled); i++)
+	{
+		IdemProbe	probe = idem_record_probe(c->cat, &spelled, busy);
+
+		if (probe == IDEM_PROBE_BUSY)
+			return probe;
+		if (probe == IDEM_PROBE_FOUND)
+			result = probe;
+	}
+	return result;
+}
+
 /* What idem_claim does next, after looking at an absent or expired record. */
 typedef enum ClaimStep
 {
@@ -68,6 +132,7 @@ claim_absent(IdemClaim *c, bool found)
 {
 	IdemProbe	probe;
 	TransactionId busy = InvalidTransactionId;
+	IdemScope	spelled;
 
 	if (!c->locked)
 	{
@@ -79,7 +144,7 @@ claim_absent(IdemClaim *c, bool found)
 		if (found)
 			return CLAIM_AGAIN;
 	}
-	probe = idem_record_probe(c->cat, c->scope, &busy);
+	probe = probe_key(c, &busy);
 	if (probe == IDEM_PROBE_BUSY)
 	{
 		if (!idem_wait_for_xact(busy, IDEM_KIND_OPERATION, c->scope->operation))
@@ -89,7 +154,11 @@ claim_absent(IdemClaim *c, bool found)
 	if (!found)
 	{
 		if (probe != IDEM_PROBE_FOUND)
+		{
+			/* a new execution: the policy's key checks apply (1.10) */
+			idem_check_key_policy(c->scope);
 			return CLAIM_EXECUTE;
+		}
 		if (IsolationUsesXactSnapshot())
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -101,10 +170,12 @@ claim_absent(IdemClaim *c, bool found)
 	 * expired: the old record goes, unless another changed it first; its
 	 * audit fields stay, for the operation's audit period (1.11)
 	 */
+	idem_check_key_policy(c->scope);
 	idem_use_safe_search_path(c->identity);
 	if (idem_record_delete_expired(c->cat, &c->rec) == IDEM_ROW_CHANGED)
 		return CLAIM_AGAIN;
-	idem_history_archive(c->cat, c->scope, &c->rec, c->now);
+	(void) idem_scope_spelling(c->scope, c->rec_spelling, &spelled);
+	idem_history_archive(c->cat, &spelled, &c->rec, c->now);
 	idem_stats_count_at_commit(IDEM_KIND_OPERATION, c->scope->operation, IDEM_STAT_RENEWED, 1);
 	return CLAIM_EXECUTE;
 }
@@ -144,14 +215,16 @@ static void
 check_reuse(IdemClaim *c, bool found)
 {
 	TimestampTz until;
+	IdemScope	spelled;
 
 	if (!idem_refuses_reuse(c->scope->operation))
 		return;
 	if (found && idem_audit_until(c->scope->operation, c->rec.expires_at, &until) &&
 		until > c->now)
 		idem_report_key_expired(c->scope, c->rec.expires_at, until);
-	if (idem_history_in_audit(c->cat, c->scope, c->now, &until))
-		idem_report_key_expired(c->scope, 0, until);
+	for (int i = 0; idem_scope_spelling(c->scope, i, &spelled); i++)
+		if (idem_history_in_audit(c->cat, &spelled, c->now, &until))
+			idem_report_key_expired(c->scope, 0, until);
 }
 
 /*
@@ -176,7 +249,7 @@ idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 	idem_become_owner(identity, cat->owner);
 	for (int attempt = 1; attempt <= IDEM_CLAIM_ATTEMPTS; attempt++)
 	{
-		bool		found = idem_record_read(c->cat, c->scope, c->now, &c->rec);
+		bool		found = read_key(c);
 
 		if (found && !c->rec.expired)
 			return claim_replay(c);

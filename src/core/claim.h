@@ -32,6 +32,8 @@ typedef struct IdemClaim
 									 * PROCESSING or FAILED_RETRYABLE is
 									 * returned, not IK002 */
 	IdemRecord	rec;
+	int			rec_spelling;	/* the key's spelling rec is stored under
+								 * (idem_scope_spelling) */
 } IdemClaim;
 
 extern IdemOutcome idem_claim(IdemClaim *claim, const IdemCatalog *cat,

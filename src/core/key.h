@@ -22,9 +22,20 @@ typedef struct IdemScope
 	int64		owner;
 	const char *operation;		/* NUL-terminated */
 	Datum		operation_text; /* the same, as text */
-	const char *key;			/* NUL-terminated, validated */
+	const char *key;			/* NUL-terminated, validated; in its one
+								 * case if shaped like a UUID or a ULID */
 	Datum		key_text;		/* the same, as text */
+	const char *sent_key;		/* the key as sent, if not key; else
+								 * NULL */
+	Datum		sent_text;		/* the same, as text */
 } IdemScope;
+
+/*
+ * The spellings of a key a lookup tries, in order: the key in its one
+ * case, then as sent (if another).  A record stored before 1.13 is under
+ * either.
+ */
+#define IDEM_KEY_SPELLINGS	2
 
 /* Why IK002: where the unfinished original was seen. */
 typedef enum IdemInFlight
@@ -48,7 +59,9 @@ extern int	idem_wait_timeout;
 
 extern void idem_key_init(void);
 extern void idem_check_key(const char *key, int len);
-extern void idem_check_key_policy(IdemScope *scope);
+extern void idem_check_key_policy(const IdemScope *scope);
+extern void idem_scope_set_key(IdemScope *scope, Datum key_text);
+extern bool idem_scope_spelling(const IdemScope *scope, int i, IdemScope *spelled);
 extern void idem_check_name(const char *what, const char *name, int len, int maxlen);
 extern void idem_check_operation(const char *operation, int len);
 extern void idem_check_printable(const char *what, const char *s, int len, int maxlen);
