@@ -124,6 +124,20 @@ REVOKE ALL ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) FROM PU
 COMMENT ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) IS
     'idem: idem_cleanup_expired on one Citus worker node (the coordinator''s cleanup calls it there)';
 
+-- idem_finish, returning what idem stored: the answer as a replay returns
+-- it, after the operation's policy redacted it (for a copy kept elsewhere,
+-- such as a fast layer in Redis, that must hold the same bytes).
+CREATE FUNCTION @extschema@.idem_finish_stored(
+    owner bigint, operation text, key text, http_status integer, body json,
+    resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL,
+    header_list json DEFAULT NULL)
+RETURNS @extschema@.idem_outcome
+AS 'MODULE_PATHNAME', 'idem_finish_stored'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json) IS
+    'idem: idem_finish, returning the answer as stored (redacted) and as a replay will return it';
+REVOKE ALL ON FUNCTION @extschema@.idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json) FROM PUBLIC;
+
 -- ---------------------------------------------------------------------------
 -- The privileges of each kind of user, as OIDs bound when this script runs.
 -- ---------------------------------------------------------------------------
@@ -141,6 +155,7 @@ BEGIN ATOMIC
         ('app', 'EXECUTE', '@extschema@.idem_create_order(bigint, text, bigint, integer)'::pg_catalog.regprocedure, NULL::pg_catalog.regclass),
         ('app', 'EXECUTE', '@extschema@.idem_begin(bigint, text, text, jsonb, interval)'::pg_catalog.regprocedure, NULL),
         ('app', 'EXECUTE', '@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, NULL),
+        ('app', 'EXECUTE', '@extschema@.idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, NULL),
         ('app', 'EXECUTE', '@extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)'::pg_catalog.regprocedure, NULL),
         ('app', 'EXECUTE', '@extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)'::pg_catalog.regprocedure, NULL),
         ('app', 'EXECUTE', '@extschema@.idem_outbox_emit(text, jsonb, text, jsonb)'::pg_catalog.regprocedure, NULL),
@@ -445,6 +460,7 @@ BEGIN ATOMIC
         ('@extschema@.idem_create_order(bigint, text, bigint, integer)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
         ('@extschema@.idem_begin(bigint, text, text, jsonb, interval)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
         ('@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
+        ('@extschema@.idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
         ('@extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
         ('@extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)'::pg_catalog.regprocedure, 'idem_internal.idempotency_record'::pg_catalog.regclass),
         ('@extschema@.idem_consume(text, text, interval, bigint)'::pg_catalog.regprocedure, 'idem_internal.idem_inbox'::pg_catalog.regclass)

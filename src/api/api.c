@@ -48,6 +48,7 @@
 
 PG_FUNCTION_INFO_V1(idem_begin);
 PG_FUNCTION_INFO_V1(idem_finish);
+PG_FUNCTION_INFO_V1(idem_finish_stored);
 PG_FUNCTION_INFO_V1(idem_run);
 
 /*
@@ -217,13 +218,13 @@ finished_here(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now)
 }
 
 /*
- * SQL: idem_finish(owner, operation, key, http_status, body, resource_id,
- * headers, header_list) returns void.  Stores the result of this
- * transaction's claim.  header_list (json, 1.11) keeps the headers as
- * given; headers is their jsonb form.
+ * idem_finish's work: store the result of this transaction's claim; *res
+ * becomes what was stored (redacted), *cat the catalog, and the expiry is
+ * returned.  header_list (json, 1.11) keeps the headers as given; headers
+ * is their jsonb form.  False when the owner's shard is on another node.
  */
-Datum
-idem_finish(PG_FUNCTION_ARGS)
+static bool
+finish_call(FunctionCallInfo fcinfo, IdemCatalog *catp, IdemResult *resp, TimestampTz *expires)
 {
 	IdemScope	scope;
 	IdemCatalog cat;
@@ -243,7 +244,7 @@ idem_finish(PG_FUNCTION_ARGS)
 	/* on Citus, the claim is held where idem_begin ran: on the owner's node */
 	cat = *idem_catalog(fcinfo);
 	if (!idem_citus_route(&cat, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID))
-		return idem_citus_redispatch(fcinfo);
+		return false;
 
 	p = idem_pending_find(&scope);
 	idem_pending_check_not_running(p, &scope);
@@ -258,8 +259,45 @@ idem_finish(PG_FUNCTION_ARGS)
 						   scope.owner, scope.operation, scope.key),
 				 errhint("Call idem_begin first, in the same transaction, and finish only when it returned replayed = false.")));
 
-	finish_claim(&cat, &scope, p, status, &res, now);
+	*expires = finish_claim(&cat, &scope, p, status, &res, now);
+	*catp = cat;
+	*resp = res;
+	return true;
+}
+
+/*
+ * SQL: idem_finish(owner, operation, key, http_status, body, resource_id,
+ * headers, header_list) returns void.  Stores the result of this
+ * transaction's claim.
+ */
+Datum
+idem_finish(PG_FUNCTION_ARGS)
+{
+	IdemCatalog cat;
+	IdemResult	res;
+	TimestampTz expires;
+
+	if (!finish_call(fcinfo, &cat, &res, &expires))
+		return idem_citus_redispatch(fcinfo);
 	PG_RETURN_VOID();
+}
+
+/*
+ * SQL: idem_finish_stored(the arguments of idem_finish) returns
+ * idem_outcome (1.13): idem_finish, returning the answer as stored, after
+ * the operation's policy redacted it, as a replay will return it
+ * (replayed = false): what a copy kept elsewhere (a fast layer) must hold.
+ */
+Datum
+idem_finish_stored(PG_FUNCTION_ARGS)
+{
+	IdemCatalog cat;
+	IdemResult	res;
+	TimestampTz expires;
+
+	if (!finish_call(fcinfo, &cat, &res, &expires))
+		return idem_citus_redispatch(fcinfo);
+	PG_RETURN_DATUM(outcome_datum(&cat, fcinfo, false, &res, expires));
 }
 
 /*

@@ -34,6 +34,7 @@
 #include "binding.h"
 #include "stats.h"
 #include "policy.h"
+#include "redact.h"
 #include "task_int.h"
 #include "util.h"
 
@@ -264,7 +265,7 @@ idem_complete(PG_FUNCTION_ARGS)
 	TR_SET(tr, REC_HTTP, Int32GetDatum(res.http_status));
 	task_record_put(tr, REC_BODY, res.body_isnull ? res.body : idem_redact_json(hc.operation, res.body),
 					res.body_isnull);
-	task_record_put(tr, REC_HEADERS, res.headers_isnull ? res.headers : idem_redact_jsonb(hc.operation, res.headers),
+	task_record_put(tr, REC_HEADERS, res.headers_isnull ? res.headers : idem_redact_headers(hc.operation, res.headers),
 					res.headers_isnull);
 	if (res.has_header_list)
 		task_record_put(tr, REC_HEADER_LIST, idem_redact_header_list(hc.operation, res.header_list), false);
@@ -299,13 +300,13 @@ fail_final(HolderCall *hc, Jsonb *error)
 
 	finish_task(hc, IDEM_STATUS_FAILED_FINAL);
 	TR_SET(tr, REC_HTTP, Int32GetDatum(TASK_HTTP_FAILED));
-	/* only what the caller passed */
+	/* only what the caller passed, without what the policy redacts from it */
+	error = DatumGetJsonbP(idem_redact_jsonb(hc->operation, JsonbPGetDatum(error)));
 	initStringInfo(&body);
 	appendStringInfoString(&body, "{\"error\": ");
 	(void) JsonbToCString(&body, &error->root, VARSIZE(error));
 	appendStringInfoChar(&body, '}');
-	TR_SET(tr, REC_BODY, idem_redact_json(hc->operation,
-										  PointerGetDatum(cstring_to_text_with_len(body.data, body.len))));
+	TR_SET(tr, REC_BODY, PointerGetDatum(cstring_to_text_with_len(body.data, body.len)));
 	TR_CLEAR(tr, REC_HEADERS);
 	TR_CLEAR(tr, REC_RESOURCE);
 	return IDEM_STATUS_FAILED_FINAL;
@@ -332,7 +333,7 @@ idem_fail(PG_FUNCTION_ARGS)
 	retryable = PG_GETARG_BOOL(3);
 	begin_holder_call(&hc, fcinfo, PG_GETARG_INT64(0), PG_GETARG_INT64(1));
 	attempts = DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS));
-	TR_SET(tr, REC_TASK_LAST_ERROR, JsonbPGetDatum(error));
+	TR_SET(tr, REC_TASK_LAST_ERROR, idem_redact_jsonb(hc.operation, JsonbPGetDatum(error)));
 	if (retryable && attempts < idem_task_max_attempts(hc.operation))
 		status = fail_retryable(&hc, attempts);
 	else

@@ -58,8 +58,5 @@ extern bool idem_refuses_reuse(const char *operation);
 extern int	idem_interval_ms(const Interval *iv);
 extern IdemKeyFormat idem_key_format_from_name(const char *name, bool *ok);
 extern Datum idem_json_pointer_path(const char *pointer, const char **error);
-extern Datum idem_redact_json(const char *operation, Datum json_text);
-extern Datum idem_redact_jsonb(const char *operation, Datum jsonb);
-extern Datum idem_redact_header_list(const char *operation, Datum json_text);
 
 #endif							/* IDEM_POLICY_H */

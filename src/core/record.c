@@ -50,6 +50,7 @@
 #include "sequence.h"
 #include "policy.h"
 #include "record.h"
+#include "redact.h"
 
 /* GUC variables */
 int			idem_ttl = 86400;
@@ -363,28 +364,28 @@ idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec)
 
 /*
  * The columns of record that store res, without what the operation's
- * policy redacts (1.10); headers in json form where the table has the
- * column (1.11), else as their jsonb object.
+ * policy redacts (1.10): res is changed to what is stored, so that the
+ * caller can return it (idem_finish_stored, 1.13).  Headers in json form
+ * where the table has the column (1.11), else as their jsonb object.
  */
 static void
-set_result(IdemRow *record, const char *operation, const IdemResult *res)
+set_result(IdemRow *record, const char *operation, IdemResult *res)
 {
 	if (!res->http_isnull)
 		idem_row_set(record, REC_HTTP, Int32GetDatum(res->http_status));
 	if (!res->snapshot_isnull)
-		idem_row_set(record, REC_RESPONSE, idem_redact_jsonb(operation, res->snapshot));
+		idem_row_set(record, REC_RESPONSE, res->snapshot = idem_redact_jsonb(operation, res->snapshot));
 	if (!res->body_isnull)
-		idem_row_set(record, REC_BODY, idem_redact_json(operation, res->body));
+		idem_row_set(record, REC_BODY, res->body = idem_redact_json(operation, res->body));
 	if (!res->headers_isnull)
-		idem_row_set(record, REC_HEADERS, idem_redact_jsonb(operation, res->headers));
+		idem_row_set(record, REC_HEADERS, res->headers = idem_redact_headers(operation, res->headers));
 	if (res->has_header_list)
 	{
-		Datum		list = idem_redact_header_list(operation, res->header_list);
-
+		res->header_list = idem_redact_header_list(operation, res->header_list);
 		if (record->table->att[REC_HEADER_LIST] != InvalidAttrNumber)
-			idem_row_set(record, REC_HEADER_LIST, list);
+			idem_row_set(record, REC_HEADER_LIST, res->header_list);
 		else
-			idem_row_set(record, REC_HEADERS, idem_result_headers_of_list(list));
+			idem_row_set(record, REC_HEADERS, idem_result_headers_of_list(res->header_list));
 	}
 	if (!res->resource_isnull)
 		idem_row_set(record, REC_RESOURCE, Int64GetDatum(res->resource_id));

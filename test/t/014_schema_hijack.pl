@@ -319,6 +319,10 @@ sub call_everything
 			SELECT replayed FROM $h.idem_begin(1, 'PAY', 'hijack-begin-00000001', '{"a": 1}');
 			SELECT $h.idem_finish(1, 'PAY', 'hijack-begin-00000001', 200, '{"paid": true}');
 			COMMIT;
+			BEGIN;
+			SELECT replayed FROM $h.idem_begin(1, 'PAY', 'hijack-begin-00000002', '{"a": 1}');
+			SELECT http_status FROM $h.idem_finish_stored(1, 'PAY', 'hijack-begin-00000002', 200, '{"paid": true}');
+			COMMIT;
 			SELECT replayed FROM $h.idem_begin(1, 'PAY', 'hijack-begin-00000001', '{"a": 1}');
 			SELECT replayed FROM $h.idem_run(1, 'PAY', 'hijack-run-000000001', '{}', 'pg_temp.h_handler(jsonb)');
 			SELECT task_id IS NOT NULL FROM $h.idem_submit(1, 'SHIP', 'hijack-task-00000001', '{}');
