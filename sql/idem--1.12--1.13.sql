@@ -124,6 +124,13 @@ REVOKE ALL ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) FROM PU
 COMMENT ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) IS
     'idem: idem_cleanup_expired on one Citus worker node (the coordinator''s cleanup calls it there)';
 
+-- How often a task's lease lapsed, or its bound session ended, before its
+-- worker ended the attempt (1.13): each counts as an attempt, so that a
+-- task whose worker keeps dying ends FAILED_FINAL after max_attempts.
+ALTER TABLE idem_internal.idempotency_record ADD COLUMN task_lapses integer;
+COMMENT ON COLUMN idem_internal.idempotency_record.task_lapses IS
+    'idem: how many of the task''s attempts ended by their lease lapsing (or their bound session ending), not by idem_complete or idem_fail';
+
 -- idem_finish, returning what idem stored: the answer as a replay returns
 -- it, after the operation's policy redacted it (for a copy kept elsewhere,
 -- such as a fast layer in Redis, that must hold the same bytes).

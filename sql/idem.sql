@@ -1351,6 +1351,13 @@ SELECT idem_internal.idem_timeline_mark();
 -- ===========================================================================
 -- since 1.13
 -- ===========================================================================
+-- How often a task's lease lapsed, or its bound session ended, before its
+-- worker ended the attempt (1.13): each counts as an attempt, so that a
+-- task whose worker keeps dying ends FAILED_FINAL after max_attempts.
+ALTER TABLE idem_internal.idempotency_record ADD COLUMN task_lapses integer;
+COMMENT ON COLUMN idem_internal.idempotency_record.task_lapses IS
+    'idem: how many of the task''s attempts ended by their lease lapsing (or their bound session ending), not by idem_complete or idem_fail';
+
 -- idem_finish, returning what idem stored: the answer as a replay returns
 -- it, after the operation's policy redacted it (for a copy kept elsewhere,
 -- such as a fast layer in Redis, that must hold the same bytes).

@@ -53,6 +53,8 @@ export interface FinishArgs {
 }
 export function begin(db: Queryable, scope: Scope): Promise<Outcome>;
 export function finish(db: Queryable, args: FinishArgs): Promise<void>;
+/** idem_finish_stored (idem 1.13): finish, returning the answer as stored (after redact), as a replay returns it. */
+export function finishStored(db: Queryable, args: FinishArgs): Promise<Outcome>;
 export function run(db: Queryable, scope: Scope & { handler: string }): Promise<Outcome>;
 export interface Submission {
   replayed: boolean;

@@ -413,6 +413,29 @@ idem_task_max_attempts(const char *operation)
 }
 
 /*
+ * End the task of tr with status (SUCCEEDED or FAILED_FINAL) at now: its
+ * record expires after its ttl (or operation's), and no worker leases it
+ * again; its request and payload, which only a worker needed, are cleared
+ * (the request's fingerprint stays, 1.10).
+ */
+void
+task_record_end(TaskRecord *tr, IdemStatus status, TimestampTz now, const char *operation)
+{
+	const Interval *ttl = NULL;
+
+	if (!TR_ISNULL(tr, REC_TASK_TTL))
+		ttl = DatumGetIntervalP(TR_VALUE(tr, REC_TASK_TTL));
+	TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
+	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(now));
+	TR_SET(tr, REC_EXPIRES, TimestampTzGetDatum(idem_record_expiry(status, now, ttl, operation)));
+	TR_CLEAR(tr, REC_TASK_DUE);
+	TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
+	TR_CLEAR(tr, REC_TASK_SESSION);
+	TR_CLEAR(tr, REC_TASK_REQUEST);
+	TR_CLEAR(tr, REC_TASK_PAYLOAD);
+}
+
+/*
  * The wait before attempt `attempt` + 1 of a task of operation: full
  * jitter, a uniform random time up to retry_base * 2^(attempt - 1), capped
  * by retry_max (the operation's policy's, else idem.retry_base and

@@ -194,20 +194,7 @@ end_holder_call(HolderCall *hc)
 static void
 finish_task(HolderCall *hc, IdemStatus status)
 {
-	TaskRecord *tr = &hc->rec;
-	const Interval *ttl = NULL;
-
-	if (!TR_ISNULL(tr, REC_TASK_TTL))
-		ttl = DatumGetIntervalP(TR_VALUE(tr, REC_TASK_TTL));
-	TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
-	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(hc->now));
-	TR_SET(tr, REC_EXPIRES, TimestampTzGetDatum(idem_record_expiry(status, hc->now, ttl, hc->operation)));
-	TR_CLEAR(tr, REC_TASK_DUE);
-	TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
-	TR_CLEAR(tr, REC_TASK_SESSION);
-	/* no worker needs them any more: the request's fingerprint stays (1.10) */
-	TR_CLEAR(tr, REC_TASK_REQUEST);
-	TR_CLEAR(tr, REC_TASK_PAYLOAD);
+	task_record_end(&hc->rec, status, hc->now, hc->operation);
 }
 
 /* SQL: idem_heartbeat(task_id, token, extend) returns the new lease_expires_at. */

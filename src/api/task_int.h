@@ -53,6 +53,8 @@ extern void task_record_take(TaskRecord *tr, TupleTableSlot *locked);
 extern void task_record_put(TaskRecord *tr, int col, Datum d, bool isnull);
 extern void task_record_write(TaskRecord *tr, TupleTableSlot *locked);
 extern void task_record_close(TaskRecord *tr);
+extern void task_record_end(TaskRecord *tr, IdemStatus status, TimestampTz now,
+							const char *operation);
 extern int64 idem_task_backoff_usecs(int32 attempt, const char *operation);
 extern int	idem_task_max_attempts(const char *operation);
 

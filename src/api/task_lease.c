@@ -26,6 +26,7 @@
 #include "funcapi.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/jsonb.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -70,6 +71,8 @@ typedef struct LeaseCall
 	int			batch;
 	int			leased;
 	int			takeovers;
+	int			ended_lapsed;	/* tasks ended FAILED_FINAL: lapsed too often */
+	const char *operation;
 	/* whether bound sessions are asked about, and which are alive */
 	bool		check_sessions;
 	uint64		ended;
@@ -93,6 +96,47 @@ lock_scanned(LeaseCall *lc)
 							LockWaitSkip, 0, &tmfd) == TM_Ok;
 }
 
+/*
+ * The locked row's lease lapsed, or its bound session ended, before its
+ * worker ended the attempt: that attempt counts (1.13).  Past the
+ * operation's max_attempts, the task ends FAILED_FINAL with the reason, as
+ * an idem_fail of its own would (the client's repeat gets that stored
+ * failure), and true is returned: it is not leased again.
+ */
+static bool
+end_lapsed(LeaseCall *lc, int32 attempts)
+{
+	TaskRecord *tr = &lc->rec;
+	int32		lapses = 1;
+	StringInfoData error;
+	Datum		errdatum;
+
+	if (tr->att[REC_TASK_LAPSES] == InvalidAttrNumber)
+		return false;			/* before 1.13: no count */
+	if (!TR_ISNULL(tr, REC_TASK_LAPSES))
+		lapses += DatumGetInt32(TR_VALUE(tr, REC_TASK_LAPSES));
+	TR_SET(tr, REC_TASK_LAPSES, Int32GetDatum(lapses));
+	if (attempts < idem_task_max_attempts(lc->operation))
+		return false;
+	initStringInfo(&error);
+	appendStringInfo(&error, "{\"reason\": \"lease lapsed %d time%s\", \"attempts\": %d}",
+					 lapses, lapses == 1 ? "" : "s", attempts);
+	errdatum = DirectFunctionCall1(jsonb_in, CStringGetDatum(error.data));
+	task_record_end(tr, IDEM_STATUS_FAILED_FINAL, lc->now, lc->operation);
+	TR_SET(tr, REC_HTTP, Int32GetDatum(TASK_HTTP_FAILED));
+	resetStringInfo(&error);
+	appendStringInfoString(&error, "{\"error\": ");
+	appendStringInfoString(&error, DatumGetCString(DirectFunctionCall1(jsonb_out, errdatum)));
+	appendStringInfoChar(&error, '}');
+	TR_SET(tr, REC_BODY, CStringGetTextDatum(error.data));
+	TR_CLEAR(tr, REC_HEADERS);
+	TR_CLEAR(tr, REC_RESOURCE);
+	TR_SET(tr, REC_TASK_LAST_ERROR, errdatum);
+	task_record_write(tr, lc->lockslot);
+	lc->ended_lapsed++;
+	return true;
+}
+
 /* Hand the locked row to the worker: a new attempt, a new token, a lease. */
 static void
 lease_locked(LeaseCall *lc)
@@ -107,7 +151,11 @@ lease_locked(LeaseCall *lc)
 	attempt = (TR_ISNULL(tr, REC_TASK_ATTEMPTS) ? 0 :
 			   DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS))) + 1;
 	if (!TR_ISNULL(tr, REC_TASK_LEASE_EXPIRES))
+	{
 		lc->takeovers++;		/* lapsed, or its session ended */
+		if (end_lapsed(lc, attempt - 1))
+			return;
+	}
 	token = idem_nextval(idem_task_token_seq, false);
 
 	TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(IDEM_STATUS_PROCESSING)));
@@ -283,6 +331,7 @@ idem_lease(PG_FUNCTION_ARGS)
 	char	   *opname;
 
 	lease_args(&lc, fcinfo, &operation, &opname);
+	lc.operation = opname;
 	InitMaterializedSRF(fcinfo, 0);
 	lc.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	cat = *idem_catalog(fcinfo);
@@ -307,5 +356,6 @@ idem_lease(PG_FUNCTION_ARGS)
 	}
 	idem_stats_count_at_commit(IDEM_KIND_OPERATION, opname, IDEM_STAT_LEASES, lc.leased);
 	idem_stats_count_at_commit(IDEM_KIND_OPERATION, opname, IDEM_STAT_TAKEOVERS, lc.takeovers);
+	idem_stats_count_at_commit(IDEM_KIND_OPERATION, opname, IDEM_STAT_FAILED_FINAL, lc.ended_lapsed);
 	return (Datum) 0;
 }

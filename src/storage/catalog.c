@@ -76,6 +76,8 @@ static const IdemColumnSpec record_columns[REC_NCOLS] = {
 	/* 1.11 */
 	[REC_FP_VERSION] = {"fingerprint_version", INT2OID, 0, false, true},
 	[REC_HEADER_LIST] = {"response_header_list", JSONOID, 0, false, true},
+	/* 1.13 */
+	[REC_TASK_LAPSES] = {"task_lapses", INT4OID, 0, false, true},
 };
 
 static const IdemTableSpec record_table = {

@@ -482,6 +482,36 @@ def fast_tests(plain_url, redis_port):
     check("the in-flight marker is gone (released by its holder, compare-and-delete)", left == "0", left)
     check("a cached key sent with a different request goes to the database: 409 key-reused",
           problem(order("fast-%s-%s-%04d" % (NAME, RUN, 0), OWNER_BASE + 2, 9999, 1), 409, "key-reused"))
+    # redaction reaches the cache: with a redact policy on the operation, the
+    # first caller gets the handler's answer; Redis keeps exactly the bytes
+    # the database stored (read raw), and the cache's replay is the database's
+    scalar("SELECT count(*) FROM idem_set_policy('CREATE_ORDER', redact => ARRAY['/status', '/Location'])")
+    try:
+        kr, owner_r = key("redact"), OWNER_BASE + 8
+        s1, h1, b1 = order(kr, owner_r)
+        entry_name = "idem:%d:CREATE_ORDER:%s" % (owner_r, hashlib.sha256(kr.encode()).hexdigest()[:32])
+        raw = None
+        for _ in range(100):        # the cache is written after the answer is sent, at most
+            raw = cli("get", entry_name).stdout.strip()
+            if raw:
+                break
+            time.sleep(0.05)
+        stored_body, stored_headers = json.loads(scalar(
+            "SELECT json_build_array(response_body, response_headers)::text FROM idem_internal.idempotency_record"
+            " WHERE owner_id = %s AND idempotency_key = %s", owner_r, kr))
+        entry = json.loads(raw) if raw else {}
+        check("redact: the first caller gets the handler's whole answer",
+              s1 == 201 and json.loads(b1).get("status") == "CREATED" and one(h1, "location"), (s1, h1, b1))
+        check("redact: Redis holds exactly the body and headers the database stored, not the handler's",
+              entry.get("body") is not None and json.loads(entry["body"]) == stored_body
+              and "status" not in json.loads(entry["body"]) and entry.get("headers") == (stored_headers or {})
+              and "location" not in {k.lower() for k in entry.get("headers", {})}, (raw, stored_body, stored_headers))
+        s2, h2, b2 = order(kr, owner_r)
+        check("redact: the cache's replay is the database's stored answer",
+              s2 == 201 and one(h2, "x-idem-cache") == "hit" and json.loads(b2) == stored_body
+              and one(h2, "location") is None, (s2, h2, b2))
+    finally:
+        scalar("SELECT count(*) FROM (SELECT idem_drop_policy('CREATE_ORDER')) d")
     # the article's test 5: the fast layer unavailable, the database decides
     cli("shutdown", "nosave")
     s, h, b = order("fast-%s-%s-%04d" % (NAME, RUN, 1), OWNER_BASE + 2, 2001, 2)

@@ -10,7 +10,7 @@
 //   redis.on('error', () => {});  await redis.connect();
 //   createIdempotency({ pool, owner, fast: new FastLayer(redis) });
 import { createHash, randomBytes } from 'node:crypto';
-import { Problem, replayedHeaders, storedHeaders } from './http.js';
+import { Problem, replayedHeaders } from './http.js';
 
 const RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
@@ -73,13 +73,15 @@ export class FastLayer {
     return null;
   }
 
-  // cache an answer that comes from the record, no longer than it lives
-  async after(p, answer, outcome, settings) {
-    if (!outcome || !(outcome.expiresAt instanceof Date) || answer.status < 200 || answer.status > 499) return;
+  // cache the answer as the record holds it -- a replay's, or what
+  // idem_finish_stored returned for a first execution that committed: the
+  // bytes the database stored, after its redact policy, never the
+  // handler's own -- no longer than the record lives
+  async after(p, answer, outcome) {
+    if (!outcome || !(outcome.expiresAt instanceof Date) || !(outcome.httpStatus >= 200 && outcome.httpStatus <= 499)) return;
     const seconds = Math.min(this.maxCacheSeconds, Math.floor((outcome.expiresAt.getTime() - Date.now()) / 1000));
     if (!(seconds > 0)) return;
-    const headers = storedHeaders(Object.fromEntries(answer.headers), settings);
-    const entry = { fp: p.fingerprint, status: answer.status, body: answer.body.toString('utf8'), headers,
+    const entry = { fp: p.fingerprint, status: outcome.httpStatus, body: outcome.body ?? '', headers: outcome.headers ?? {},
       expires: outcome.expiresAt.toUTCString() };
     await this.call(() => this.client.set(this.name(p), JSON.stringify(entry), { EX: seconds }));
   }

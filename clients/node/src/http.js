@@ -9,7 +9,7 @@
 //   http.createServer(idem.handler('CREATE_ORDER', {}, async (req, res) => { ... }));   // node:http
 //
 // The handler's answer is buffered and sent once the transaction committed.
-import { begin, finish, IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, NotAllowed, RawJson, ReadOnly,
+import { begin, finishStored, IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, NotAllowed, RawJson, ReadOnly,
   SerializationFailure, translate } from './index.js';
 
 const KEY_PATTERN = /^[A-Za-z0-9_-]{16,128}$/;       // idem's own key check
@@ -254,13 +254,13 @@ async function execute(settings, route, p, req, res, next) {
         throw new Problem(500, 'internal', 'the request could not be completed');
       }
     }
-    await finish(client, { ...scope, status: app.status, body: app.body.length ? new RawJson(app.body) : null,
+    // the answer as stored (redacted): the fast layer caches these bytes
+    const stored = await finishStored(client, { ...scope, status: app.status,
+      body: app.body.length ? new RawJson(app.body) : null,
       resourceId: req.idem.resourceId, headers: storedHeaders(app.headers, settings) });
-    let expires = o.expiresAt;
-    if (app.status >= 400) expires = (await begin(client, scope)).expiresAt;   // a 4xx: the failure ttl's expiry
     await client.query('COMMIT');
     const headers = Object.entries(app.headers);
-    return { answer: finished(expires, false, app.status, headers, app.body), outcome: { ...o, expiresAt: expires } };
+    return { answer: finished(stored.expiresAt, false, app.status, headers, app.body), outcome: stored };
   } catch (e) {
     if (cap) cap.restore();
     await client.query('ROLLBACK').catch(() => {});

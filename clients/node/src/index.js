@@ -75,6 +75,15 @@ export async function finish(db, { owner, operation, key, status, body, resource
     [owner, operation, key, status, json(body), resourceId ?? null, headers ? JSON.stringify(headers) : null]);
 }
 
+// idem_finish_stored (idem 1.13): finish, returning the answer as stored --
+// after the operation's redact policy -- exactly as a replay returns it
+// ({replayed: false}): what a copy kept elsewhere (the fast layer) keeps.
+export async function finishStored(db, { owner, operation, key, status, body, resourceId, headers }) {
+  const [r] = await query(db, `SELECT ${OUTCOME} FROM idem_finish_stored($1, $2, $3, $4, $5::json, $6, $7::jsonb)`,
+    [owner, operation, key, status, json(body), resourceId ?? null, headers ? JSON.stringify(headers) : null]);
+  return outcome(r);
+}
+
 // idem_run: call the SQL handler (a regprocedure) once per key, or replay.
 export async function run(db, { owner, operation, key, request, handler, ttl: t }) {
   const [r] = await query(db,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from .core import (BEGIN_SQL, FINISH_SQL, RUN_SQL, Json, Outcome, Ttl, _headers_param, _json, _outcome, _ttl)
+from .core import (BEGIN_SQL, FINISH_SQL, FINISH_STORED_SQL, RUN_SQL, Json, Outcome, Ttl, _headers_param, _json, _outcome, _ttl)
 from .errors import translate
 
 
@@ -23,6 +23,13 @@ async def finish(conn: Any, owner: int, operation: str, key: str, http_status: i
                  resource_id: Optional[int] = None, headers: Optional[Mapping[str, str]] = None) -> None:
     await _one(conn, FINISH_SQL, (owner, operation, key, http_status, _json(body), resource_id,
                                   _headers_param(headers)))
+
+
+async def finish_stored(conn: Any, owner: int, operation: str, key: str, http_status: int, body: Json = None,
+                        resource_id: Optional[int] = None,
+                        headers: Optional[Mapping[str, str]] = None) -> Outcome:
+    return _outcome(await _one(conn, FINISH_STORED_SQL, (owner, operation, key, http_status, _json(body),
+                                                         resource_id, _headers_param(headers))))
 
 
 async def run(conn: Any, owner: int, operation: str, key: str, request: Json, handler: str,

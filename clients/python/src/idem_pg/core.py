@@ -95,6 +95,8 @@ def _outcome(row) -> Outcome:
 
 BEGIN_SQL = "SELECT %s FROM idem_begin(%%s, %%s, %%s, %%s::jsonb, %%s::interval)" % _OUTCOME
 FINISH_SQL = "SELECT idem_finish(%s, %s, %s, %s, %s::json, %s, %s::jsonb)"
+FINISH_STORED_SQL = ("SELECT %s FROM idem_finish_stored(%%s, %%s, %%s, %%s, %%s::json, %%s, %%s::jsonb)"
+                     % _OUTCOME)
 RUN_SQL = "SELECT %s FROM idem_run(%%s, %%s, %%s, %%s::jsonb, %%s::regprocedure, %%s::interval)" % _OUTCOME
 
 
@@ -114,6 +116,17 @@ def finish(db: Any, owner: int, operation: str, key: str, http_status: int, body
     """idem_finish: store this transaction's claim's answer (2xx-4xx)."""
     _one(db, FINISH_SQL, (owner, operation, key, http_status, _json(body), resource_id, _headers_param(headers)),
          prepare)
+
+
+def finish_stored(db: Any, owner: int, operation: str, key: str, http_status: int, body: Json = None,
+                  resource_id: Optional[int] = None, headers: Optional[Mapping[str, str]] = None,
+                  prepare: Optional[bool] = None) -> Outcome:
+    """idem_finish_stored (idem 1.13): ``finish``, returning the answer as
+    stored -- after the operation's ``redact`` policy -- exactly as a
+    replay will return it (``replayed`` False).  A copy kept elsewhere (the
+    fast layer) keeps these bytes, never the handler's."""
+    return _outcome(_one(db, FINISH_STORED_SQL, (owner, operation, key, http_status, _json(body), resource_id,
+                                                 _headers_param(headers)), prepare))
 
 
 def run(db: Any, owner: int, operation: str, key: str, request: Json, handler: str, ttl: Ttl = None,
@@ -208,5 +221,5 @@ def claim(db: Any, owner: int, operation: str, key: str, request: Json, ttl: Ttl
         raise NoClaim("the claim of the key was not finished: call finish() in the block", "IK003")
 
 
-__all__ = ["Outcome", "Submission", "Claim", "RawJson", "IdemError", "begin", "finish", "run", "submit",
+__all__ = ["Outcome", "Submission", "Claim", "RawJson", "IdemError", "begin", "finish", "finish_stored", "run", "submit",
            "consume", "emit", "claim"]

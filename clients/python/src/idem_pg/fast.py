@@ -18,7 +18,7 @@ import json
 import secrets
 from typing import Any, Optional
 
-from .http import Answer, Problem, _Prepared, http_date, replayed_headers, stored_headers
+from .http import Answer, Problem, _Prepared, http_date, replayed_headers
 
 # the article's release: delete the marker only if it is still ours
 RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
@@ -76,25 +76,19 @@ class FastLayer:
         return None
 
     def after(self, p: _Prepared, answer: Answer, outcome: Any) -> None:
-        """Cache an answer that comes from the record (a first execution
-        that committed, or a replay), for no longer than the record lives."""
-        if outcome is None or outcome.expires_at is None or not 200 <= answer.status <= 499:
+        """Cache the answer as the record holds it -- a replay's, or what
+        idem_finish_stored returned for a first execution that committed:
+        the bytes the database stored, after its ``redact`` policy, never
+        the handler's own -- for no longer than the record lives."""
+        if outcome is None or outcome.expires_at is None or outcome.http_status is None \
+                or not 200 <= outcome.http_status <= 499:
             return
-        expires = outcome.expires_at
-        if not outcome.replayed and answer.status >= 400:
-            expires = None
-            for name, value in answer.headers:
-                if name == "Idempotency-Expires":
-                    expires = _dt.datetime.strptime(value, "%a, %d %b %Y %H:%M:%S GMT").replace(
-                        tzinfo=_dt.timezone.utc)
-            if expires is None:
-                return
-        seconds = min(self.max_cache, int((expires - _dt.datetime.now(_dt.timezone.utc)).total_seconds()))
+        seconds = min(self.max_cache,
+                      int((outcome.expires_at - _dt.datetime.now(_dt.timezone.utc)).total_seconds()))
         if seconds <= 0:
             return
-        keep = stored_headers(answer.headers, self.settings) if self.settings else {}
-        entry = {"fp": p.fingerprint, "status": answer.status, "body": answer.body.decode(),
-                 "headers": keep, "expires": http_date(expires)}
+        entry = {"fp": p.fingerprint, "status": outcome.http_status, "body": outcome.body or "",
+                 "headers": dict(outcome.headers or {}), "expires": http_date(outcome.expires_at)}
         try:
             self.r.set(self._name(p), json.dumps(entry), ex=seconds)
         except self.errors:

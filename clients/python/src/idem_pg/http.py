@@ -366,19 +366,16 @@ def _storable(p: _Prepared, settings: Settings, app_answer: Answer) -> Optional[
     return _check_json_body(app_answer, p.route)
 
 
-def _settle(p: _Prepared, settings: Settings, db: Any, app_answer: Answer, outcome: core.Outcome,
-            ctx: Context) -> Answer:
-    """After the handler: store its 2xx-4xx answer in its transaction, or
-    discard a 5xx."""
+def _settle(p: _Prepared, settings: Settings, db: Any, app_answer: Answer,
+            ctx: Context) -> Tuple[Answer, core.Outcome]:
+    """After the handler: store its 2xx-4xx answer in its transaction (or
+    discard a 5xx).  Returns the handler's answer, for its caller, and the
+    answer as stored (redacted), for a copy kept elsewhere (the fast layer)."""
     body = _storable(p, settings, app_answer)
     prep = None if settings.server_prepare else False
-    core.finish(db, p.owner, p.route.operation, p.key, app_answer.status, body, ctx.resource_id,
-                stored_headers(app_answer.headers, settings), prep)
-    expires = outcome.expires_at
-    if app_answer.status >= 400:
-        # a 4xx expires after the failure ttl: read what was just stored
-        expires = core.begin(db, p.owner, p.route.operation, p.key, p.request, settings.ttl, prep).expires_at
-    return _finished(expires, False, app_answer.status, app_answer.headers, app_answer.body)
+    stored = core.finish_stored(db, p.owner, p.route.operation, p.key, app_answer.status, body, ctx.resource_id,
+                                stored_headers(app_answer.headers, settings), prep)
+    return _finished(stored.expires_at, False, app_answer.status, app_answer.headers, app_answer.body), stored
 
 
 def handle(exchange: Exchange, route: Route, params: Dict[str, str], read_body: Callable[[int], bytes],
@@ -428,7 +425,7 @@ def _execute(p: _Prepared, params: Dict[str, str], call: Callable[[Context], Ans
             app_answer = call(ctx)
         except Exception as e:  # noqa: BLE001 - the handler's, answered by problem_of
             raise HandlerError(e) from e
-        return _settle(p, settings, db, app_answer, outcome, ctx), outcome
+        return _settle(p, settings, db, app_answer, ctx)
 
 
 def _psycopg_transaction(settings: Settings) -> Callable[[], Any]:
@@ -492,12 +489,9 @@ async def _execute_async(p: _Prepared, params: Dict[str, str], call: Callable[[C
         except Exception as e:  # noqa: BLE001 - the handler's, answered by problem_of
             raise HandlerError(e) from e
         body = _storable(p, settings, app_answer)
-        await aio.finish(db, p.owner, p.route.operation, p.key, app_answer.status, body, ctx.resource_id,
-                         stored_headers(app_answer.headers, settings))
-        expires = outcome.expires_at
-        if app_answer.status >= 400:
-            expires = (await aio.begin(db, p.owner, p.route.operation, p.key, p.request, settings.ttl)).expires_at
-        return _finished(expires, False, app_answer.status, app_answer.headers, app_answer.body), outcome
+        stored = await aio.finish_stored(db, p.owner, p.route.operation, p.key, app_answer.status, body,
+                                         ctx.resource_id, stored_headers(app_answer.headers, settings))
+        return _finished(stored.expires_at, False, app_answer.status, app_answer.headers, app_answer.body), stored
 
 
 @asynccontextmanager
