@@ -131,6 +131,48 @@ ALTER TABLE idem_internal.idempotency_record ADD COLUMN task_lapses integer;
 COMMENT ON COLUMN idem_internal.idempotency_record.task_lapses IS
     'idem: how many of the task''s attempts ended by their lease lapsing (or their bound session ending), not by idem_complete or idem_fail';
 
+-- Whose a message is (1.13): the owner given to idem_outbox_emit, or the
+-- owner of the emitting transaction's unfinished claims; idem_forget_owner
+-- finds it.
+ALTER TABLE idem_internal.idem_outbox ADD COLUMN owner_id bigint;
+COMMENT ON COLUMN idem_internal.idem_outbox.owner_id IS
+    'idem: the owner the message is about (idem_outbox_emit''s owner, or the owner of the emitting transaction''s claims), for idem_forget_owner';
+CREATE INDEX idem_outbox_owner ON idem_internal.idem_outbox (owner_id) WHERE owner_id IS NOT NULL;
+
+-- idem_outbox_emit takes the message's owner (1.13).  The function is
+-- replaced (the old signature dropped, so that calls of it stay
+-- unambiguous); as in 1.11, EXECUTE granted on the old one does not pass
+-- to the new one: the update warns which roles had it, to grant it again
+-- (idem_grant) in the same transaction.
+DO $replace$
+DECLARE
+    roles text;
+BEGIN
+    SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)), ', ')
+      INTO roles
+      FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+     WHERE p.oid OPERATOR(pg_catalog.=) '@extschema@.idem_outbox_emit(text, jsonb, text, jsonb)'::pg_catalog.regprocedure
+       AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+       AND a.grantee OPERATOR(pg_catalog.<>) 0
+       AND a.grantee OPERATOR(pg_catalog.<>) p.proowner;
+    IF roles IS NOT NULL THEN
+        RAISE WARNING 'idem 1.13 replaced idem_outbox_emit(text, jsonb, text, jsonb) by idem_outbox_emit(text, jsonb, text, jsonb, bigint): EXECUTE granted to % on the old function is not carried over', roles
+            USING HINT = pg_catalog.format('Grant it again in the same transaction as the update: SELECT idem_grant(role, %L) for each role, or GRANT EXECUTE ON FUNCTION %s TO %s.',
+                                           'app', '@extschema@.idem_outbox_emit(text, jsonb, text, jsonb, bigint)', roles);
+    END IF;
+END
+$replace$;
+DROP FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb);
+CREATE FUNCTION @extschema@.idem_outbox_emit(
+    topic text, payload jsonb, msg_key text DEFAULT NULL, headers jsonb DEFAULT NULL,
+    owner bigint DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_outbox_emit'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb, bigint) IS
+    'idem: emit a message that exists if and only if the calling transaction commits; returns its id';
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb, bigint) FROM PUBLIC;
+
 -- idem_finish, returning what idem stored: the answer as a replay returns
 -- it, after the operation's policy redacted it (for a copy kept elsewhere,
 -- such as a fast layer in Redis, that must hold the same bytes).
@@ -165,7 +207,7 @@ BEGIN ATOMIC
         ('app', 'EXECUTE', '@extschema@.idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, NULL),
         ('app', 'EXECUTE', '@extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)'::pg_catalog.regprocedure, NULL),
         ('app', 'EXECUTE', '@extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)'::pg_catalog.regprocedure, NULL),
-        ('app', 'EXECUTE', '@extschema@.idem_outbox_emit(text, jsonb, text, jsonb)'::pg_catalog.regprocedure, NULL),
+        ('app', 'EXECUTE', '@extschema@.idem_outbox_emit(text, jsonb, text, jsonb, bigint)'::pg_catalog.regprocedure, NULL),
         ('worker', 'EXECUTE', '@extschema@.idem_lease(text, text, interval, integer, boolean)'::pg_catalog.regprocedure, NULL),
         ('worker', 'EXECUTE', '@extschema@.idem_heartbeat(bigint, bigint, interval)'::pg_catalog.regprocedure, NULL),
         ('worker', 'EXECUTE', '@extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, NULL),
@@ -398,10 +440,12 @@ END;
 -- ---------------------------------------------------------------------------
 -- idem_forget_owner (a superuser's): its tables in idem_internal.
 -- ---------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION @extschema@.idem_forget_owner(
+DROP FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer);
+CREATE FUNCTION @extschema@.idem_forget_owner(
     owner bigint,
     batch_size integer DEFAULT 10000,
-    max_batches integer DEFAULT NULL)
+    max_batches integer DEFAULT NULL,
+    undelivered text DEFAULT 'keep')
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -417,8 +461,9 @@ BEGIN
         RAISE EXCEPTION 'permission denied to forget an owner'
             USING ERRCODE = '42501', HINT = 'Only a superuser may call idem_forget_owner.';
     END IF;
-    IF owner IS NULL OR batch_size IS NULL THEN
-        RAISE EXCEPTION 'argument "%" must not be null', CASE WHEN owner IS NULL THEN 'owner' ELSE 'batch_size' END
+    IF owner IS NULL OR batch_size IS NULL OR undelivered IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null',
+            CASE WHEN owner IS NULL THEN 'owner' WHEN batch_size IS NULL THEN 'batch_size' ELSE 'undelivered' END
             USING ERRCODE = '22004';
     END IF;
     IF batch_size OPERATOR(pg_catalog.<) 1 THEN
@@ -429,12 +474,20 @@ BEGIN
         RAISE EXCEPTION 'max_batches must be at least 1, or NULL for no limit' USING ERRCODE = '22023',
             DETAIL = pg_catalog.format('The call has max_batches %s.', max_batches);
     END IF;
+    IF undelivered OPERATOR(pg_catalog.<>) ALL (ARRAY['keep', 'delete']) THEN
+        RAISE EXCEPTION 'undelivered must be ''keep'' or ''delete''' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The call has undelivered %L.', undelivered),
+            HINT = '''keep'': the owner''s messages not yet delivered are delivered, then erased at their acknowledgement; ''delete'': they are erased now and never delivered.';
+    END IF;
 
     -- each table in statements of batch_size rows, at most max_batches
-    FOR tbl, keys IN SELECT * FROM (VALUES
-        ('idem_internal.idempotency_record', 'id'),
-        ('idem_internal.idem_history', 'record_id'),
-        ('idem_internal.idem_inbox', 'consumer, message_id')) AS t (tbl, keys)
+    FOR tbl, keys IN SELECT t.tbl, t.keys FROM (VALUES
+        ('idem_internal.idempotency_record', 'id', true),
+        ('idem_internal.purchase_order', 'id', true),
+        ('idem_internal.idem_history', 'record_id', true),
+        ('idem_internal.idem_inbox', 'consumer, message_id', true),
+        ('idem_internal.idem_outbox', 'message_id', undelivered OPERATOR(pg_catalog.=) 'delete')) AS t (tbl, keys, wanted)
+        WHERE t.wanted
     LOOP
         batches := 0;
         LOOP
@@ -451,6 +504,10 @@ BEGIN
     RETURN total;
 END
 $$;
+REVOKE ALL ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer, text) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer, text) IS
+    'idem: an erasure request: remove every record, order, history row, inbox entry and (undelivered => ''delete'') outbox message of owner (superuser only)';
 
 -- ---------------------------------------------------------------------------
 -- Citus: idem_distribute() and its per-node part on the new layout.

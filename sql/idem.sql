@@ -356,12 +356,13 @@ REVOKE ALL ON SEQUENCE idem_internal.idem_outbox_message_id_seq FROM PUBLIC;
 
 -- Emit a message with the caller's transaction.
 CREATE FUNCTION @extschema@.idem_outbox_emit(
-    topic text, payload jsonb, msg_key text DEFAULT NULL, headers jsonb DEFAULT NULL)
+    topic text, payload jsonb, msg_key text DEFAULT NULL, headers jsonb DEFAULT NULL,
+    owner bigint DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'idem_outbox_emit'
 LANGUAGE C VOLATILE;
 
-COMMENT ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb) IS
+COMMENT ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb, bigint) IS
     'idem: emit a message that exists if and only if the calling transaction commits; returns its id';
 
 -- Lease the deliverable messages of a topic: ready (keyless, or the head
@@ -490,7 +491,7 @@ COMMENT ON FUNCTION @extschema@.idem_consume(text, text, interval) IS
     'idem: true the first time consumer takes message_id in a committed transaction, false for every redelivery';
 
 -- Granted by the administrator to producers, publishers and consumers.
-REVOKE ALL ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_outbox_fetch(text, integer, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_outbox_ack(bigint[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_internal.idem_outbox_lock_keys(text[], text[]) FROM PUBLIC;
@@ -1222,9 +1223,11 @@ COMMENT ON VIEW @extschema@.idem_audit IS
 
 -- ---------------------------------------------------------------------------
 -- idem_forget_owner(owner): an erasure request.  Removes every record,
--- history row and inbox entry of the owner, in batches of batch_size rows
--- a statement, at most max_batches batches a table (all when NULL);
--- returns how many rows went.  Superuser only.
+-- order (idem_create_order's), history row and inbox entry of the owner,
+-- and (undelivered => 'delete', 1.13) its outbox messages not yet
+-- delivered, in batches of batch_size rows a statement, at most
+-- max_batches batches a table (all when NULL); returns how many rows went.
+-- Superuser only.
 -- ---------------------------------------------------------------------------
 
 -- ---------------------------------------------------------------------------
@@ -1233,7 +1236,8 @@ COMMENT ON VIEW @extschema@.idem_audit IS
 CREATE FUNCTION @extschema@.idem_forget_owner(
     owner bigint,
     batch_size integer DEFAULT 10000,
-    max_batches integer DEFAULT NULL)
+    max_batches integer DEFAULT NULL,
+    undelivered text DEFAULT 'keep')
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
@@ -1249,8 +1253,9 @@ BEGIN
         RAISE EXCEPTION 'permission denied to forget an owner'
             USING ERRCODE = '42501', HINT = 'Only a superuser may call idem_forget_owner.';
     END IF;
-    IF owner IS NULL OR batch_size IS NULL THEN
-        RAISE EXCEPTION 'argument "%" must not be null', CASE WHEN owner IS NULL THEN 'owner' ELSE 'batch_size' END
+    IF owner IS NULL OR batch_size IS NULL OR undelivered IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null',
+            CASE WHEN owner IS NULL THEN 'owner' WHEN batch_size IS NULL THEN 'batch_size' ELSE 'undelivered' END
             USING ERRCODE = '22004';
     END IF;
     IF batch_size OPERATOR(pg_catalog.<) 1 THEN
@@ -1261,12 +1266,20 @@ BEGIN
         RAISE EXCEPTION 'max_batches must be at least 1, or NULL for no limit' USING ERRCODE = '22023',
             DETAIL = pg_catalog.format('The call has max_batches %s.', max_batches);
     END IF;
+    IF undelivered OPERATOR(pg_catalog.<>) ALL (ARRAY['keep', 'delete']) THEN
+        RAISE EXCEPTION 'undelivered must be ''keep'' or ''delete''' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The call has undelivered %L.', undelivered),
+            HINT = '''keep'': the owner''s messages not yet delivered are delivered, then erased at their acknowledgement; ''delete'': they are erased now and never delivered.';
+    END IF;
 
     -- each table in statements of batch_size rows, at most max_batches
-    FOR tbl, keys IN SELECT * FROM (VALUES
-        ('idem_internal.idempotency_record', 'id'),
-        ('idem_internal.idem_history', 'record_id'),
-        ('idem_internal.idem_inbox', 'consumer, message_id')) AS t (tbl, keys)
+    FOR tbl, keys IN SELECT t.tbl, t.keys FROM (VALUES
+        ('idem_internal.idempotency_record', 'id', true),
+        ('idem_internal.purchase_order', 'id', true),
+        ('idem_internal.idem_history', 'record_id', true),
+        ('idem_internal.idem_inbox', 'consumer, message_id', true),
+        ('idem_internal.idem_outbox', 'message_id', undelivered OPERATOR(pg_catalog.=) 'delete')) AS t (tbl, keys, wanted)
+        WHERE t.wanted
     LOOP
         batches := 0;
         LOOP
@@ -1283,10 +1296,10 @@ BEGIN
     RETURN total;
 END
 $$;
-REVOKE ALL ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer, text) FROM PUBLIC;
 
-COMMENT ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer) IS
-    'idem: an erasure request: remove every record, history row and inbox entry of owner (superuser only)';
+COMMENT ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer, text) IS
+    'idem: an erasure request: remove every record, order, history row, inbox entry and (undelivered => ''delete'') outbox message of owner (superuser only)';
 
 -- ===========================================================================
 -- since 1.12
@@ -1351,6 +1364,14 @@ SELECT idem_internal.idem_timeline_mark();
 -- ===========================================================================
 -- since 1.13
 -- ===========================================================================
+-- Whose a message is (1.13): the owner given to idem_outbox_emit, or the
+-- owner of the emitting transaction's unfinished claims; idem_forget_owner
+-- finds it.
+ALTER TABLE idem_internal.idem_outbox ADD COLUMN owner_id bigint;
+COMMENT ON COLUMN idem_internal.idem_outbox.owner_id IS
+    'idem: the owner the message is about (idem_outbox_emit''s owner, or the owner of the emitting transaction''s claims), for idem_forget_owner';
+CREATE INDEX idem_outbox_owner ON idem_internal.idem_outbox (owner_id) WHERE owner_id IS NOT NULL;
+
 -- How often a task's lease lapsed, or its bound session ended, before its
 -- worker ended the attempt (1.13): each counts as an attempt, so that a
 -- task whose worker keeps dying ends FAILED_FINAL after max_attempts.
@@ -1471,7 +1492,7 @@ BEGIN ATOMIC
         ('app', 'EXECUTE', '@extschema@.idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, NULL),
         ('app', 'EXECUTE', '@extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval)'::pg_catalog.regprocedure, NULL),
         ('app', 'EXECUTE', '@extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval)'::pg_catalog.regprocedure, NULL),
-        ('app', 'EXECUTE', '@extschema@.idem_outbox_emit(text, jsonb, text, jsonb)'::pg_catalog.regprocedure, NULL),
+        ('app', 'EXECUTE', '@extschema@.idem_outbox_emit(text, jsonb, text, jsonb, bigint)'::pg_catalog.regprocedure, NULL),
         ('worker', 'EXECUTE', '@extschema@.idem_lease(text, text, interval, integer, boolean)'::pg_catalog.regprocedure, NULL),
         ('worker', 'EXECUTE', '@extschema@.idem_heartbeat(bigint, bigint, interval)'::pg_catalog.regprocedure, NULL),
         ('worker', 'EXECUTE', '@extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, NULL),

@@ -67,6 +67,8 @@ static const IdemColumnSpec outbox_columns[OB_NCOLS] = {
 	[OB_READY] = {"ready", BOOLOID, 0, false, false},
 	[OB_LEASED] = {"leased_until", TIMESTAMPTZOID, 0, false, false},
 	[OB_ACKED] = {"acked_at", TIMESTAMPTZOID, 0, false, false},
+	/* 1.13 */
+	[OB_OWNER] = {"owner_id", INT8OID, 0, false, true},
 };
 
 /* 1.4 */

@@ -49,6 +49,8 @@
 #include "identity.h"
 #include "key.h"
 #include "notify.h"
+#include "pending.h"
+#include "binding.h"
 #include "stats.h"
 #include "rowwrite.h"
 #include "util.h"
@@ -63,6 +65,8 @@ typedef struct PendingMessage
 	text	   *msg_key;		/* NULL: no key */
 	Jsonb	   *payload;
 	Jsonb	   *headers;		/* NULL: none */
+	int64		owner;
+	bool		has_owner;		/* false: NULL */
 	TimestampTz emitted_at;
 	uint64		keyhash;		/* of (topic, msg_key), if it has a key */
 	SubTransactionId subid;		/* emitted in */
@@ -212,6 +216,8 @@ flush_pending(void)
 		if (m->headers != NULL)
 			idem_row_set(&row, OB_HEADERS, JsonbPGetDatum(m->headers));
 		idem_row_set(&row, OB_EMITTED, TimestampTzGetDatum(m->emitted_at));
+		if (m->has_owner && target->att[OB_OWNER] != InvalidAttrNumber)
+			idem_row_set(&row, OB_OWNER, Int64GetDatum(m->owner));
 		idem_row_set(&row, OB_COMMIT_SEQ, Int64GetDatum(commit_seq));
 		idem_row_set(&row, OB_ATTEMPT, Int32GetDatum(0));
 		idem_row_set(&row, OB_READY, BoolGetDatum(ready));
@@ -396,6 +402,9 @@ emit_args(FunctionCallInfo fcinfo)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("headers must be a JSON object")));
+	/* an owner outside the session's binding: 42501, as for a claim */
+	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
+		idem_check_owner(PG_GETARG_INT64(4));
 }
 
 /*
@@ -427,8 +436,10 @@ keep_target(const IdemCatalog *cat, const IdemTableLayout *t)
 }
 
 /*
- * SQL: idem_outbox_emit(topic text, payload jsonb, msg_key text, headers jsonb)
- * returns bigint
+ * SQL: idem_outbox_emit(topic text, payload jsonb, msg_key text, headers jsonb,
+ * owner bigint) returns bigint.  owner (1.13): whose the message is, for
+ * idem_forget_owner; NULL: the owner of the transaction's unfinished claims
+ * (idem_begin's), if they are all one owner's, else none.
  */
 Datum
 idem_outbox_emit(PG_FUNCTION_ARGS)
@@ -451,6 +462,14 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 	m->msg_key = PG_ARGISNULL(2) ? NULL : keep(PG_GETARG_DATUM(2));
 	m->payload = keep(PG_GETARG_DATUM(1));
 	m->headers = PG_ARGISNULL(3) ? NULL : keep(PG_GETARG_DATUM(3));
+	/* whose: the owner given (1.13), else the owner of the transaction's unfinished claims */
+	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
+	{
+		m->owner = PG_GETARG_INT64(4);
+		m->has_owner = true;
+	}
+	else
+		m->has_owner = idem_pending_owner(&m->owner);
 	m->emitted_at = GetCurrentTransactionStartTimestamp();
 	if (m->msg_key != NULL)
 		m->keyhash = idem_outbox_hash_key(m->topic, m->msg_key);

@@ -28,7 +28,7 @@
 enum
 {
 	OB_ID, OB_TOPIC, OB_KEY, OB_PAYLOAD, OB_HEADERS, OB_EMITTED, OB_COMMIT_SEQ,
-	OB_ATTEMPT, OB_READY, OB_LEASED, OB_ACKED, OB_NCOLS
+	OB_ATTEMPT, OB_READY, OB_LEASED, OB_ACKED, OB_OWNER, OB_NCOLS
 };
 
 /* Up to this many keys, a commit locks each; past it, all keys at once. */

@@ -164,6 +164,28 @@ idem_pending_check_unclaimed(const IdemScope *scope, const char *fingerprint)
 	idem_report_in_flight(scope, IDEM_IN_FLIGHT_THIS_XACT);
 }
 
+/*
+ * The owner of this transaction's unfinished claims (idem_begin's, not yet
+ * finished), if it has some and they are all one owner's: whose a message
+ * emitted in the middle of them is (idem_outbox_emit, 1.13).
+ */
+bool
+idem_pending_owner(int64 *owner)
+{
+	bool		found = false;
+
+	for (IdemPendingClaim *p = pending; p != NULL; p = p->next)
+	{
+		if (p->finished_subid != InvalidSubTransactionId)
+			continue;
+		if (found && p->owner != *owner)
+			return false;
+		*owner = p->owner;
+		found = true;
+	}
+	return found;
+}
+
 /* Remember that this transaction claimed scope. */
 IdemPendingClaim *
 idem_pending_add(const IdemScope *scope, const char *fingerprint, const Interval *ttl)

@@ -32,6 +32,7 @@ typedef struct IdemPendingClaim
 extern void idem_pending_init(void);
 extern IdemPendingClaim *idem_pending_add(const IdemScope *scope, const char *fingerprint,
 										  const Interval *ttl);
+extern bool idem_pending_owner(int64 *owner);
 extern IdemPendingClaim *idem_pending_find(const IdemScope *scope);
 extern void idem_pending_forget(IdemPendingClaim *p);
 extern void idem_pending_check_not_running(const IdemPendingClaim *p, const IdemScope *scope);

@@ -28,7 +28,7 @@ GRANT EXECUTE ON FUNCTION idem_create_order(bigint, text, bigint, integer),
     idem_heartbeat(bigint, bigint, interval),
     idem_complete(bigint, bigint, integer, json, bigint, jsonb, json),
     idem_fail(bigint, bigint, jsonb, boolean),
-    idem_outbox_emit(text, jsonb, text, jsonb),
+    idem_outbox_emit(text, jsonb, text, jsonb, bigint),
     idem_consume(text, text, interval, bigint)
     TO regress_idem_shipper;
 CREATE FUNCTION ops_handler(request jsonb) RETURNS idem_result

@@ -168,12 +168,12 @@ SELECT idem_forget_owner(31);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 RESET ROLE;
 -- EXECUTE granted is not enough
-GRANT EXECUTE ON FUNCTION idem_forget_owner(bigint, integer, integer) TO regress_audit_monitor;
+GRANT EXECUTE ON FUNCTION idem_forget_owner(bigint, integer, integer, text) TO regress_audit_monitor;
 SET ROLE regress_audit_monitor;
 SELECT idem_forget_owner(31);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 RESET ROLE;
-REVOKE ALL ON FUNCTION idem_forget_owner(bigint, integer, integer) FROM regress_audit_monitor;
+REVOKE ALL ON FUNCTION idem_forget_owner(bigint, integer, integer, text) FROM regress_audit_monitor;
 SELECT idem_forget_owner(31, batch_size => 0);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT idem_forget_owner(NULL);

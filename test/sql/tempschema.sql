@@ -82,7 +82,7 @@ CREATE TRIGGER audit_row AFTER INSERT OR UPDATE OR DELETE ON idem_internal.idemp
 CREATE TRIGGER audit_row AFTER INSERT OR UPDATE OR DELETE ON idem_internal.idem_inbox
     FOR EACH ROW EXECUTE FUNCTION public.audit_row();
 GRANT EXECUTE ON FUNCTION idem_outbox_fetch(text, integer, interval), idem_outbox_ack(bigint[]),
-    idem_outbox_emit(text, jsonb, text, jsonb), idem_consume(text, text, interval, bigint),
+    idem_outbox_emit(text, jsonb, text, jsonb, bigint), idem_consume(text, text, interval, bigint),
     idem_begin(bigint, text, text, jsonb, interval),
     idem_finish(bigint, text, text, integer, json, bigint, jsonb, json),
     idem_run(bigint, text, text, jsonb, regprocedure, interval),
