@@ -29,6 +29,7 @@
 #include "pending.h"
 #include "key.h"
 #include "binding.h"
+#include "keycheck.h"
 #include "notify.h"
 #include "stats.h"
 #include "record.h"
@@ -51,6 +52,7 @@ idem_shmem_request(void)
 	idem_worker_shmem_request();
 	idem_notify_shmem_request();
 	idem_stats_shmem_request();
+	idem_keycheck_shmem_request();
 	idem_task_shmem_request();
 }
 
@@ -64,6 +66,7 @@ idem_shmem_startup(void)
 	idem_worker_shmem_startup();
 	idem_notify_shmem_startup();
 	idem_stats_shmem_startup();
+	idem_keycheck_shmem_startup();
 	idem_task_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }

@@ -24,6 +24,7 @@
 #include "postgres.h"
 
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "access/xact.h"
@@ -39,6 +40,7 @@
 
 #include "fingerprint.h"
 #include "jcs.h"
+#include "keycheck.h"
 #include "util.h"
 
 
@@ -79,6 +81,7 @@ static int	newest = -1;		/* index of the newest, -1 if none */
 static bool keys_stale = true;
 static struct stat keys_stat;	/* of the file as read */
 static TimestampTz keys_checked_xact = 0;	/* the transaction that last looked */
+static pg_time_t keys_loaded_at = 0;	/* when the file was last read */
 
 static void
 assign_keys_file(const char *newval, void *extra)
@@ -146,15 +149,94 @@ parse_key_line(const char *path, int lineno, char *line)
 	nkeys++;
 }
 
-/* Read the file the setting names (none: no keys); errors are 58P01/F0000. */
+/* The longest line a keys file may have, its newline not counted (1.13). */
+#define FP_MAX_LINE		1023
+/* The largest keys file read. */
+#define FP_MAX_FILE		(1024 * 1024)
+
+/* A keyed check value of key: HMAC-SHA-256 of a constant under its secret. */
+static void
+key_check_value(const FingerprintKey *key, uint8 *check)
+{
+	static const char what[] = "idem fingerprint key check";
+	pg_hmac_ctx *ctx = pg_hmac_create(PG_SHA256);
+
+	if (ctx == NULL ||
+		pg_hmac_init(ctx, (const uint8 *) key->secret, key->len) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) what, sizeof(what) - 1) < 0 ||
+		pg_hmac_final(ctx, check, IDEM_KEYCHECK_LEN) < 0)
+		elog(ERROR, "idem: could not compute HMAC-SHA-256: %s",
+			 ctx ? pg_hmac_error(ctx) : "out of memory");
+	pg_hmac_free(ctx);
+}
+
+/*
+ * 55000 unless each version of the file has the secret it had the first
+ * time this server saw it (keycheck.c): a version's secret never changes.
+ */
+static void
+check_versions_unchanged(const char *path)
+{
+	for (int i = 0; i < nkeys; i++)
+	{
+		uint8		check[IDEM_KEYCHECK_LEN];
+
+		key_check_value(&keys[i], check);
+		if (!idem_keycheck_verify(keys[i].version, check))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("idem.fingerprint_keys_file \"%s\" changed the secret of version v%d", path, keys[i].version),
+					 errdetail("This server read another secret for v%d before; records keyed with it would no longer match their retries.", keys[i].version),
+					 errhint("A version's secret never changes: put v%d back as it was, and add a new version for a new secret.", keys[i].version)));
+	}
+}
+
+/* The file's text, read from f, which is path, opened and fstat'ed. */
+static char *
+read_keys_text(const char *path, FILE *f, const struct stat *st)
+{
+	StringInfoData text;
+	size_t		got;
+
+	if (!S_ISREG(st->st_mode))
+		keys_file_error(path, 0, "It is not a regular file");
+	if (st->st_uid != geteuid())
+		keys_file_error(path, 0, "It does not belong to the server's user");
+	if (st->st_mode & (S_IRWXG | S_IRWXO))
+		keys_file_error(path, 0, "Its group or others may access it");
+	if (st->st_size > FP_MAX_FILE)
+		keys_file_error(path, 0, "It is larger than 1 MB");
+	initStringInfo(&text);
+	enlargeStringInfo(&text, (int) st->st_size + 1);
+	got = fread(text.data, 1, st->st_size + 1, f);
+	if (ferror(f))
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not read idem.fingerprint_keys_file \"%s\": %m", path)));
+	if (got > (size_t) st->st_size)
+		keys_file_error(path, 0, "It changed while it was read");
+	text.len = (int) got;
+	text.data[got] = '\0';
+	return text.data;
+}
+
+/*
+ * Read the file the setting names (none: no keys): opened first, and its
+ * open descriptor's status is what is checked and remembered, so that what
+ * is read is the file that was checked.  Errors are 58P01/F0000; a line
+ * longer than FP_MAX_LINE bytes refuses the file (it would be split, its
+ * tail read as another line, 1.13); 55000 for a version whose secret
+ * changed.
+ */
 static void
 load_keys(void)
 {
 	const char *path = idem_fingerprint_keys_file;
 	struct stat st;
 	FILE	   *f;
-	char		line[1024];
-	volatile int lineno = 0;
+	char	   *text;
+	char	   *line;
+	int			lineno = 0;
 	MemoryContext old;
 
 	if (keys_cxt == NULL)
@@ -169,42 +251,51 @@ load_keys(void)
 		keys_stale = false;
 		return;
 	}
-	if (stat(path, &st) != 0)
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not read idem.fingerprint_keys_file \"%s\": %m", path)));
-	if (!S_ISREG(st.st_mode))
-		keys_file_error(path, 0, "It is not a regular file");
-	if (st.st_uid != geteuid())
-		keys_file_error(path, 0, "It does not belong to the server's user");
-	if (st.st_mode & (S_IRWXG | S_IRWXO))
-		keys_file_error(path, 0, "Its group or others may access it");
 	f = AllocateFile(path, "r");
 	if (f == NULL)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not read idem.fingerprint_keys_file \"%s\": %m", path)));
+	/* on an error the transaction's end closes f (AllocateFile) */
+	if (fstat(fileno(f), &st) != 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not read idem.fingerprint_keys_file \"%s\": %m", path)));
+	text = read_keys_text(path, f, &st);
+	FreeFile(f);
 	old = MemoryContextSwitchTo(keys_cxt);
-	PG_TRY();
+	for (line = text; *line != '\0' || line == text;)
 	{
-		while (fgets(line, sizeof(line), f) != NULL)
-			parse_key_line(path, ++lineno, line);
+		char	   *nl = strchr(line, '\n');
+		size_t		len = nl ? (size_t) (nl - line) : strlen(line);
+
+		lineno++;
+		if (len > FP_MAX_LINE)
+			keys_file_error(path, lineno, "it is longer than 1023 bytes");
+		if (nl)
+			*nl = '\0';
+		parse_key_line(path, lineno, line);
+		if (nl == NULL)
+			break;
+		line = nl + 1;
 	}
-	PG_FINALLY();
-	{
-		MemoryContextSwitchTo(old);
-		FreeFile(f);
-	}
-	PG_END_TRY();
+	MemoryContextSwitchTo(old);
+	pfree(text);
 	if (nkeys == 0)
 		keys_file_error(path, 0, "It holds no secret");
+	check_versions_unchanged(path);
 	keys_stat = st;
+	keys_loaded_at = (pg_time_t) time(NULL);
 	keys_stale = false;
 }
 
 /*
  * The keys, read again if the setting changed or, looked at once a
- * transaction, the file did (a rotation needs no reload).
+ * transaction, the file did: another device, inode, size, mtime or ctime
+ * (a rotation needs no reload).  A file modified within 2 s of when it was
+ * last read is read again at each look, whatever its status says: a
+ * rewrite of the same size within the clock's resolution leaves the status
+ * as it was (1.13).
  */
 static void
 current_keys(void)
@@ -216,9 +307,12 @@ current_keys(void)
 	{
 		struct stat st;
 
-		if (stat(path, &st) != 0 || st.st_mtime != keys_stat.st_mtime ||
-			st.st_size != keys_stat.st_size || st.st_ino != keys_stat.st_ino ||
-			st.st_ctime != keys_stat.st_ctime)
+		if (stat(path, &st) != 0 || st.st_dev != keys_stat.st_dev || st.st_ino != keys_stat.st_ino ||
+			st.st_size != keys_stat.st_size || st.st_mtime != keys_stat.st_mtime ||
+			st.st_ctime != keys_stat.st_ctime ||
+			st.st_mtim.tv_nsec != keys_stat.st_mtim.tv_nsec ||
+			st.st_ctim.tv_nsec != keys_stat.st_ctim.tv_nsec ||
+			(pg_time_t) st.st_mtime + 2 >= keys_loaded_at)
 			keys_stale = true;
 	}
 	keys_checked_xact = xact;

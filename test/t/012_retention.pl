@@ -139,6 +139,34 @@ write_keys(0600, 'v2:second-secret-0123456789abcdef');
 ($rc, $out, $err) = begin_finish('fp-keyed-0000000003', 5);
 is($rc, 0, 'a good file again: the call goes through');
 
+# a line over 1023 bytes is refused, never split into a second secret (1.13)
+write_keys(0600, 'v2:second-secret-0123456789abcdef', 'v3:' . ('x' x 1020) . 'TAIL-SECRET-0123456789');
+($rc, $out, $err) = begin_finish('fp-keyed-0000000004', 5);
+like($err, qr/Line 2: it is longer than 1023 bytes/, 'a line over 1023 bytes refuses the file (F0000)');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_internal.idempotency_record WHERE idempotency_key = 'fp-keyed-0000000004'}),
+	'0', 'and nothing is written');
+
+# a version's secret never changes (1.13): a session that read v2 and a new
+# one both refuse a file whose v2 was rewritten, even at the same size
+# within the same second; rotation is adding a version
+write_keys(0600, 'v2:second-secret-0123456789abcdef');
+my $reader = $node->background_psql('postgres', on_error_stop => 0);
+is($reader->query_safe(q{SELECT replayed FROM idem_begin(1, 'PAY', 'fp-keyed-0000000002', '{"amount": 5}')}), 't',
+	'a session reads v2 and replays a v2 record');
+write_keys(0600, 'v2:second-secret-0123456789abcdeX');
+$reader->query(q{SELECT replayed FROM idem_begin(1, 'PAY', 'fp-keyed-0000000002', '{"amount": 5}')});
+like($reader->{stderr}, qr/changed the secret of version v2/,
+	'that session refuses the same-size rewrite of v2 in its next transaction (55000), instead of IK001');
+$reader->quit;
+($rc, $out, $err) = $node->psql('postgres', q{SELECT replayed FROM idem_begin(1, 'PAY', 'fp-keyed-0000000002', '{"amount": 5}')});
+like($err, qr/changed the secret of version v2.*\n.*\n?HINT:  A version's secret never changes/s,
+	'a new session refuses it too, with the hint to add a new version');
+write_keys(0600, 'v2:second-secret-0123456789abcdef', 'v3:third-secret-0123456789abcdef');
+is(replays('fp-keyed-0000000002', 5), 't', 'v2 as it was, and a new v3: the v2 record replays again');
+begin_finish('fp-keyed-0000000005', 5);
+is(stored('fp-keyed-0000000005'), '3 false', 'and v3 signs new records');
+write_keys(0600, 'v2:second-secret-0123456789abcdef');
+
 # no secret is visible through a setting: the path is the superuser's
 ($rc, $out, $err) = $node->psql('postgres', 'SHOW idem.fingerprint_keys_file',
 	extra_params => [ '-U', 'app' ]);
