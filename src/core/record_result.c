@@ -55,6 +55,23 @@ status_of_http(int32 http_status)
 	return IDEM_STATUS_UNKNOWN; /* keep compiler quiet */
 }
 
+/*
+ * Refuse (22023) a header name or value with a CR or an LF: replayed, it
+ * would split the response into headers of the caller's choosing (1.13).
+ */
+static void
+check_header_text(const JsonbValue *v, const char *what, bool name)
+{
+	for (int i = 0; i < v->val.string.len; i++)
+		if (v->val.string.val[i] == '\r' || v->val.string.val[i] == '\n')
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s must not hold a carriage return or a line feed in a header %s", what,
+							name ? "name" : "value"),
+					 errdetail("A replay would split the response (HTTP response splitting)."),
+					 errhint("Send one header per name and value; a repeated header is a repeated [name, value] pair of header_list.")));
+}
+
 /* Refuse (22023) headers that are not a JSON object of string values. */
 static void
 check_headers(Jsonb *headers, const char *what)
@@ -69,10 +86,14 @@ check_headers(Jsonb *headers, const char *what)
 				 errmsg("%s must be a JSON object", what)));
 	it = JsonbIteratorInit(&headers->root);
 	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
 		if (tok == WJB_VALUE && v.type != jbvString)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("%s must be a JSON object of string values", what)));
+		if (tok == WJB_KEY || tok == WJB_VALUE)
+			check_header_text(&v, what, tok == WJB_KEY);
+	}
 }
 
 /*
@@ -150,7 +171,11 @@ check_header_list(Datum json_text)
 		else if (tok == WJB_END_ARRAY)
 			ok = --depth == 0 || members == 2;
 		else if (tok == WJB_ELEM)
+		{
 			ok = depth == 2 && v.type == jbvString && ++members <= 2;
+			if (ok)
+				check_header_text(&v, "header_list", members == 1);
+		}
 		else
 			ok = false;			/* an object inside */
 	}

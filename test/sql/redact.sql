@@ -82,3 +82,21 @@ SELECT replayed, body, headers FROM idem_run(9, 'REDACT', 'redact-run-000000001'
 SELECT replayed, body, headers FROM idem_run(9, 'REDACT', 'redact-run-000000001', '{}', 'redact_scalar_handler(jsonb)');
 DROP FUNCTION redact_scalar_handler(jsonb);
 SELECT idem_drop_policy('REDACT');
+
+-- a header name or value with a CR or an LF would split a replayed
+-- response: 22023, and nothing is written (1.13)
+BEGIN;
+SELECT replayed FROM idem_begin(9, 'CRLF', 'crlf-header-00000001', '{}');
+SELECT idem_finish(9, 'CRLF', 'crlf-header-00000001', 201, '{}', headers => jsonb_build_object('location', E'/x\r\nSet-Cookie: a=1'));
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+SELECT replayed FROM idem_begin(9, 'CRLF', 'crlf-header-00000001', '{}');
+SELECT idem_finish(9, 'CRLF', 'crlf-header-00000001', 201, '{}', header_list => json_build_array(json_build_array(E'x-a\nb', 'v')));
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT replayed FROM idem_submit(9, 'CRLF', 'crlf-task-0000000001', '{}');
+SELECT idem_complete(task_id, token, 200, '{}', header_list => '{"x-b": "v\nw"}') FROM idem_lease('CRLF', 'w1');
+\echo SQLSTATE :LAST_ERROR_SQLSTATE
+SELECT count(*) AS stored FROM idem_internal.idempotency_record
+WHERE operation = 'CRLF' AND status <> 'PROCESSING';

@@ -73,13 +73,19 @@ export function parseKey(raw) {
 
 // The response headers kept with the record: lower-case names, one string
 // each (Set-Cookie lines joined by a newline, and only if allowed).
+// What joins the lines of Set-Cookie in the one stored value: the unit
+// separator, a control character no cookie may hold (RFC 6265), never a
+// newline (idem 1.13 refuses a CR or LF in a stored header: a replay would
+// split the response).  A replay splits on it, and on the newline 1.12 used.
+const COOKIE_SEP = '\x1f';
+
 export function storedHeaders(headers, settings) {
   const named = new Set(String(headers.connection ?? '').split(',').map((s) => s.trim().toLowerCase()));
   const kept = {};
   for (const [name, value] of Object.entries(headers)) {
     const n = name.toLowerCase();
     if (NOT_STORED.has(n) || named.has(n) || (n === 'set-cookie' && !settings.replaySetCookie)) continue;
-    kept[n] = Array.isArray(value) ? value.join(n === 'set-cookie' ? '\n' : ', ') : String(value);
+    kept[n] = Array.isArray(value) ? value.join(n === 'set-cookie' ? COOKIE_SEP : ', ') : String(value);
   }
   return kept;
 }
@@ -87,7 +93,7 @@ export function storedHeaders(headers, settings) {
 export function replayedHeaders(stored) {
   const out = [];
   for (const [name, value] of Object.entries(stored ?? {})) {
-    if (name.toLowerCase() === 'set-cookie') out.push([name, value.split('\n')]);
+    if (name.toLowerCase() === 'set-cookie') out.push([name, value.split(/[\n\x1f]/)]);
     else out.push([name, value]);
   }
   return out;

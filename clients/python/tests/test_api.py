@@ -260,3 +260,29 @@ def test_http_helpers():
     assert stored_headers(headers, Settings(owner=None)) == {"content-type": "application/json", "location": "/x",
                                                              "vary": "Accept, Origin"}
     assert stored_headers(headers, Settings(owner=None, replay_set_cookie=True))["set-cookie"] == "a=1\nb=2"
+
+
+def test_replayed_set_cookie_lines_and_finish_stored(conn):
+    # replay_set_cookie: two Set-Cookie lines stored in one value (idem 1.13
+    # refuses a newline in a stored header) and replayed as two fields; the
+    # answer as stored is what finish_stored returns
+    from idem_pg import http
+    settings = http.Settings(owner=lambda _: 1, replay_set_cookie=True)
+    kept = http.stored_headers([("Set-Cookie", "a=1; Expires=Wed, 21 Oct 2026 07:28:00 GMT"),
+                                ("Set-Cookie", "b=2"), ("Location", "/x")], settings)
+    k = new_key()
+    with conn.transaction():
+        assert not idem_pg.begin(conn, 1, "COOKIES", k, {}).replayed
+        stored = idem_pg.finish_stored(conn, 1, "COOKIES", k, 201, {"ok": True}, headers=kept)
+    assert (stored.replayed, stored.http_status, stored.body) == (False, 201, '{"ok": true}')
+    with conn.transaction():
+        o = idem_pg.begin(conn, 1, "COOKIES", k, {})
+    assert o.replayed and o.headers == stored.headers
+    assert http.replayed_headers(o.headers) == [
+        ("set-cookie", "a=1; Expires=Wed, 21 Oct 2026 07:28:00 GMT"), ("set-cookie", "b=2"), ("location", "/x")]
+    # a newline in a stored header is refused (22023): it would split a replay
+    k2 = new_key()
+    with pytest.raises(idem_pg.InvalidRequest):
+        with conn.transaction():
+            idem_pg.begin(conn, 1, "COOKIES", k2, {})
+            idem_pg.finish(conn, 1, "COOKIES", k2, 201, {}, headers={"location": "/x\r\nSet-Cookie: evil=1"})

@@ -12,7 +12,8 @@ SQLSTATE), ``tasks`` (long-flow workers), ``http`` (the HTTP contract of
 clients/CONTRACT.md), ``wsgi``, ``asgi`` and ``django`` (its middlewares),
 ``fast`` (the optional Redis layer).
 """
-from .core import Claim, Outcome, RawJson, Submission, begin, claim, consume, emit, finish, run, submit
+from .core import (Claim, Outcome, RawJson, Submission, begin, claim, consume, emit, finish, finish_stored, run,
+                   submit)
 from .errors import (IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, LeaseLost, NestedRun, NoClaim, NotAllowed,
                      ReadOnly, SerializationFailure, UnfinishedClaim, retry_serializable, translate)
 from .tasks import Task, TaskWorker
@@ -20,6 +21,6 @@ from .tasks import Task, TaskWorker
 __version__ = "1.11.0"
 
 __all__ = ["Claim", "Outcome", "RawJson", "Submission", "begin", "claim", "consume", "emit", "finish", "run",
-           "submit", "IdemError", "InFlight", "InvalidRequest", "KeyExpired", "KeyReused", "LeaseLost", "NestedRun", "NoClaim",
+           "submit", "finish_stored", "IdemError", "InFlight", "InvalidRequest", "KeyExpired", "KeyReused", "LeaseLost", "NestedRun", "NoClaim",
            "NotAllowed", "ReadOnly", "SerializationFailure", "UnfinishedClaim", "retry_serializable", "translate",
            "Task", "TaskWorker"]

@@ -208,9 +208,16 @@ def check_length(length: Optional[int], settings: Settings) -> None:
         raise Problem(413, "body-too-large", "the request body is over %d bytes" % settings.max_body_bytes)
 
 
+# What joins the lines of Set-Cookie in the one stored value: the unit
+# separator, a control character no cookie may hold (RFC 6265), never a
+# newline (idem 1.13 refuses a CR or LF in a stored header: a replay would
+# split the response).  A replay splits on it, and on the newline 1.12 used.
+COOKIE_SEP = "\x1f"
+
+
 def stored_headers(headers: Headers, settings: Settings) -> Dict[str, str]:
     """The response headers kept with the record, lower-cased (values of
-    one name joined by ", "; Set-Cookie lines by a newline, and only when
+    one name joined by ", "; Set-Cookie lines by COOKIE_SEP, and only when
     settings.replay_set_cookie)."""
     connection_named = {v.strip().lower() for n, val in headers if n.lower() == "connection" for v in val.split(",")}
     kept: Dict[str, str] = {}
@@ -219,7 +226,7 @@ def stored_headers(headers: Headers, settings: Settings) -> Dict[str, str]:
         if n in NOT_STORED or n in connection_named or (n == "set-cookie" and not settings.replay_set_cookie):
             continue
         if n in kept:
-            kept[n] += ("\n" if n == "set-cookie" else ", ") + value
+            kept[n] += (COOKIE_SEP if n == "set-cookie" else ", ") + value
         else:
             kept[n] = value
     return kept
@@ -229,7 +236,7 @@ def replayed_headers(stored: Optional[Mapping[str, str]]) -> Headers:
     out: Headers = []
     for name, value in (stored or {}).items():
         if name.lower() == "set-cookie":
-            out.extend((name, line) for line in value.split("\n"))
+            out.extend((name, line) for line in re.split("[\n\x1f]", value))
         else:
             out.append((name, value))
     return out

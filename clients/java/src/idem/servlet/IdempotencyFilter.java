@@ -188,7 +188,7 @@ public final class IdempotencyFilter implements Filter {
         }
         if (o.replayed()) {
             Map<String, List<String>> h = new LinkedHashMap<>();
-            o.headers().forEach((n, v) -> h.put(n, n.equals("set-cookie") ? List.of(v.split("\n")) : List.of(v)));
+            o.headers().forEach((n, v) -> h.put(n, n.equals("set-cookie") ? List.of(v.split("[\n\u001f]")) : List.of(v)));
             return finished(o.expiresAt(), true, o.httpStatus(), h,
                 o.body() == null ? new byte[0] : o.body().getBytes(StandardCharsets.UTF_8));
         }
@@ -260,7 +260,11 @@ public final class IdempotencyFilter implements Filter {
             if (NOT_STORED.contains(n) || named.contains(n) || (n.equals("set-cookie") && !settings.replaySetCookie)) {
                 return;
             }
-            kept.put(n, String.join(n.equals("set-cookie") ? "\n" : ", ", values));
+            // Set-Cookie lines joined by the unit separator, a control character no
+            // cookie may hold, never a newline: idem 1.13 refuses a CR or LF in a
+            // stored header (a replay would split the response); a replay splits
+            // on it, and on the newline 1.12 used
+            kept.put(n, String.join(n.equals("set-cookie") ? "\u001f" : ", ", values));
         });
         return kept;
     }
