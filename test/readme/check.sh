@@ -66,3 +66,23 @@ PY
 )
 check "test/README.md gives each of the test command's stages a budget, $(echo "$budgets" | awk '{print $1}') in all, summing to $(echo "$budgets" | awk '{printf "%d min %d s", $2 / 60, $2 % 60}') (at most 35 min)" \
 	yes "$(echo "$budgets" | awk '{print ($3 == "yes") ? "yes" : $0}')"
+
+# the README's row for Debian's 15 (every stage, every commit) counts
+# today's test files: REGRESS, ISOLATION, test/t/*.pl, the releases the
+# upgrade suite creates and updates
+counts=$(/usr/bin/python3 - "$IDEM_ROOT" <<'PY'
+import glob, re, sys
+root = sys.argv[1]
+mk = open(f"{root}/Makefile").read()
+regress = len(re.search(r"^REGRESS = (.*)$", mk, flags=re.M).group(1).split())
+isolation = len(re.search(r"^ISOLATION = (.*)$", mk, flags=re.M).group(1).split())
+tap = len(glob.glob(f"{root}/test/t/*.pl"))
+releases = len({re.sub(r".*idem--(.*)--.*", r"\1", f) for f in glob.glob(f"{root}/sql/idem--*--*.sql")})
+row = re.search(r"^\| 15 \(Debian [^|]*\| [^|]*\| yes \| (\d+) \| (\d+) \| (\d+) files \| (\d+) versions \|",
+                open(f"{root}/README.md").read(), flags=re.M)
+want = f"{regress} {isolation} {tap} {releases}"
+print(want, "yes" if row and " ".join(row.groups()) == want else "no: the README says " + (" ".join(row.groups()) if row else "nothing"))
+PY
+)
+check "the README's row for PostgreSQL 15 counts today's tests: $(echo "$counts" | awk '{printf "%s regress, %s isolation, %s TAP files, %s versions", $1, $2, $3, $4}')" \
+	yes "$(echo "$counts" | awk '{print ($5 == "yes") ? "yes" : $0}')"
