@@ -173,6 +173,77 @@ COMMENT ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb, bigin
     'idem: emit a message that exists if and only if the calling transaction commits; returns its id';
 REVOKE ALL ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb, bigint) FROM PUBLIC;
 
+-- ---------------------------------------------------------------------------
+-- idem_health (SECURITY DEFINER, called by monitors): a SQL-standard body.
+-- ---------------------------------------------------------------------------
+DROP FUNCTION @extschema@.idem_health();
+CREATE FUNCTION @extschema@.idem_health(
+    OUT records bigint,
+    OUT expired_backlog bigint,
+    OUT oldest_expires_at timestamptz,
+    OUT processing bigint,
+    OUT oldest_processing_age interval,
+    OUT outbox_unacked bigint,
+    OUT outbox_oldest_unacked_age interval,
+    OUT outbox_acked_backlog bigint,
+    OUT inbox_entries bigint,
+    OUT inbox_expired_backlog bigint,
+    OUT table_bytes bigint,
+    OUT index_bytes bigint,
+    OUT worker_last_run_started timestamptz,
+    OUT worker_last_run_finished timestamptz,
+    OUT worker_last_run_deleted bigint,
+    OUT worker_last_error text,
+    OUT worker_last_error_at timestamptz,
+    OUT refuse_without_audit text[])
+RETURNS record
+LANGUAGE sql STABLE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+SELECT
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
+      WHERE r.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
+    (SELECT pg_catalog.min(r.expires_at) FROM idem_internal.idempotency_record r),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
+      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
+    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(r.created_at)
+       FROM idem_internal.idempotency_record r
+      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
+    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(o.emitted_at)
+       FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NOT NULL),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i
+      WHERE i.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
+    sizes.table_bytes, sizes.index_bytes,
+    w.last_run_started, w.last_run_finished, w.last_run_deleted, w.last_error, w.last_error_at,
+    (SELECT pg_catalog.array_agg(u.operation ORDER BY u.operation) FROM (
+        SELECT p.operation::pg_catalog.text AS operation FROM idem_internal.idem_policy p
+         WHERE COALESCE(p.reuse_after_expiry,
+                                   pg_catalog.current_setting('idem.reuse_after_expiry', true)) OPERATOR(pg_catalog.=) 'refuse'
+           AND COALESCE(p.audit_ttl, COALESCE(pg_catalog.current_setting('idem.audit_ttl', true), '0')::pg_catalog.interval)
+               OPERATOR(pg_catalog.<=) '0'::pg_catalog.interval
+        UNION ALL
+        SELECT '*' WHERE pg_catalog.current_setting('idem.reuse_after_expiry', true) OPERATOR(pg_catalog.=) 'refuse'
+           AND COALESCE(pg_catalog.current_setting('idem.audit_ttl', true), '0')::pg_catalog.interval
+               OPERATOR(pg_catalog.<=) '0'::pg_catalog.interval) u)
+FROM (SELECT pg_catalog.sum(pg_catalog.pg_table_size(t.rel))::pg_catalog.int8 AS table_bytes,
+             pg_catalog.sum(pg_catalog.pg_indexes_size(t.rel))::pg_catalog.int8 AS index_bytes
+        FROM pg_catalog.unnest(ARRAY['idem_internal.idempotency_record'::pg_catalog.regclass,
+                                     'idem_internal.purchase_order'::pg_catalog.regclass,
+                                     'idem_internal.idem_outbox'::pg_catalog.regclass,
+                                     'idem_internal.idem_inbox'::pg_catalog.regclass]) AS t(rel)) sizes
+LEFT JOIN @extschema@.idem_cleanup_status() w
+       ON w.datid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                          WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
+END;
+COMMENT ON FUNCTION @extschema@.idem_health() IS
+    'idem: backlog, PROCESSING records, outbox and inbox, disk use, the cleanup worker''s last round, and operations refusing reuse without an audit period, for this database';
+REVOKE ALL ON FUNCTION @extschema@.idem_health() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_health() TO pg_monitor;
+
 -- idem_finish, returning what idem stored: the answer as a replay returns
 -- it, after the operation's policy redacted it (for a copy kept elsewhere,
 -- such as a fast layer in Redis, that must hold the same bytes).
@@ -382,60 +453,6 @@ BEGIN
 END
 $$;
 
--- ---------------------------------------------------------------------------
--- idem_health (SECURITY DEFINER, called by monitors): a SQL-standard body.
--- ---------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION @extschema@.idem_health(
-    OUT records bigint,
-    OUT expired_backlog bigint,
-    OUT oldest_expires_at timestamptz,
-    OUT processing bigint,
-    OUT oldest_processing_age interval,
-    OUT outbox_unacked bigint,
-    OUT outbox_oldest_unacked_age interval,
-    OUT outbox_acked_backlog bigint,
-    OUT inbox_entries bigint,
-    OUT inbox_expired_backlog bigint,
-    OUT table_bytes bigint,
-    OUT index_bytes bigint,
-    OUT worker_last_run_started timestamptz,
-    OUT worker_last_run_finished timestamptz,
-    OUT worker_last_run_deleted bigint,
-    OUT worker_last_error text,
-    OUT worker_last_error_at timestamptz)
-RETURNS record
-LANGUAGE sql STABLE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp
-BEGIN ATOMIC
-SELECT
-    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
-      WHERE r.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
-    (SELECT pg_catalog.min(r.expires_at) FROM idem_internal.idempotency_record r),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
-      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
-    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(r.created_at)
-       FROM idem_internal.idempotency_record r
-      WHERE r.status::pg_catalog.text OPERATOR(pg_catalog.=) 'PROCESSING'),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
-    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(o.emitted_at)
-       FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NOT NULL),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i),
-    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i
-      WHERE i.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
-    sizes.table_bytes, sizes.index_bytes,
-    w.last_run_started, w.last_run_finished, w.last_run_deleted, w.last_error, w.last_error_at
-FROM (SELECT pg_catalog.sum(pg_catalog.pg_table_size(t.rel))::pg_catalog.int8 AS table_bytes,
-             pg_catalog.sum(pg_catalog.pg_indexes_size(t.rel))::pg_catalog.int8 AS index_bytes
-        FROM pg_catalog.unnest(ARRAY['idem_internal.idempotency_record'::pg_catalog.regclass,
-                                     'idem_internal.purchase_order'::pg_catalog.regclass,
-                                     'idem_internal.idem_outbox'::pg_catalog.regclass,
-                                     'idem_internal.idem_inbox'::pg_catalog.regclass]) AS t(rel)) sizes
-LEFT JOIN @extschema@.idem_cleanup_status() w
-       ON w.datid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
-                                          WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
-END;
 
 -- ---------------------------------------------------------------------------
 -- idem_forget_owner (a superuser's): its tables in idem_internal.

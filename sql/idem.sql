@@ -1425,7 +1425,8 @@ CREATE FUNCTION @extschema@.idem_health(
     OUT worker_last_run_finished timestamptz,
     OUT worker_last_run_deleted bigint,
     OUT worker_last_error text,
-    OUT worker_last_error_at timestamptz)
+    OUT worker_last_error_at timestamptz,
+    OUT refuse_without_audit text[])
 RETURNS record
 LANGUAGE sql STABLE
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -1448,7 +1449,17 @@ SELECT
     (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i
       WHERE i.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
     sizes.table_bytes, sizes.index_bytes,
-    w.last_run_started, w.last_run_finished, w.last_run_deleted, w.last_error, w.last_error_at
+    w.last_run_started, w.last_run_finished, w.last_run_deleted, w.last_error, w.last_error_at,
+    (SELECT pg_catalog.array_agg(u.operation ORDER BY u.operation) FROM (
+        SELECT p.operation::pg_catalog.text AS operation FROM idem_internal.idem_policy p
+         WHERE COALESCE(p.reuse_after_expiry,
+                                   pg_catalog.current_setting('idem.reuse_after_expiry', true)) OPERATOR(pg_catalog.=) 'refuse'
+           AND COALESCE(p.audit_ttl, COALESCE(pg_catalog.current_setting('idem.audit_ttl', true), '0')::pg_catalog.interval)
+               OPERATOR(pg_catalog.<=) '0'::pg_catalog.interval
+        UNION ALL
+        SELECT '*' WHERE pg_catalog.current_setting('idem.reuse_after_expiry', true) OPERATOR(pg_catalog.=) 'refuse'
+           AND COALESCE(pg_catalog.current_setting('idem.audit_ttl', true), '0')::pg_catalog.interval
+               OPERATOR(pg_catalog.<=) '0'::pg_catalog.interval) u)
 FROM (SELECT pg_catalog.sum(pg_catalog.pg_table_size(t.rel))::pg_catalog.int8 AS table_bytes,
              pg_catalog.sum(pg_catalog.pg_indexes_size(t.rel))::pg_catalog.int8 AS index_bytes
         FROM pg_catalog.unnest(ARRAY['idem_internal.idempotency_record'::pg_catalog.regclass,
@@ -1460,7 +1471,7 @@ LEFT JOIN @extschema@.idem_cleanup_status() w
                                           WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
 END;
 COMMENT ON FUNCTION @extschema@.idem_health() IS
-    'idem: backlog, PROCESSING records, outbox and inbox, disk use and the cleanup worker''s last round, for this database';
+    'idem: backlog, PROCESSING records, outbox and inbox, disk use, the cleanup worker''s last round, and operations refusing reuse without an audit period, for this database';
 REVOKE ALL ON FUNCTION @extschema@.idem_health() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.idem_health() TO pg_monitor;
 

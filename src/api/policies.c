@@ -245,6 +245,29 @@ check_setting(int i, Datum value)
 }
 
 /*
+ * A WARNING when the policy as stored (row) refuses reused keys, itself or
+ * through idem.reuse_after_expiry, but keeps no audit period, its own or
+ * idem.audit_ttl (1.13): its expired keys would execute again silently.
+ */
+static void
+warn_if_unaudited(const char *operation, HeapTuple row, TupleDesc desc)
+{
+	bool		isnull;
+	Datum		reuse = SPI_getbinval(row, desc, SPI_fnumber(desc, "reuse_after_expiry"), &isnull);
+	bool		refuses = isnull ? idem_reuse_after_expiry == IDEM_REUSE_REFUSE :
+		strcmp(TextDatumGetCString(reuse), "refuse") == 0;
+	Datum		audit = SPI_getbinval(row, desc, SPI_fnumber(desc, "audit_ttl"), &isnull);
+	bool		audited = isnull ? idem_audit_ttl > 0 : idem_interval_ms(DatumGetIntervalP(audit)) > 0;
+
+	if (refuses && !audited)
+		ereport(WARNING,
+				(errcode(ERRCODE_WARNING),
+				 errmsg("operation %s refuses reused keys but keeps no audit period", operation),
+				 errdetail("reuse_after_expiry 'refuse' refuses a key while its audit fields are kept; with neither the policy's audit_ttl nor idem.audit_ttl, none are, and its expired keys execute again."),
+				 errhint("Give it an audit period: idem_set_policy('%s', audit_ttl => '30 days').", operation)));
+}
+
+/*
  * SQL: idem_set_policy(operation, ttl, failure_ttl, wait_timeout,
  * max_attempts, retry_base, retry_max, audit_ttl, reuse_after_expiry,
  * redact, key_format, reject_weak_keys) returns idem_policy: the
@@ -315,6 +338,7 @@ idem_set_policy(PG_FUNCTION_ARGS)
 		SPI_processed != 1)
 		elog(ERROR, "idem: could not write the policy of operation %s", operation);
 	result = SPI_returntuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
+	warn_if_unaudited(operation, SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
 	SPI_finish();
 	idem_restore_caller(&identity);
 	PG_RETURN_HEAPTUPLEHEADER(result);

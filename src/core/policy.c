@@ -380,6 +380,42 @@ idem_audit_until(const char *operation, TimestampTz expires_at, TimestampTz *unt
 	return true;
 }
 
+/* Does a policy (or, policy NULL, the GUCs) keep no audit period? */
+static bool
+keeps_no_audit(const IdemPolicy *policy)
+{
+	if (policy && policy->has_audit_ttl)
+		return idem_interval_ms(&policy->audit_ttl) <= 0;
+	return idem_audit_ttl <= 0;
+}
+
+/*
+ * The operations that refuse reused keys (reuse_after_expiry 'refuse') but
+ * keep no audit period, so that their expired keys execute again as if
+ * 'execute' (1.13): their names, and "*" for the operations without a
+ * policy of their own when the GUCs say so.  In the current memory context.
+ */
+List *
+idem_policy_unaudited_refusals(void)
+{
+	List	   *out = NIL;
+	HASH_SEQ_STATUS seq;
+	PolicyEntry *e;
+
+	(void) idem_policy_of("");	/* (re)load */
+	if (policies != NULL)
+	{
+		hash_seq_init(&seq, policies);
+		while ((e = hash_seq_search(&seq)) != NULL)
+			if ((e->policy.reuse_after_expiry >= 0 ? e->policy.reuse_after_expiry :
+				 idem_reuse_after_expiry) == IDEM_REUSE_REFUSE && keeps_no_audit(&e->policy))
+				out = lappend(out, pstrdup(e->operation));
+	}
+	if (idem_reuse_after_expiry == IDEM_REUSE_REFUSE && keeps_no_audit(NULL))
+		out = lappend(out, pstrdup("*"));
+	return out;
+}
+
 /* Does operation refuse (IK007) a key still in its audit period? */
 bool
 idem_refuses_reuse(const char *operation)

@@ -10,6 +10,8 @@
 #ifndef IDEM_POLICY_H
 #define IDEM_POLICY_H
 
+#include "nodes/pg_list.h"
+
 #include "datatype/timestamp.h"
 
 /* What an operation's keys must look like (key_format). */
@@ -49,6 +51,8 @@ typedef struct IdemPolicy
 
 extern int	idem_audit_ttl;
 extern int	idem_reuse_after_expiry;
+
+extern List *idem_policy_unaudited_refusals(void);
 
 extern void idem_policy_init(void);
 extern const IdemPolicy *idem_policy_of(const char *operation);

@@ -64,6 +64,7 @@
 #include "idem.h"
 #include "compat.h"
 #include "cleanup.h"
+#include "policy.h"
 #include "util.h"
 #include "worker.h"
 #include "worker_int.h"
@@ -373,6 +374,28 @@ database_still_ours(void)
 }
 
 /*
+ * Once a round per database: a WARNING for each operation that refuses
+ * reused keys but keeps no audit period (1.13): its expired keys execute
+ * again, as with 'execute', which its policy says they must not.
+ */
+static void
+warn_unaudited_refusals(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, idem_policy_unaudited_refusals())
+	{
+		const char *op = lfirst(lc);
+
+		ereport(WARNING,
+				(errcode(ERRCODE_WARNING),
+				 errmsg("idem: %s refuses reused keys but keeps no audit period: its expired keys execute again",
+						strcmp(op, "*") == 0 ? "every operation without a policy" : psprintf("operation %s", op)),
+				 errhint("Give it an audit period: idem_set_policy(operation, audit_ttl => '30 days'), or idem.audit_ttl.")));
+	}
+}
+
+/*
  * One batch in its own transaction.  Returns the rows deleted, or -1 when
  * the round in this database must end: the extension is not (or no longer)
  * installed, or someone is waiting to drop or copy the database.
@@ -410,6 +433,8 @@ cleanup_one_batch(bool first)
 							   SECURITY_RESTRICTED_OPERATION);
 		deleted = idem_cleanup_batches(nspid, idem_cleanup_batch_size, 1);
 		SetUserIdAndSecContext(save_userid, save_sec_context);
+		if (first)
+			warn_unaudited_refusals();
 	}
 	else if (first)
 		status_forget(MyDatabaseId);

@@ -202,3 +202,12 @@ DROP ROLE regress_audit_reader, regress_audit_monitor;
 SELECT idem_drop_policy('PAY'), idem_drop_policy('ORDER');
 DROP FUNCTION pay_handler(jsonb);
 TRUNCATE idem_internal.idempotency_record, idem_internal.idem_history, idem_internal.idem_inbox;
+
+-- reuse_after_expiry 'refuse' with no audit period (neither the policy's
+-- audit_ttl nor idem.audit_ttl) would execute expired keys again: the
+-- policy warns, and idem_health() names the operation (1.13)
+SELECT operation, reuse_after_expiry, audit_ttl FROM idem_set_policy('NOAUDIT', reuse_after_expiry => 'refuse');
+SELECT refuse_without_audit FROM idem_health();
+SELECT operation, audit_ttl FROM idem_set_policy('NOAUDIT', audit_ttl => '1 day');
+SELECT refuse_without_audit FROM idem_health();
+SELECT idem_drop_policy('NOAUDIT');

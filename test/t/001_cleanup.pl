@@ -92,6 +92,14 @@ is($node->safe_psql('db_b', q{
 	'c 1200, test 3000',
 	'idem_stats counts what the worker deleted, per operation and consumer');
 
+# --- an operation refusing reused keys without an audit period: a WARNING a round (1.13) ---
+my $log_offset = -s $node->logfile;
+$node->safe_psql('db_b', q{SET client_min_messages = error; SELECT idem_set_policy('NOAUDIT', reuse_after_expiry => 'refuse')});
+ok($node->wait_for_log(qr/WARNING:  idem: operation NOAUDIT refuses reused keys but keeps no audit period: its expired keys execute again/,
+		$log_offset),
+	'the cleanup worker warns of an operation refusing reused keys with no audit period');
+$node->safe_psql('db_b', q{SELECT idem_drop_policy('NOAUDIT')});
+
 # --- ALTER SYSTEM + reload changes the pace without a restart ---
 $node->safe_psql('postgres', 'ALTER SYSTEM SET idem.cleanup_interval = 3600');
 $node->safe_psql('postgres', 'SELECT pg_reload_conf()');
