@@ -46,27 +46,13 @@
 /* GUC variables */
 int			idem_wait_timeout = 5000;
 
-/* idem.log_outcomes */
-typedef enum
-{
-	LOG_OUTCOMES_OFF,
-	LOG_OUTCOMES_CONFLICTS,
-	LOG_OUTCOMES_ALL
-} LogOutcomes;
 
-static const struct config_enum_entry log_outcomes_options[] = {
-	{"off", LOG_OUTCOMES_OFF, false},
-	{"conflicts", LOG_OUTCOMES_CONFLICTS, false},
-	{"all", LOG_OUTCOMES_ALL, false},
-	{NULL, 0, false}
-};
-
-static int	idem_note_outcomes = LOG_OUTCOMES_OFF;
-
-/* Define the GUC of this module. */
+/* Define the GUCs of this module (idem.log_outcomes: key_log.c). */
 void
 idem_key_init(void)
 {
+	idem_key_log_init();
+
 	DefineCustomIntVariable("idem.wait_timeout",
 							"How long a duplicate request waits for the in-flight original.",
 							"After this long the duplicate fails with SQLSTATE IK002 "
@@ -76,17 +62,6 @@ idem_key_init(void)
 							PGC_USERSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
-
-	DefineCustomEnumVariable("idem.log_outcomes",
-							 "Which calls log one line with their owner, operation, key, resource and outcome.",
-							 "off; conflicts: refused keys (IK001, IK002); all: every call, "
-							 "executed and replayed ones too.",
-							 &idem_note_outcomes,
-							 LOG_OUTCOMES_OFF,
-							 log_outcomes_options,
-							 PGC_SUSET,
-							 0,
-							 NULL, NULL, NULL);
 }
 
 /*
@@ -392,48 +367,6 @@ idem_wait_for_xact(TransactionId xid, IdemStatKind kind, const char *name)
 	if (wait_ms <= 0)
 		return false;
 	return bounded_wait(NULL, xid, wait_ms);
-}
-
-/*
- * Count what a call did with its key in idem_stats, and log it at LOG if
- * idem.log_outcomes asks for it: owner, operation, key, resource id, outcome.  Only a key that passed
- * idem_check_key gets here, so the key printed is never an invalid one (it
- * holds only [A-Za-z0-9_-]).
- */
-void
-idem_note_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
-				 bool has_resource, int64 resource_id)
-{
-	static const char *const names[] = {
-		[IDEM_LOG_EXECUTED] = "executed",
-		[IDEM_LOG_REPLAYED] = "replayed",
-		[IDEM_LOG_CONFLICT] = "conflict",
-		[IDEM_LOG_IN_FLIGHT] = "in_flight",
-		[IDEM_LOG_EXPIRED] = "expired",
-	};
-	char		resource[32] = "-";
-
-	/* what the call wrote counts once it commits; what it saw, at once */
-	if (outcome == IDEM_LOG_EXECUTED)
-		idem_stats_count_at_commit(IDEM_KIND_OPERATION, scope->operation, IDEM_STAT_EXECUTED, 1);
-	else
-		idem_stats_count(IDEM_KIND_OPERATION, scope->operation,
-						 outcome == IDEM_LOG_REPLAYED ? IDEM_STAT_REPLAYED :
-						 outcome == IDEM_LOG_IN_FLIGHT ? IDEM_STAT_IN_FLIGHT :
-						 IDEM_STAT_CONFLICTS, 1);
-
-	if (idem_note_outcomes == LOG_OUTCOMES_OFF ||
-		(idem_note_outcomes == LOG_OUTCOMES_CONFLICTS &&
-		 outcome != IDEM_LOG_CONFLICT && outcome != IDEM_LOG_IN_FLIGHT &&
-		 outcome != IDEM_LOG_EXPIRED))
-		return;
-	if (has_resource)
-		snprintf(resource, sizeof(resource), INT64_FORMAT, resource_id);
-	ereport(LOG,
-			(errmsg("idem: owner " INT64_FORMAT " operation %s key %s resource %s outcome %s",
-					scope->owner, scope->operation, scope->key, resource, names[outcome]),
-			 errhidestmt(true),
-			 errhidecontext(true)));
 }
 
 /* Raise IK002: the original request has not finished. */

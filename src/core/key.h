@@ -58,6 +58,7 @@ typedef enum IdemOutcomeLog
 extern int	idem_wait_timeout;
 
 extern void idem_key_init(void);
+extern void idem_key_log_init(void);
 extern void idem_check_key(const char *key, int len);
 extern void idem_check_key_policy(const IdemScope *scope);
 extern void idem_scope_set_key(IdemScope *scope, Datum key_text);

@@ -63,6 +63,25 @@ my $own = join("\n", grep { /LOG:  idem:|ERROR:|DETAIL:/ } split /\n/, slurp_fil
 like($own, qr/idempotency key may contain only letters/, 'the invalid keys were refused');
 unlike($own, qr/secret|000000003/, 'an invalid key is never printed');
 
+# --- an execution is logged at its commit: one that rolls back never was (1.13) ---
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', q{
+	BEGIN;
+	SELECT order_id FROM idem_create_order(9, 'log-key-rolled-back1', 1, 1);
+	ROLLBACK;
+	BEGIN;
+	SAVEPOINT s;
+	SELECT order_id FROM idem_create_order(9, 'log-key-rolled-back2', 1, 1);
+	ROLLBACK TO SAVEPOINT s;
+	SAVEPOINT t;
+	SELECT replayed FROM idem_begin(9, 'DEBIT', 'log-key-released-0001', '{}');
+	SELECT idem_finish(9, 'DEBIT', 'log-key-released-0001', 201, '{}');
+	RELEASE SAVEPOINT t;
+	COMMIT;
+});
+is(outcome_lines($offset), '9 DEBIT log-key-released-0001 - executed',
+	'an execution rolled back (by ROLLBACK or a savepoint) is not logged; one released and committed is, once');
+
 # --- conflicts: only the refused keys ---
 $node->append_conf('postgresql.conf', 'idem.log_outcomes = conflicts');
 $node->reload;
