@@ -20,6 +20,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/tuplestore.h"
 
 #include "idem.h"
@@ -31,25 +32,48 @@ PG_FUNCTION_INFO_V1(idem_audit_entries);
 
 /*
  * The query of idem_audit_entries: the live records and the history, the
- * audit fields only, as the view's columns.  %s is the schema, quoted.
+ * audit fields only, as the view's columns.  %s is the schema, quoted; %s
+ * the tables' owner condition (owner_cond).
  */
 static const char audit_query[] =
 	"SELECT r.owner_id, r.operation::pg_catalog.text, r.idempotency_key::pg_catalog.text, r.id,"
 	"       r.status::pg_catalog.text, r.http_status, r.resource_id, r.request_hash::pg_catalog.text,"
 	"       r.created_at, r.updated_at, r.expires_at, NULL::pg_catalog.timestamptz,"
 	"       NULL::pg_catalog.timestamptz, true"
-	"  FROM %s.idempotency_record r WHERE $1 IS NULL OR r.owner_id OPERATOR(pg_catalog.=) $1"
+	"  FROM %s %s.idempotency_record r WHERE %s"
 	" UNION ALL "
 	"SELECT h.owner_id, h.operation::pg_catalog.text, h.idempotency_key::pg_catalog.text, h.record_id,"
 	"       h.status::pg_catalog.text, h.http_status, h.resource_id, h.request_hash::pg_catalog.text,"
 	"       h.created_at, h.updated_at, h.expires_at, h.archived_at, h.audit_until, false"
-	"  FROM %s.idem_history h WHERE $1 IS NULL OR h.owner_id OPERATOR(pg_catalog.=) $1";
+	"  FROM %s %s.idem_history h WHERE %s";
+
+/* Rows fetched from the query's cursor at a time. */
+#define AUDIT_FETCH		1000
+
+/*
+ * The query's FROM prefix and condition on alias's owner_id: $1 (an owner
+ * asked for, or NULL), and, for a role bound by idem.allowed_owners that
+ * is not pg_monitor, its ranges ($2, $3), joined so that only those
+ * owners' rows are read, through the owner's index (1.13).
+ */
+static void
+owner_cond(bool bound, char alias, char **from, char **cond)
+{
+	*from = bound ? "ROWS FROM (pg_catalog.unnest($2::pg_catalog.int8[]), pg_catalog.unnest($3::pg_catalog.int8[])) AS b (lo, hi)," : "";
+	*cond = bound ?
+		psprintf("%c.owner_id OPERATOR(pg_catalog.>=) b.lo AND %c.owner_id OPERATOR(pg_catalog.<=) b.hi"
+				 " AND ($1 IS NULL OR %c.owner_id OPERATOR(pg_catalog.=) $1)", alias, alias, alias) :
+		psprintf("$1 IS NULL OR %c.owner_id OPERATOR(pg_catalog.=) $1", alias);
+}
 
 /*
  * SQL: idem_audit_entries(owner bigint DEFAULT NULL) returns the rows of
  * idem_audit: every owner's (or owner's only) for a member of pg_monitor,
  * else those of the owners the caller's idem.allowed_owners names.  Read
- * as idem's owner (the caller has no privilege on the tables).
+ * as idem's owner (the caller has no privilege on the tables), through a
+ * cursor a batch at a time into the result's tuplestore, which keeps
+ * work_mem and spills the rest to disk: the backend's memory does not grow
+ * with the trail (1.13; before, the whole trail was read into memory).
  */
 Datum
 idem_audit_entries(PG_FUNCTION_ARGS)
@@ -60,29 +84,61 @@ idem_audit_entries(PG_FUNCTION_ARGS)
 	Oid			owner = InvalidOid;
 	IdemIdentity identity = {0};
 	char	   *schema;
-	Oid			argtypes[1] = {INT8OID};
-	Datum		args[1] = {PG_NARGS() > 0 && !PG_ARGISNULL(0) ? PG_GETARG_DATUM(0) : (Datum) 0};
+	Oid			argtypes[3] = {INT8OID, INT8ARRAYOID, INT8ARRAYOID};
+	Datum		args[3] = {PG_NARGS() > 0 && !PG_ARGISNULL(0) ? PG_GETARG_DATUM(0) : (Datum) 0};
+	char		nulls[3] = {PG_NARGS() > 0 && !PG_ARGISNULL(0) ? ' ' : 'n', ' ', ' '};
+	int64	   *lo = NULL;
+	int64	   *hi = NULL;
+	int			nranges = every_owner ? -1 : idem_owner_ranges(&lo, &hi);
+	char	   *rfrom,
+			   *rcond,
+			   *hfrom,
+			   *hcond;
+	Portal		portal;
 
 	InitMaterializedSRF(fcinfo, 0);
-	if (!idem_extension_row(&nspid, &owner))
+	if (!idem_extension_row(&nspid, &owner) || nranges == 0)
 		return (Datum) 0;
+	if (nranges > 0)
+	{
+		Datum	   *los = palloc(sizeof(Datum) * nranges);
+		Datum	   *his = palloc(sizeof(Datum) * nranges);
+
+		for (int i = 0; i < nranges; i++)
+		{
+			los[i] = Int64GetDatum(lo[i]);
+			his[i] = Int64GetDatum(hi[i]);
+		}
+		args[1] = PointerGetDatum(construct_array(los, nranges, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+		args[2] = PointerGetDatum(construct_array(his, nranges, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	}
+	owner_cond(nranges > 0, 'r', &rfrom, &rcond);
+	owner_cond(nranges > 0, 'h', &hfrom, &hcond);
 	schema = idem_quoted_schema(nspid);
 	idem_become_owner(&identity, owner);
 	idem_use_safe_search_path(&identity);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "idem: SPI_connect failed");
-	if (SPI_execute_with_args(psprintf(audit_query, schema, schema), 1, argtypes, args,
-							  PG_ARGISNULL(0) ? "n" : " ", true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "idem: reading the audit trail failed");
-	for (uint64 i = 0; i < SPI_processed; i++)
+	portal = SPI_cursor_open_with_args(NULL, psprintf(audit_query, rfrom, schema, rcond, hfrom, schema, hcond),
+									   nranges > 0 ? 3 : 1, argtypes, args, nulls, true,
+									   CURSOR_OPT_NO_SCROLL);
+	for (;;)
 	{
-		Datum		values[14];
-		bool		nulls[14];
+		SPI_cursor_fetch(portal, true, AUDIT_FETCH);
+		if (SPI_processed == 0)
+			break;
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			Datum		values[14];
+			bool		isnull[14];
 
-		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, values, nulls);
-		if (every_owner || idem_owner_allowed(DatumGetInt64(values[0])))
-			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, values, isnull);
+			if (every_owner || idem_owner_allowed(DatumGetInt64(values[0])))
+				tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, isnull);
+		}
+		SPI_freetuptable(SPI_tuptable);
 	}
+	SPI_cursor_close(portal);
 	SPI_finish();
 	idem_restore_caller(&identity);
 	return (Datum) 0;

@@ -201,6 +201,25 @@ idem_owner_allowed(int64 owner)
 }
 
 /*
+ * The owners idem.allowed_owners binds the session to, as n ranges in
+ * *lo and *hi (palloc'd); -1 when it binds nothing (any owner).
+ */
+int
+idem_owner_ranges(int64 **lo, int64 **hi)
+{
+	if (allowed_owners == NULL)
+		return -1;
+	*lo = palloc(sizeof(int64) * Max(allowed_owners->n, 1));
+	*hi = palloc(sizeof(int64) * Max(allowed_owners->n, 1));
+	for (int i = 0; i < allowed_owners->n; i++)
+	{
+		(*lo)[i] = allowed_owners->r[i].lo;
+		(*hi)[i] = allowed_owners->r[i].hi;
+	}
+	return allowed_owners->n;
+}
+
+/*
  * Refuse (42501) an owner outside idem.allowed_owners, the owners the
  * current role is bound to; an empty setting binds nothing.
  */
