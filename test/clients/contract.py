@@ -65,7 +65,7 @@ def post(path, body, idem_key=None, owner=None, raw=None, port=None, headers=Non
         # before the client had sent it all: its answer is still to be read
         pass
     r = conn.getresponse()
-    text = r.read().decode()
+    text = r.read().decode("utf-8", "replace")
     out = {}
     for k, v in r.getheaders():
         out.setdefault(k.lower(), []).append(v)
@@ -113,7 +113,8 @@ def problem(answer, status, slug):
             and doc["type"] == "urn:idem:error:" + slug and isinstance(doc["title"], str)
             and isinstance(doc["detail"], str) and 'rel="describedby"' in link and ("#%s>" % slug) in link
             and not any(w in b for w in ("Traceback", "Exception", "ERROR:", "psycopg", "at org.", "node_modules",
-                                         "idempotency_record", "SQLSTATE")))
+                                         "idempotency_record", "SQLSTATE", "escape sequence", "invalid input syntax",
+                                         "JSON data", "Token ")))
 
 
 def expires_ok(h, seconds=86400, slack=120):
@@ -251,6 +252,19 @@ def mapping_tests():
         ("a quoted key left open: 400 key-malformed", order('"%s' % key("open"), o + 9), 400, "key-malformed"),
         ("a body that is not JSON: 400 body-not-json",
          post("/api/orders", None, key("t8"), o + 9, raw="{not json"), 400, "body-not-json"),
+        # JSON that PostgreSQL or canonical JSON refuses, or would read as
+        # another request: 400 invalid-request in every stack (1.13)
+        ("a number beyond an IEEE 754 double (1e400): 400 invalid-request",
+         post("/api/orders", None, key("t8"), o + 9, raw='{"skuId": 1e400, "quantity": 1}'), 400, "invalid-request"),
+        ("a body with a byte order mark: 400 invalid-request",
+         post("/api/orders", None, key("t8"), o + 9, raw=b'\xef\xbb\xbf{"skuId": 1, "quantity": 1}'), 400,
+         "invalid-request"),
+        ("a body that is not UTF-8: 400 invalid-request",
+         post("/api/orders", None, key("t8"), o + 9, raw=b'{"skuId": 1, "quantity": 1, "note": "\xff\xfe"}'), 400,
+         "invalid-request"),
+        ("a \\u0000 in the body: 400 invalid-request",
+         post("/api/orders", None, key("t8"), o + 9, raw='{"skuId": 1, "quantity": 1, "note": "a\\u0000b"}'), 400,
+         "invalid-request"),
         ("no owner: 401 no-owner", post("/api/orders", {"skuId": 1, "quantity": 1}, key("t8"), None), 401, "no-owner"),
         ("a body over 1 MiB: 413 body-too-large",
          post("/api/orders", None, key("t8"), o + 9, raw='{"pad": "%s"}' % ("x" * (1024 * 1024 + 16))),

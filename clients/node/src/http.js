@@ -105,6 +105,46 @@ class HandlerError extends Error {
   constructor(error) { super(String(error && error.message)); this.error = error; }
 }
 
+// What a client is told of a refused request: idem's own words for 22023 (a
+// key its policy refuses...), never PostgreSQL's own error text.
+const INVALID_DETAIL = {
+  '22003': 'a number in the request body is outside the range of canonical JSON (an IEEE 754 double); send it as a string',
+  '22P05': 'the request body must not contain \\u0000',
+  '22P02': 'the request body must be JSON',
+};
+const invalidDetail = (error) => (error.sqlstate === '22023' ? error.message
+  : INVALID_DETAIL[error.sqlstate] ?? 'the request is not valid');
+
+// The request's JSON value.  What PostgreSQL or canonical JSON would refuse,
+// or read as another request, is 400 invalid-request here, as in every stack
+// (idem 1.13): a byte order mark, bytes that are not UTF-8, a number beyond
+// an IEEE 754 double (1e400), a \u0000.
+export function parseBody(raw) {
+  if (!raw.length) return null;
+  if (raw.length >= 3 && raw[0] === 0xef && raw[1] === 0xbb && raw[2] === 0xbf) {
+    throw new Problem(400, 'invalid-request', 'the request body must not start with a byte order mark');
+  }
+  let text;
+  try { text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(raw); } catch {
+    throw new Problem(400, 'invalid-request', 'the request body is not valid UTF-8');
+  }
+  let body;
+  try { body = JSON.parse(text); } catch {
+    throw new Problem(400, 'body-not-json', 'the request body must be JSON');
+  }
+  const stack = [body];
+  while (stack.length) {
+    const v = stack.pop();
+    if (typeof v === 'number' && !Number.isFinite(v)) throw new Problem(400, 'invalid-request', INVALID_DETAIL['22003']);
+    if (typeof v === 'string' && v.includes('\u0000')) throw new Problem(400, 'invalid-request', INVALID_DETAIL['22P05']);
+    if (v && typeof v === 'object') {
+      if (Array.isArray(v)) stack.push(...v);
+      else for (const [k, x] of Object.entries(v)) stack.push(k, x);
+    }
+  }
+  return body;
+}
+
 export function problemOf(error, settings) {
   if (error instanceof Problem) return error;
   if (error instanceof HandlerError) {
@@ -131,7 +171,7 @@ export function problemOf(error, settings) {
       { 'retry-after': String(settings.readOnlyRetryAfter) });
   }
   if (error instanceof NotAllowed) return new Problem(403, 'forbidden', 'this request is not allowed for this owner or operation');
-  if (error instanceof InvalidRequest) return new Problem(400, 'invalid-request', error.message);
+  if (error instanceof InvalidRequest) return new Problem(400, 'invalid-request', invalidDetail(error));
   if (error instanceof SerializationFailure) {
     return new Problem(503, 'retry', 'the request raced another one; retry it', { 'retry-after': '0' });
   }
@@ -298,12 +338,7 @@ async function handle(settings, declared, req, res, next) {
       throw new Problem(413, 'body-too-large', `the request body is over ${settings.maxBodyBytes} bytes`);
     }
     const raw = await readBody(req, settings.maxBodyBytes);
-    let body = null;
-    if (raw.length) {
-      try { body = JSON.parse(raw.toString('utf8')); } catch {
-        throw new Problem(400, 'body-not-json', 'the request body must be JSON');
-      }
-    }
+    const body = parseBody(raw);
     req.body = body;
     req._body = true;                      // body-parser: already read
     const owner = await settings.owner(req);

@@ -20,7 +20,7 @@ export class LeaseLost extends IdemError {}            // IK004
 export class UnfinishedClaim extends IdemError {}      // IK005
 export class NestedRun extends IdemError {}            // IK006
 export class KeyExpired extends IdemError {}           // IK007: refused until its audit period ends
-export class InvalidRequest extends IdemError {}       // 22023, 22004, 22003, 22P02
+export class InvalidRequest extends IdemError {}       // 22023, 22004, 22003, 22P02, 22P05
 export class ReadOnly extends IdemError {}             // 25006
 export class NotAllowed extends IdemError {}           // 42501
 export class SerializationFailure extends IdemError {} // 40001: retry the whole transaction
@@ -28,7 +28,7 @@ export class SerializationFailure extends IdemError {} // 40001: retry the whole
 const BY_STATE = {
   IK001: KeyReused, IK002: InFlight, IK003: NoClaim, IK004: LeaseLost, IK005: UnfinishedClaim,
   IK006: NestedRun, IK007: KeyExpired, 22023: InvalidRequest, 22004: InvalidRequest, 22003: InvalidRequest,
-  '22P02': InvalidRequest, 25006: ReadOnly, 42501: NotAllowed, 40001: SerializationFailure,
+  '22P02': InvalidRequest, '22P05': InvalidRequest, 25006: ReadOnly, 42501: NotAllowed, 40001: SerializationFailure,
 };
 
 // The idem error of a pg error (or the error itself when it has no SQLSTATE).

@@ -49,7 +49,7 @@ public class IdemException extends SQLException {
         KeyExpired(String m, Throwable c) { super(m, "IK007", c); }
     }
 
-    /** 22023, 22004, 22003, 22P02: a bad argument (key, operation, ttl, JSON...). */
+    /** 22023, 22004, 22003, 22P02, 22P05: a bad argument (key, operation, ttl, JSON, a \\u0000...). */
     public static class InvalidRequest extends IdemException {
         private static final long serialVersionUID = 1L;
         InvalidRequest(String m, String state, Throwable c) { super(m, state, c); }
@@ -90,7 +90,7 @@ public class IdemException extends SQLException {
             case "IK004": return new LeaseLost(m, e);
             case "IK005": case "IK006": return new Misuse(m, state, e);
             case "IK007": return new KeyExpired(m, e);
-            case "22023": case "22004": case "22003": case "22P02": return new InvalidRequest(m, state, e);
+            case "22023": case "22004": case "22003": case "22P02": case "22P05": return new InvalidRequest(m, state, e);
             case "25006": return new ReadOnly(m, e);
             case "42501": return new NotAllowed(m, e);
             case "40001": return new SerializationFailure(m, e);

@@ -64,7 +64,7 @@ class KeyExpired(IdemError):
 
 
 class InvalidRequest(IdemError):
-    """22023, 22004, 22003, 22P02: a bad argument (key, operation, ttl, JSON...)."""
+    """22023, 22004, 22003, 22P02, 22P05: a bad argument (key, operation, ttl, JSON, a \\u0000...)."""
     sqlstate = "22023"
 
 
@@ -88,6 +88,7 @@ _BY_STATE = {
     "IK001": KeyReused, "IK002": InFlight, "IK003": NoClaim, "IK004": LeaseLost,
     "IK005": UnfinishedClaim, "IK006": NestedRun, "IK007": KeyExpired,
     "22023": InvalidRequest, "22004": InvalidRequest, "22003": InvalidRequest, "22P02": InvalidRequest,
+    "22P05": InvalidRequest,
     "25006": ReadOnly, "42501": NotAllowed, "40001": SerializationFailure,
 }
 

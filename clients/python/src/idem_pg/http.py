@@ -191,12 +191,55 @@ def parse_key(values: List[str]) -> Optional[str]:
 
 
 def parse_body(raw: bytes) -> Any:
+    """The request's JSON value.  What PostgreSQL or canonical JSON would
+    refuse, or read as another request, is 400 invalid-request here, as in
+    every stack (idem 1.13): a byte order mark, bytes that are not UTF-8, a
+    number beyond an IEEE 754 double (1e400), a \\u0000."""
     if not raw:
         return None
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise Problem(400, "invalid-request", "the request body must not start with a byte order mark")
     try:
-        return json.loads(raw, parse_constant=_no_constant)
-    except (ValueError, UnicodeDecodeError):
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Problem(400, "invalid-request", "the request body is not valid UTF-8") from None
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except ValueError:
         raise Problem(400, "body-not-json", "the request body must be JSON") from None
+    _check_json_value(value)
+    return value
+
+
+def _check_json_value(value: Any) -> None:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+            raise Problem(400, "invalid-request", INVALID_DETAIL["22003"])
+        elif isinstance(v, str) and "\x00" in v:
+            raise Problem(400, "invalid-request", INVALID_DETAIL["22P05"])
+
+
+# What a client is told of a refused request: idem's own words for 22023 (a
+# key its policy refuses...), never PostgreSQL's own error text.
+INVALID_DETAIL = {
+    "22003": "a number in the request body is outside the range of canonical JSON (an IEEE 754 double);"
+             " send it as a string",
+    "22P05": "the request body must not contain \\u0000",
+    "22P02": "the request body must be JSON",
+}
+
+
+def invalid_detail(error: InvalidRequest) -> str:
+    if error.sqlstate == "22023":
+        return error.message
+    return INVALID_DETAIL.get(error.sqlstate or "", "the request is not valid")
 
 
 def _no_constant(name: str) -> Any:
@@ -284,7 +327,7 @@ def problem_of(error: BaseException, settings: Settings) -> Problem:
     if isinstance(error, NotAllowed):
         return Problem(403, "forbidden", "this request is not allowed for this owner or operation")
     if isinstance(error, InvalidRequest):
-        return Problem(400, "invalid-request", error.message)
+        return Problem(400, "invalid-request", invalid_detail(error))
     if isinstance(error, SerializationFailure):
         return Problem(503, "retry", "the request raced another one; retry it", [("Retry-After", "0")])
     log.error("idem_pg: request failed: %s", _describe(error))

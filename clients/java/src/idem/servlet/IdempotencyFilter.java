@@ -140,7 +140,7 @@ public final class IdempotencyFilter implements Filter {
         if (owner == null) {
             throw new Problem(401, "no-owner", "the request has no authenticated owner");
         }
-        String body = raw.length == 0 ? "null" : new String(raw, StandardCharsets.UTF_8);
+        String body = raw.length == 0 ? "null" : utf8(raw);
         String fingerprinted = match.route().request() == null ? body
             : match.route().request().select(body, match.params());
         try (Connection c = settings.dataSource.getConnection()) {
@@ -301,6 +301,24 @@ public final class IdempotencyFilter implements Filter {
         return v;
     }
 
+    /**
+     * The body as text: UTF-8 without a byte order mark, strictly decoded (400 invalid-request otherwise,
+     * as every stack answers: a replacement character would make another request of it).
+     */
+    static String utf8(byte[] raw) throws Problem {
+        if (raw.length >= 3 && (raw[0] & 0xff) == 0xef && (raw[1] & 0xff) == 0xbb && (raw[2] & 0xff) == 0xbf) {
+            throw new Problem(400, "invalid-request", "the request body must not start with a byte order mark");
+        }
+        try {
+            return StandardCharsets.UTF_8.newDecoder()
+                .onMalformedInput(java.nio.charset.CodingErrorAction.REPORT)
+                .onUnmappableCharacter(java.nio.charset.CodingErrorAction.REPORT)
+                .decode(java.nio.ByteBuffer.wrap(raw)).toString();
+        } catch (java.nio.charset.CharacterCodingException e) {
+            throw new Problem(400, "invalid-request", "the request body is not valid UTF-8");
+        }
+    }
+
     private byte[] readBody(HttpServletRequest request) throws Problem {
         try (InputStream in = request.getInputStream()) {
             ByteArrayOutputStream out = new ByteArrayOutputStream();
@@ -339,7 +357,7 @@ public final class IdempotencyFilter implements Filter {
             return new Problem(403, "forbidden", "this request is not allowed for this owner or operation");
         }
         if (e instanceof IdemException.InvalidRequest) {
-            return new Problem(400, "invalid-request", e.getMessage());
+            return new Problem(400, "invalid-request", invalidDetail(e));
         }
         if (e instanceof IdemException.SerializationFailure) {
             return new Problem(503, "retry", "the request raced another one; retry it").with("retry-after", "0");
@@ -348,6 +366,21 @@ public final class IdempotencyFilter implements Filter {
             LOG.severe("idem: request failed: " + e.getSQLState() + " " + e.getMessage());
         }
         return new Problem(500, "internal", "the request could not be completed");
+    }
+
+    /**
+     * What a client is told of a refused request: idem's own words for 22023 (a key its policy refuses...),
+     * never PostgreSQL's own error text (a parser's message names its internals).
+     */
+    static String invalidDetail(SQLException e) {
+        return switch (String.valueOf(e.getSQLState())) {
+            case "22023" -> e.getMessage();
+            case "22003" -> "a number in the request body is outside the range of canonical JSON (an IEEE 754 double);"
+                + " send it as a string";
+            case "22P05" -> "the request body must not contain \\u0000";
+            case "22P02" -> "the request body must be JSON";
+            default -> "the request is not valid";
+        };
     }
 
     private Answer problem(Problem p) {
