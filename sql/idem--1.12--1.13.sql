@@ -139,27 +139,41 @@ COMMENT ON COLUMN idem_internal.idem_outbox.owner_id IS
     'idem: the owner the message is about (idem_outbox_emit''s owner, or the owner of the emitting transaction''s claims), for idem_forget_owner';
 CREATE INDEX idem_outbox_owner ON idem_internal.idem_outbox (owner_id) WHERE owner_id IS NOT NULL;
 
--- idem_outbox_emit takes the message's owner (1.13).  The function is
--- replaced (the old signature dropped, so that calls of it stay
--- unambiguous); as in 1.11, EXECUTE granted on the old one does not pass
--- to the new one: the update warns which roles had it, to grant it again
--- (idem_grant) in the same transaction.
+-- idem_outbox_emit takes the message's owner, idem_health has a new column,
+-- and idem_finish_stored is new (1.13).  The first two are replaced (the
+-- old ones dropped); as in 1.11, EXECUTE granted on an old function does
+-- not pass to the new one (granted in this script it would be recorded as
+-- the extension's initial privileges, which pg_dump leaves out), and the
+-- roles of the app kind have no EXECUTE on idem_finish_stored: the update
+-- warns which roles had what, to grant it again (idem_grant) in the same
+-- transaction.  pg_monitor gets idem_health again from this script, as a
+-- fresh install gives it.
 DO $replace$
 DECLARE
+    f record;
     roles text;
 BEGIN
-    SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)), ', ')
-      INTO roles
-      FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
-     WHERE p.oid OPERATOR(pg_catalog.=) '@extschema@.idem_outbox_emit(text, jsonb, text, jsonb)'::pg_catalog.regprocedure
-       AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
-       AND a.grantee OPERATOR(pg_catalog.<>) 0
-       AND a.grantee OPERATOR(pg_catalog.<>) p.proowner;
-    IF roles IS NOT NULL THEN
-        RAISE WARNING 'idem 1.13 replaced idem_outbox_emit(text, jsonb, text, jsonb) by idem_outbox_emit(text, jsonb, text, jsonb, bigint): EXECUTE granted to % on the old function is not carried over', roles
-            USING HINT = pg_catalog.format('Grant it again in the same transaction as the update: SELECT idem_grant(role, %L) for each role, or GRANT EXECUTE ON FUNCTION %s TO %s.',
-                                           'app', '@extschema@.idem_outbox_emit(text, jsonb, text, jsonb, bigint)', roles);
-    END IF;
+    FOR f IN
+        SELECT * FROM (VALUES
+            ('@extschema@.idem_outbox_emit(text, jsonb, text, jsonb)', 'idem_outbox_emit(text, jsonb, text, jsonb, bigint)', 'app', 'replaced'),
+            ('@extschema@.idem_health()', 'idem_health() (a new column)', 'monitor', 'replaced'),
+            ('@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)', 'idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json)', 'app', 'added'))
+        AS v (old, new, kind, how)
+    LOOP
+        SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)), ', ')
+          INTO roles
+          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+         WHERE p.oid OPERATOR(pg_catalog.=) f.old::pg_catalog.regprocedure
+           AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
+           AND a.grantee OPERATOR(pg_catalog.<>) 0
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+           AND a.grantee OPERATOR(pg_catalog.<>) 'pg_monitor'::pg_catalog.regrole;
+        IF roles IS NOT NULL THEN
+            RAISE WARNING 'idem 1.13 % %: roles %, granted EXECUTE on %, do not have it on the new function', f.how, f.new, roles, f.old
+                USING HINT = pg_catalog.format('Grant it in the same transaction as the update: SELECT idem_grant(role, %L) for each of %s.',
+                                               f.kind, roles);
+        END IF;
+    END LOOP;
 END
 $replace$;
 DROP FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb);
