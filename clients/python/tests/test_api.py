@@ -279,8 +279,8 @@ def test_replayed_set_cookie_lines_and_finish_stored(conn):
     with conn.transaction():
         o = idem_pg.begin(conn, 1, "COOKIES", k, {})
     assert o.replayed and o.headers == stored.headers
-    assert http.replayed_headers(o.headers) == [
-        ("set-cookie", "a=1; Expires=Wed, 21 Oct 2026 07:28:00 GMT"), ("set-cookie", "b=2"), ("location", "/x")]
+    assert sorted(http.replayed_headers(o.headers)) == [
+        ("location", "/x"), ("set-cookie", "a=1; Expires=Wed, 21 Oct 2026 07:28:00 GMT"), ("set-cookie", "b=2")]
     # a newline in a stored header is refused (22023): it would split a replay
     k2 = new_key()
     with pytest.raises(idem_pg.InvalidRequest):
