@@ -25,6 +25,12 @@ check "every test/expected/*.out belongs to a test or a spec" \
 check "the TAP files are run by their wildcard (test/t/*.pl: $(ls test/t/*.pl | wc -l) files)" \
 	"test/t/*.pl" "$(sed -n 's/^PROVE_TESTS ?= //p' Makefile)"
 
+# the libraries' versions are the extension's (idem.control: 1.13 -> 1.13.0)
+version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" idem.control).0
+check "the Python and Node libraries' versions are the extension's ($version)" \
+	"$version $version $version" \
+	"$(sed -n 's/^version = "\(.*\)"/\1/p' clients/python/pyproject.toml) $(sed -n 's/^__version__ = "\(.*\)"/\1/p' clients/python/src/idem_pg/__init__.py) $(sed -n 's/^  "version": "\(.*\)",/\1/p' clients/node/package.json)"
+
 ensure_service_packages shellcheck
 mapfile -t scripts < <(git ls-files '*.sh' 2>/dev/null || find . -name '*.sh' -not -path '*/node_modules/*')
 if out=$(shellcheck -S warning -f gcc "${scripts[@]}" 2>&1); then

@@ -205,7 +205,9 @@ build_node_client() {
 # build_java_client: the jar (javac -Xlint:all -Werror, jar) and the
 # example against it; sets JAVA_BUILD and JAVA_APPCP (the example's classpath)
 build_java_client() {
-	local J=/usr/share/java
+	local J=/usr/share/java jar
+	# the library's version is the extension's (idem.control)
+	jar=idem-pg-$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/idem.control").0.jar
 	JAVA_BUILD=$IDEM_TMP/java
 	mkdir -p "$JAVA_BUILD/classes" "$JAVA_BUILD/example"
 	log "javac and jar: clients/java"
@@ -213,13 +215,13 @@ build_java_client() {
 	mapfile -t sources < <(find "$CLIENTS/java/src" -name '*.java')
 	if ! javac -Xlint:all -Werror -d "$JAVA_BUILD/classes" -cp "$J/postgresql.jar:$J/tomcat10-embed-core.jar" \
 		"${sources[@]}" >"$JAVA_BUILD/javac.log" 2>&1 ||
-		! jar --create --file "$JAVA_BUILD/idem-pg-1.11.0.jar" -C "$JAVA_BUILD/classes" . ; then
+		! jar --create --file "$JAVA_BUILD/$jar" -C "$JAVA_BUILD/classes" . ; then
 		cat "$JAVA_BUILD/javac.log" >&2
 		echo "not ok - java: the jar builds"
 		return 1
 	fi
-	echo "ok - java: the jar builds with -Xlint:all -Werror (idem-pg-1.11.0.jar)"
-	JAVA_JARCP=$JAVA_BUILD/idem-pg-1.11.0.jar:$J/postgresql.jar
+	echo "ok - java: the jar builds with -Xlint:all -Werror ($jar)"
+	JAVA_JARCP=$JAVA_BUILD/$jar:$J/postgresql.jar
 	JAVA_APPCP=$JAVA_BUILD/example:$JAVA_JARCP:$J/tomcat10-embed-core.jar:$J/jakarta-annotation-api.jar
 	if ! javac -Xlint:all -Werror -d "$JAVA_BUILD/example" -cp "$JAVA_APPCP" "$EXAMPLES/java/OrderServer.java" \
 		>"$JAVA_BUILD/javac-ex.log" 2>&1; then
