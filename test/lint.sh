@@ -31,6 +31,25 @@ check "the Python and Node libraries' versions are the extension's ($version)" \
 	"$version $version $version" \
 	"$(sed -n 's/^version = "\(.*\)"/\1/p' clients/python/pyproject.toml) $(sed -n 's/^__version__ = "\(.*\)"/\1/p' clients/python/src/idem_pg/__init__.py) $(sed -n 's/^  "version": "\(.*\)",/\1/p' clients/node/package.json)"
 
+# a consumer's message: the fields of Python's and Node's Delivery are the
+# ones docs/messaging.md names, and the docs name no other (message.id was
+# one, and an AttributeError)
+deliveries=$(/usr/bin/python3 - <<'PY'
+import re
+py = open("clients/python/src/idem_pg/consumer.py").read()
+py_fields = re.findall(r"^    (\w+): ", py.split("class Delivery:", 1)[1].split("\n\n\n", 1)[0], flags=re.M)
+ts = open("clients/node/consumer.d.ts").read()
+ts_fields = re.findall(r"^  (\w+): ", ts.split("export class Delivery {", 1)[1].split("}", 1)[0], flags=re.M)
+doc = open("docs/messaging.md").read()
+named = set(re.findall(r"`message\.(\w+)`", doc))
+missing = [f for f in py_fields + ts_fields if f not in named]
+unknown = sorted(named - set(py_fields) - set(ts_fields))
+print("yes" if py_fields and ts_fields and not missing and not unknown
+      else "no: not in the docs %s, not in the code %s" % (missing, unknown))
+PY
+)
+check "docs/messaging.md names the fields of the consumers' Delivery as the Python and Node code does" yes "$deliveries"
+
 ensure_service_packages shellcheck
 mapfile -t scripts < <(git ls-files '*.sh' 2>/dev/null || find . -name '*.sh' -not -path '*/node_modules/*')
 if out=$(shellcheck -S warning -f gcc "${scripts[@]}" 2>&1); then

@@ -114,7 +114,17 @@ contract_of() {	# contract_of NAME OWNER_BASE COMMAND...
 	fi
 	stop_services
 	keys_not_logged "$name"
+	stack_logged "$name"
 	unset IDEM_RUN
+}
+
+# stack_logged NAME: a handler's exception (the contract's test 4) is
+# logged with its stack: the file and the line that raised it
+stack_logged() {
+	local frames
+	frames=$(cat "$IDEM_TMP/$1"-*.log 2>/dev/null |
+		grep -c -E '^  File ".*", line [0-9]+|^ +at .*\.(js|mjs):[0-9]+:[0-9]+|^\s+at [A-Za-z].*\([A-Za-z]+\.java:[0-9]+\)' || true)
+	check "$1: a handler's exception is logged with its stack (file and line)" yes "$([ "$frames" -gt 0 ] && echo yes || echo "no frame in the log")"
 }
 
 # keys_not_logged NAME: no line the services NAME* wrote holds a key the

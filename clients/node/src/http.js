@@ -151,7 +151,8 @@ export function problemOf(error, settings) {
     // of the handler's own errors, a read-only server and a serialization failure have answers of their own
     const t = translate(error.error);
     if (t instanceof ReadOnly || t instanceof SerializationFailure) return problemOf(t, settings);
-    settings.log(`idem-pg: the handler failed: ${error.error && error.error.message}`);
+    // with its stack: the file and line that threw
+    settings.log(`idem-pg: the handler failed: ${error.error && (error.error.stack || error.error.message)}`);
     return new Problem(500, 'internal', 'the request could not be completed');
   }
   if (error instanceof KeyReused) {
@@ -175,7 +176,8 @@ export function problemOf(error, settings) {
   if (error instanceof SerializationFailure) {
     return new Problem(503, 'retry', 'the request raced another one; retry it', { 'retry-after': '0' });
   }
-  settings.log(`idem-pg: request failed: ${error instanceof IdemError ? `${error.sqlstate} ` : ''}${error && error.message}`);
+  settings.log(`idem-pg: request failed: ${error instanceof IdemError ? `${error.sqlstate} ${error.message}`
+    : error && (error.stack || error.message)}`);
   return new Problem(500, 'internal', 'the request could not be completed');
 }
 

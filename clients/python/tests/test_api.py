@@ -287,3 +287,52 @@ def test_replayed_set_cookie_lines_and_finish_stored(conn):
         with conn.transaction():
             idem_pg.begin(conn, 1, "COOKIES", k2, {})
             idem_pg.finish(conn, 1, "COOKIES", k2, 201, {}, headers={"location": "/x\r\nSet-Cookie: evil=1"})
+
+
+def test_async_api_covers_the_sync_one():
+    """idem_pg.aio: every call of the synchronous API, awaited on an AsyncConnection."""
+    import asyncio
+    from idem_pg import aio
+
+    sync_calls = {"begin", "finish", "finish_stored", "run", "submit", "consume", "emit", "claim",
+                  "retry_serializable", "TaskWorker"}
+    assert sync_calls <= set(aio.__all__), sync_calls - set(aio.__all__)
+
+    async def main():
+        k, tk, mid = new_key(), new_key(), "py-async-" + uuid.uuid4().hex
+        async with await psycopg.AsyncConnection.connect() as conn:
+            async with conn.transaction():
+                async with aio.claim(conn, 1, "DEBIT", k, {"account": 7, "amount": 5}) as c:
+                    assert not c.replayed
+                    message_id = await aio.emit(conn, "async.debits", {"account": 7}, key="7", owner=1)
+                    stored = await c.finish(201, {"debited": 5}, resource_id=3)
+            assert (stored.http_status, json.loads(stored.body), stored.resource_id) == (201, {"debited": 5}, 3)
+            async with conn.transaction():
+                again = await aio.begin(conn, 1, "DEBIT", k, {"amount": 5, "account": 7})
+            assert again.replayed and again.body == stored.body
+            async with conn.transaction():
+                first = await aio.consume(conn, "py-async", mid, owner=1)
+                second = await aio.consume(conn, "py-async", mid, owner=1)
+            assert (first, second) == (True, False)
+            async with conn.transaction():
+                sub = await aio.submit(conn, 1, "ASYNC_SHIP", tk, {"order": 1})
+            assert not sub.replayed and sub.status == "PROCESSING"
+            await conn.set_autocommit(True)
+            worker = aio.TaskWorker("ASYNC_SHIP", "py-async-worker", lease=30)
+            tasks = [t for t in await worker.lease(conn, batch=10) if t.key == tk]
+            assert len(tasks) == 1
+            await aio.TaskWorker.heartbeat(conn, tasks[0])
+            await aio.TaskWorker.complete(conn, tasks[0], 201, {"shipped": True})
+            again = await aio.submit(conn, 1, "ASYNC_SHIP", tk, {"order": 1})
+            assert (again.replayed, again.status, again.http_status) == (True, "SUCCEEDED", 201)
+            owner_of = await (await conn.execute(
+                "SELECT owner_id FROM idem_internal.idem_outbox WHERE message_id = %s", (message_id,))).fetchone()
+            assert owner_of == (1,)
+            attempts = []
+
+            async def once():
+                attempts.append(1)
+                return "done"
+            assert await aio.retry_serializable(once) == "done" and attempts == [1]
+
+    asyncio.run(main())

@@ -169,12 +169,17 @@ def consume(db: Any, consumer: str, message_id: str, ttl: Ttl = None, prepare: O
 
 
 def emit(db: Any, topic: str, payload: Json, key: Optional[str] = None,
-         headers: Optional[Mapping[str, str]] = None, prepare: Optional[bool] = None) -> int:
+         headers: Optional[Mapping[str, str]] = None, prepare: Optional[bool] = None,
+         owner: Optional[int] = None) -> int:
     """idem_outbox_emit: a message, published once this transaction commits.
-    Returns its message id."""
+    Returns its message id.  ``owner`` (idem 1.13): whose it is, for
+    idem_forget_owner (default: the owner of the transaction's claims)."""
+    hdrs = json.dumps(dict(headers)) if headers is not None else None
+    if owner is not None:
+        return int(_one(db, "SELECT idem_outbox_emit(%s, %s::jsonb, %s, %s::jsonb, %s::bigint)",
+                        (topic, _json(payload), key, hdrs, owner), prepare)[0])
     return int(_one(db, "SELECT idem_outbox_emit(%s, %s::jsonb, %s, %s::jsonb)",
-                    (topic, _json(payload), key, json.dumps(dict(headers)) if headers is not None else None),
-                    prepare)[0])
+                    (topic, _json(payload), key, hdrs), prepare)[0])
 
 
 class Claim:

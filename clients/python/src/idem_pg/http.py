@@ -310,7 +310,8 @@ def problem_of(error: BaseException, settings: Settings) -> Problem:
         state = sqlstate_of(error.error)
         if state in ("25006", "40001"):
             return problem_of(translate(error.error), settings)
-        log.error("idem_pg: the handler failed: %s", _describe(error.error))
+        # with its traceback: the file and line that raised
+        log.error("idem_pg: the handler failed: %s", _describe(error.error), exc_info=error.error)
         return Problem(500, "internal", "the request could not be completed")
     if isinstance(error, KeyReused):
         return Problem(settings.conflict_status, "key-reused",
@@ -330,7 +331,8 @@ def problem_of(error: BaseException, settings: Settings) -> Problem:
         return Problem(400, "invalid-request", invalid_detail(error))
     if isinstance(error, SerializationFailure):
         return Problem(503, "retry", "the request raced another one; retry it", [("Retry-After", "0")])
-    log.error("idem_pg: request failed: %s", _describe(error))
+    log.error("idem_pg: request failed: %s", _describe(error),
+              exc_info=None if isinstance(error, IdemError) else error)
     return Problem(500, "internal", "the request could not be completed")
 
 
