@@ -346,11 +346,15 @@ idem_consume(PG_FUNCTION_ARGS)
 	if (!idem_citus_route(&c.cat, inbox_table_index, PointerGetDatum(c.consumer), TEXTOID))
 		return idem_citus_redispatch(fcinfo);
 
+	/* in the consumer's row: calls, and the first consumptions as executed (1.13) */
+	idem_stats_count(IDEM_KIND_CONSUMER, c.consumer_name, IDEM_STAT_CALLS, 1);
 	inbox_locktag(&tag, c.consumer, c.message_id);
 	if (!idem_lock_key(&tag, IDEM_KIND_CONSUMER, c.consumer_name))
 		report_in_flight(c.consumer_name);
 	idem_become_owner(&identity, c.cat.owner);
 	consumed = inbox_consume(&c, &tag, &identity);
 	idem_restore_caller(&identity);
+	if (consumed)
+		idem_stats_count_at_commit(IDEM_KIND_CONSUMER, c.consumer_name, IDEM_STAT_EXECUTED, 1);
 	PG_RETURN_BOOL(consumed);
 }

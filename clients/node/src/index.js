@@ -126,10 +126,11 @@ export async function claim(db, scope, work) {
   let finished = null;
   const c = {
     outcome: o,
+    // the answer as stored (after the operation's redact policy), as a
+    // replay returns it: c.outcome too from then on
     async finish(status, body, { resourceId, headers } = {}) {
-      await finish(db, { ...scope, status, body, resourceId, headers });
-      finished = { ...o, httpStatus: status, resourceId: resourceId ?? null, headers: headers ?? null,
-        body: json(body) };
+      finished = await finishStored(db, { ...scope, status, body, resourceId, headers });
+      c.outcome = finished;
       return finished;
     },
   };

@@ -197,12 +197,17 @@ class Claim:
         return self.outcome.replayed
 
     def finish(self, http_status: int, body: Json = None, resource_id: Optional[int] = None,
-               headers: Optional[Mapping[str, str]] = None) -> None:
+               headers: Optional[Mapping[str, str]] = None) -> Outcome:
+        """Store the answer.  Returns it as stored (after the operation's
+        redact policy), as a replay will return it, and ``outcome`` is that
+        from then on (on a first execution it was idem_begin's, with no
+        answer yet)."""
         if self.finished:
             raise NoClaim("this claim is already finished (or was a replay)", "IK003")
-        finish(self.db, self.owner, self.operation, self.key, http_status, body, resource_id, headers,
-               self._prepare)
+        self.outcome = finish_stored(self.db, self.owner, self.operation, self.key, http_status, body, resource_id,
+                                     headers, self._prepare)
         self.finished = True
+        return self.outcome
 
 
 @contextmanager
