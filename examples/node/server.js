@@ -28,6 +28,16 @@ const idem = createIdempotency({
 });
 
 const app = express();
+// IDEM_BODY_PARSER (the test command's): a body parser before idem's
+// middleware, as many Express applications have one; idem takes the raw
+// bytes kept by `verify`, or what the parser made of them
+const parsers = {
+  json: () => express.json(),
+  'json-verify': () => express.json({ verify: (req, res, buf) => { req.rawBody = buf; } }),
+  text: () => express.text({ type: '*/*' }),
+  raw: () => express.raw({ type: '*/*' }),
+};
+if (parsers[process.env.IDEM_BODY_PARSER]) app.use(parsers[process.env.IDEM_BODY_PARSER]());
 app.post('/api/orders', idem.route('CREATE_ORDER', { request: ['skuId', 'quantity'] }), async (req, res) => {
   const { skuId, quantity } = req.body ?? {};
   if (!Number.isInteger(skuId) || !Number.isInteger(quantity) || quantity < 1 || quantity > 100) {

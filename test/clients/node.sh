@@ -24,5 +24,23 @@ grep -E '^(not )?ok [0-9]+ - ' "$IDEM_TMP/node-test.log" | tap_lines "node api"
 
 contract_of node-express 8000 node "$app/server.js"
 contract_of node-http 8100 node "$app/plain.js"
+# a body parser before the middleware (express.json() and the others):
+# answered as without one, never a request left hanging (each request of
+# the contract gives up after 30 s)
+owner=8200
+for parser in json json-verify text raw; do
+	log "the contract's article tests with app.use(express.${parser%-verify}(...)) before the middleware"
+	IDEM_RUN=$(new_run)
+	export IDEM_RUN
+	port=$(free_port)
+	if start_service "node-express-$parser" "$port" IDEM_BODY_PARSER="$parser" -- node "$app/server.js"; then
+		contract "node-express-$parser" "http://127.0.0.1:$port" "$owner" --quick
+	else
+		echo "not ok - node-express-$parser: the service starts"
+	fi
+	stop_services
+	owner=$((owner + 100))
+done
+unset IDEM_RUN
 log "the fast layer: examples/node/server.js with Redis"
 fast_layer_of node-express 8500 node "$app/server.js"

@@ -132,6 +132,12 @@ export function parseBody(raw) {
   try { body = JSON.parse(text); } catch {
     throw new Problem(400, 'body-not-json', 'the request body must be JSON');
   }
+  return checkedValue(body);
+}
+
+// A parsed JSON value, refused (400 invalid-request) where PostgreSQL or
+// canonical JSON would refuse it: a number beyond a double, a \u0000.
+function checkedValue(body) {
   const stack = [body];
   while (stack.length) {
     const v = stack.pop();
@@ -219,6 +225,25 @@ function readBody(req, limit) {
     req.on('end', () => resolve(Buffer.concat(chunks)));
     req.on('error', reject);
   });
+}
+
+// The request's JSON value, read here, or taken from the body parser that
+// read the stream before this middleware (express.json(), express.text(),
+// express.raw()): the raw bytes where the application kept them
+// (express.json({ verify: (req, res, buf) => { req.rawBody = buf; } })),
+// else what the parser made of them.  A stream already read with nothing
+// kept is a 500 at once, with a log line naming the cause: never a wait for
+// an 'end' that came before (issue 37).
+async function bodyOf(req, settings) {
+  const consumed = req._body === true || req.readableEnded === true;
+  if (!consumed) return parseBody(await readBody(req, settings.maxBodyBytes));
+  if (Buffer.isBuffer(req.rawBody)) return parseBody(req.rawBody);
+  if (Buffer.isBuffer(req.body)) return parseBody(req.body);
+  if (typeof req.body === 'string') return parseBody(Buffer.from(req.body, 'utf8'));
+  if (req.body !== undefined && req._body === true) return checkedValue(req.body);
+  settings.log('idem-pg: the request body was read before the idempotency middleware and not kept: '
+    + 'put the middleware first, or keep the raw bytes with express.json({ verify: (req, res, buf) => { req.rawBody = buf; } })');
+  throw new Problem(500, 'internal', 'the request could not be completed');
 }
 
 // Hold what the handler writes until the transaction has committed.
@@ -339,8 +364,7 @@ async function handle(settings, declared, req, res, next) {
       req.resume();     // drain it, as above
       throw new Problem(413, 'body-too-large', `the request body is over ${settings.maxBodyBytes} bytes`);
     }
-    const raw = await readBody(req, settings.maxBodyBytes);
-    const body = parseBody(raw);
+    const body = await bodyOf(req, settings);
     req.body = body;
     req._body = true;                      // body-parser: already read
     const owner = await settings.owner(req);
