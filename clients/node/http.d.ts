@@ -40,6 +40,8 @@ export function createIdempotency(settings: Settings): {
   errorHandler(): (err: unknown, req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
   handler(operation: string | ((req: IncomingMessage) => string | null | Promise<string | null>), options: RouteOptions,
     fn: (req: IncomingMessage, res: ServerResponse) => unknown): (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+  /** server.on('clientError', idem.clientError()): a request Node's parser refuses gets a 400 problem+json. */
+  clientError(): (err: Error & { code?: string }, socket: import('node:net').Socket) => void;
 };
 export function parseKey(raw: string | string[] | undefined): string | null;
 export class Problem extends Error {

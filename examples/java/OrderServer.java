@@ -6,7 +6,11 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 
 import org.apache.catalina.Context;
+import org.apache.catalina.connector.Request;
+import org.apache.catalina.connector.Response;
+import org.apache.catalina.core.StandardHost;
 import org.apache.catalina.startup.Tomcat;
+import org.apache.catalina.valves.ErrorReportValve;
 import org.apache.tomcat.util.descriptor.web.FilterDef;
 import org.apache.tomcat.util.descriptor.web.FilterMap;
 import org.postgresql.ds.PGSimpleDataSource;
@@ -160,6 +164,9 @@ public final class OrderServer {
             .serverPrepare(prepare);
 
         Tomcat tomcat = new Tomcat();
+        // a request Tomcat's parser refuses (a control character in a header) is answered
+        // 400 problem+json, as the filter answers a bad request, not Tomcat's HTML report
+        ((StandardHost) tomcat.getHost()).setErrorReportValveClass(ProblemValve.class.getName());
         tomcat.setBaseDir(System.getProperty("java.io.tmpdir") + "/idem-tomcat-" + env("PORT", "8080"));
         tomcat.setPort(Integer.parseInt(env("PORT", "8080")));
         tomcat.getConnector().setProperty("address", "127.0.0.1");
@@ -179,5 +186,38 @@ public final class OrderServer {
         ctx.addFilterMap(map);
         tomcat.start();
         tomcat.getServer().await();
+    }
+
+    /**
+     * Tomcat's error report for what never reached the application: a 400 of its HTTP parser is answered
+     * as the contract answers a bad request (problem+json, nothing of the request echoed); any other error
+     * gets Tomcat's report without the exception or the server's version.
+     */
+    public static class ProblemValve extends ErrorReportValve {
+        public ProblemValve() {
+            setShowReport(false);
+            setShowServerInfo(false);
+        }
+
+        @Override
+        protected void report(Request request, Response response, Throwable throwable) {
+            if (response.getStatus() != 400 || response.getContentWritten() > 0 || !response.setErrorReported()) {
+                super.report(request, response, throwable);
+                return;
+            }
+            try {
+                response.setContentType("application/problem+json");
+                response.setCharacterEncoding("UTF-8");
+                response.setHeader("Link", "</docs/http-errors#invalid-request>; rel=\"describedby\"");
+                java.io.Writer out = response.getReporter();
+                if (out != null) {
+                    out.write("{\"type\":\"urn:idem:error:invalid-request\",\"title\":\"Invalid request\",\"status\":400,"
+                        + "\"detail\":\"the request could not be parsed: a header or the request line is malformed\"}");
+                    response.finishResponse();
+                }
+            } catch (IOException | IllegalStateException e) {
+                // the connection is gone: nothing to answer
+            }
+        }
     }
 }

@@ -61,4 +61,5 @@ http.createServer((req, res) => {
     return debits(req, res);
   }
   return json(res, 404, { error: 'not found' });
-}).listen(Number(process.env.PORT || 8080), '127.0.0.1');
+}).listen(Number(process.env.PORT || 8080), '127.0.0.1')
+  .on('clientError', idem.clientError());

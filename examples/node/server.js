@@ -72,4 +72,7 @@ if (process.env.IDEM_BENCH) {               // the same order without idem (test
   });
 }
 app.use(idem.errorHandler());                         // a handler's error reaches the middleware
-app.listen(Number(process.env.PORT || 8080), '127.0.0.1');
+const server = app.listen(Number(process.env.PORT || 8080), '127.0.0.1');
+// a request Node's HTTP parser refuses (a control character in a header)
+// is answered 400 problem+json, as the middleware answers a bad request
+server.on('clientError', idem.clientError());

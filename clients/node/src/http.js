@@ -240,7 +240,7 @@ async function bodyOf(req, settings) {
   if (Buffer.isBuffer(req.rawBody)) return parseBody(req.rawBody);
   if (Buffer.isBuffer(req.body)) return parseBody(req.body);
   if (typeof req.body === 'string') return parseBody(Buffer.from(req.body, 'utf8'));
-  if (req.body !== undefined && req._body === true) return checkedValue(req.body);
+  if (req.body !== undefined) return checkedValue(req.body);
   settings.log('idem-pg: the request body was read before the idempotency middleware and not kept: '
     + 'put the middleware first, or keep the raw bytes with express.json({ verify: (req, res, buf) => { req.rawBody = buf; } })');
   throw new Problem(500, 'internal', 'the request could not be completed');
@@ -414,6 +414,24 @@ export function createIdempotency(options) {
     handler(operation, routeOptions, fn) {
       const route = { operation, ...routeOptions };
       return (req, res) => handle(settings, route, req, res, () => fn(req, res));
+    },
+    // server.on('clientError', idem.clientError()): a request Node's HTTP
+    // parser refuses (a header with a control character, an Idempotency-Key
+    // among them) is answered as the contract answers a bad request, 400
+    // problem+json, instead of an empty 400; nothing of the request is
+    // echoed
+    clientError() {
+      return (err, socket) => {
+        if (!socket.writable || err.code === 'ECONNRESET') {
+          socket.destroy();
+          return;
+        }
+        const answer = new Problem(400, 'invalid-request', 'the request could not be parsed: a header or the request line is malformed')
+          .answer(settings);
+        const head = [`HTTP/1.1 ${answer.status} Bad Request`, ...answer.headers.map(([n, v]) => `${n}: ${v}`),
+          `content-length: ${answer.body.length}`, 'connection: close', '', ''].join('\r\n');
+        socket.end(Buffer.concat([Buffer.from(head, 'latin1'), answer.body]));
+      };
     },
   };
 }
