@@ -161,6 +161,7 @@ public final class OrderServer {
             .route("POST", "/api/accounts/{id}/debit", "DEBIT",
                 (body, params) -> "{\"account\": " + params.get("id") + ", \"body\": " + body + "}")
             .conflictStatus(Integer.parseInt(env("IDEM_CONFLICT_STATUS", "409")))
+            .errorsUrl(System.getenv("IDEM_ERRORS_URL"))
             .serverPrepare(prepare);
 
         Tomcat tomcat = new Tomcat();
@@ -208,7 +209,10 @@ public final class OrderServer {
             try {
                 response.setContentType("application/problem+json");
                 response.setCharacterEncoding("UTF-8");
-                response.setHeader("Link", "</docs/http-errors#invalid-request>; rel=\"describedby\"");
+                String docs = System.getenv("IDEM_ERRORS_URL");
+                if (docs != null) {
+                    response.setHeader("Link", "<" + docs + "#invalid-request>; rel=\"describedby\"");
+                }
                 java.io.Writer out = response.getReporter();
                 if (out != null) {
                     out.write("{\"type\":\"urn:idem:error:invalid-request\",\"title\":\"Invalid request\",\"status\":400,"

@@ -9,6 +9,7 @@ const idem = createIdempotency({
   pool,
   owner: (req) => (/^\d+$/.test(req.headers['x-owner-id'] ?? '') ? Number(req.headers['x-owner-id']) : null),
   conflictStatus: Number(process.env.IDEM_CONFLICT_STATUS || 409),
+  errorsUrl: process.env.IDEM_ERRORS_URL || null,
 });
 const json = (res, status, value, headers = {}) => {
   res.writeHead(status, { 'content-type': 'application/json', ...headers });

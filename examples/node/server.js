@@ -25,6 +25,7 @@ const idem = createIdempotency({
   pool, fast,
   owner: (req) => (/^\d+$/.test(req.headers['x-owner-id'] ?? '') ? Number(req.headers['x-owner-id']) : null),
   conflictStatus: Number(process.env.IDEM_CONFLICT_STATUS || 409),
+  errorsUrl: process.env.IDEM_ERRORS_URL || null,
 });
 
 const app = express();

@@ -18,7 +18,8 @@ settings.configure(
                            "OPTIONS": {"options": os.environ.get("IDEM_PG_OPTIONS", "")}}},
     IDEM_PG={"OWNER": lambda request: int(request.headers.get("X-Owner-Id", "x"))
              if request.headers.get("X-Owner-Id", "").isdigit() else None,
-             "CONFLICT_STATUS": int(os.environ.get("IDEM_CONFLICT_STATUS", "409"))})
+             "CONFLICT_STATUS": int(os.environ.get("IDEM_CONFLICT_STATUS", "409")),
+             "ERRORS_URL": os.environ.get("IDEM_ERRORS_URL")})
 django.setup()
 
 from idem_pg.django import context, idempotent  # noqa: E402 - after settings

@@ -26,6 +26,7 @@ routes = (Routes()
 app.add_middleware(IdempotencyMiddleware, routes=routes, settings=Settings(
     owner=owner_of, connection=pool.connection,
     conflict_status=int(os.environ.get("IDEM_CONFLICT_STATUS", "409")),
+    errors_url=os.environ.get("IDEM_ERRORS_URL"),
     server_prepare=os.environ.get("IDEM_SERVER_PREPARE") != "off"))
 
 

@@ -41,6 +41,7 @@ routes = (Routes()
 app.wsgi_app = IdempotencyMiddleware(app.wsgi_app, routes, Settings(
     owner=owner_of, connection=pool.connection, fast=fast,
     conflict_status=int(os.environ.get("IDEM_CONFLICT_STATUS", "409")),
+    errors_url=os.environ.get("IDEM_ERRORS_URL"),
     server_prepare=os.environ.get("IDEM_SERVER_PREPARE") != "off"))
 
 

@@ -107,7 +107,8 @@ contract_of() {	# contract_of NAME OWNER_BASE COMMAND...
 		echo "not ok - $name: the service starts"
 	fi
 	vport=$(free_port)
-	if start_service "$name" "$vport" IDEM_CONFLICT_STATUS=422 IDEM_PG_OPTIONS="-c default_transaction_read_only=on" -- "$@"; then
+	if start_service "$name" "$vport" IDEM_CONFLICT_STATUS=422 IDEM_ERRORS_URL=https://docs.example.org/idem/http-errors \
+		IDEM_PG_OPTIONS="-c default_transaction_read_only=on" -- "$@"; then
 		contract "$name" "http://127.0.0.1:$vport" "$owner" --variant
 	else
 		echo "not ok - $name: the read-only instance starts"

@@ -43,14 +43,16 @@ export class Problem extends Error {
   answer(settings) {
     const body = Buffer.from(JSON.stringify({ type: `urn:idem:error:${this.slug}`, title: TITLES[this.slug],
       status: this.status, detail: this.detail }));
-    return { status: this.status, body, headers: [['content-type', 'application/problem+json'],
-      ['link', `<${settings.errorsUrl}#${this.slug}>; rel="describedby"`], ...Object.entries(this.headers)] };
+    // a Link only to documentation the application names: an absolute URL
+    const link = settings.errorsUrl ? [['link', `<${settings.errorsUrl}#${this.slug}>; rel="describedby"`]] : [];
+    return { status: this.status, body, headers: [['content-type', 'application/problem+json'], ...link,
+      ...Object.entries(this.headers)] };
   }
 }
 
 const DEFAULTS = {
   conflictStatus: 409, maxBodyBytes: 1024 * 1024, ttlSeconds: null, inFlightRetryAfter: 1,
-  readOnlyRetryAfter: 5, replaySetCookie: false, errorsUrl: '/docs/http-errors', fast: null,
+  readOnlyRetryAfter: 5, replaySetCookie: false, errorsUrl: null, fast: null,
   log: (message) => console.error(message),
 };
 
@@ -393,6 +395,9 @@ export function createIdempotency(options) {
   const settings = { ...DEFAULTS, ...options };
   if (!settings.pool || typeof settings.owner !== 'function') throw new TypeError('idem-pg: pool and owner are required');
   if (![409, 422].includes(settings.conflictStatus)) throw new TypeError('idem-pg: conflictStatus must be 409 or 422');
+  if (settings.errorsUrl != null && !/^https?:\/\/[^/\s]+/.test(settings.errorsUrl)) {
+    throw new TypeError('idem-pg: errorsUrl must be an absolute http(s) URL (or null: no Link)');
+  }
   return {
     settings,
     // Express: app.post(path, idem.route(operation, {request, keyRequired}), handler)

@@ -62,8 +62,10 @@ class Problem(Exception):
     def answer(self, settings: "Settings") -> "Answer":
         body = json.dumps({"type": "urn:idem:error:" + self.slug, "title": self.TITLES[self.slug],
                            "status": self.status, "detail": self.detail}).encode()
-        headers = [("Content-Type", "application/problem+json"),
-                   ("Link", '<%s#%s>; rel="describedby"' % (settings.errors_url, self.slug))] + self.headers
+        # a Link only to documentation the application names: an absolute URL
+        headers = [("Content-Type", "application/problem+json")] + (
+            [("Link", '<%s#%s>; rel="describedby"' % (settings.errors_url, self.slug))] if settings.errors_url else []
+        ) + self.headers
         return Answer(self.status, headers, body)
 
 
@@ -128,13 +130,15 @@ class Settings:
     in_flight_retry_after: int = 1
     read_only_retry_after: int = 5
     replay_set_cookie: bool = False
-    errors_url: str = "/docs/http-errors"
+    errors_url: Optional[str] = None        # an absolute URL of docs/http-errors.md's copy: a Link to it
     server_prepare: bool = True             # False behind a transaction pooler (PgBouncer)
     fast: Any = None                        # a FastLayer (idem_pg.fast), or None
 
     def __post_init__(self) -> None:
         if self.conflict_status not in (409, 422):
             raise ValueError("conflict_status must be 409 or 422")
+        if self.errors_url is not None and not re.match(r"^https?://[^/\s]+", self.errors_url):
+            raise ValueError("errors_url must be an absolute http(s) URL (or None: no Link)")
         if self.fast is not None and getattr(self.fast, "settings", None) is None:
             self.fast.settings = self
 

@@ -388,7 +388,9 @@ public final class IdempotencyFilter implements Filter {
             + "\",\"status\":" + p.status + ",\"detail\":" + jsonString(p.getMessage()) + "}";
         Map<String, List<String>> h = new LinkedHashMap<>();
         h.put("content-type", List.of("application/problem+json"));
-        h.put("link", List.of("<" + settings.errorsUrl + "#" + p.slug + ">; rel=\"describedby\""));
+        if (settings.errorsUrl != null) {        // a Link only to documentation the application names
+            h.put("link", List.of("<" + settings.errorsUrl + "#" + p.slug + ">; rel=\"describedby\""));
+        }
         p.headers.forEach((n, v) -> h.put(n, List.of(v)));
         if (p.status == 413) {
             h.put("connection", List.of("close"));

@@ -80,7 +80,7 @@ public final class Settings {
     int inFlightRetryAfter = 1;
     int readOnlyRetryAfter = 5;
     boolean replaySetCookie;
-    String errorsUrl = "/docs/http-errors";
+    String errorsUrl;       // null: no Link
     boolean serverPrepare = true;
 
     public Settings(DataSource dataSource, OwnerResolver owner) {
@@ -150,7 +150,11 @@ public final class Settings {
         return this;
     }
 
+    /** An absolute http(s) URL of docs/http-errors.md's copy: the Link of an error points there; null: no Link. */
     public Settings errorsUrl(String url) {
+        if (url != null && !url.matches("^https?://[^/\\s]+.*")) {
+            throw new IllegalArgumentException("errorsUrl must be an absolute http(s) URL (or null: no Link)");
+        }
         errorsUrl = url;
         return this;
     }
