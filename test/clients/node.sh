@@ -27,7 +27,7 @@ contract_of node-http 8100 node "$app/plain.js"
 # a body parser before the middleware (express.json() and the others):
 # answered as without one, never a request left hanging (each request of
 # the contract gives up after 30 s)
-owner=8200
+owner=9100
 for parser in json json-verify text raw; do
 	log "the contract's article tests with app.use(express.${parser%-verify}(...)) before the middleware"
 	IDEM_RUN=$(new_run)
