@@ -164,6 +164,9 @@ public final class OrderServer {
             .errorsUrl(System.getenv("IDEM_ERRORS_URL"))
             .serverPrepare(prepare);
 
+        // Tomcat logs the first request its parser refuses with the header it refused, which may be an
+        // idempotency key: keys are never logged (clients/CONTRACT.md), so its parser logs warnings only
+        java.util.logging.Logger.getLogger("org.apache.coyote.http11.Http11Processor").setLevel(java.util.logging.Level.WARNING);
         Tomcat tomcat = new Tomcat();
         // a request Tomcat's parser refuses (a control character in a header) is answered
         // 400 problem+json, as the filter answers a bad request, not Tomcat's HTML report
@@ -207,18 +210,17 @@ public final class OrderServer {
                 return;
             }
             try {
+                byte[] body = ("{\"type\":\"urn:idem:error:invalid-request\",\"title\":\"Invalid request\",\"status\":400,"
+                    + "\"detail\":\"the request could not be parsed: a header or the request line is malformed\"}")
+                    .getBytes(StandardCharsets.UTF_8);
                 response.setContentType("application/problem+json");
-                response.setCharacterEncoding("UTF-8");
+                response.setContentLength(body.length);
                 String docs = System.getenv("IDEM_ERRORS_URL");
                 if (docs != null) {
                     response.setHeader("Link", "<" + docs + "#invalid-request>; rel=\"describedby\"");
                 }
-                java.io.Writer out = response.getReporter();
-                if (out != null) {
-                    out.write("{\"type\":\"urn:idem:error:invalid-request\",\"title\":\"Invalid request\",\"status\":400,"
-                        + "\"detail\":\"the request could not be parsed: a header or the request line is malformed\"}");
-                    response.finishResponse();
-                }
+                response.getOutputStream().write(body);
+                response.finishResponse();
             } catch (IOException | IllegalStateException e) {
                 // the connection is gone: nothing to answer
             }

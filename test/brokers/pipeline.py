@@ -150,7 +150,8 @@ def started(proc):
 def start_relay(tag):
     log = open(os.path.join(os.environ.get("IDEM_TMP", "/tmp"), "relay-%s-%s.log" % (RUN, tag)), "a")
     return started(subprocess.Popen([PY, "-m", "idem_pg.relay", "--dsn", DSN, "--topic", TOPIC, "--broker", URL,
-                             "--partitions", str(PARTITIONS), "--prefix", PREFIX, "--lease", "2", "--poll", "0.2"],
+                             "--partitions", str(PARTITIONS), "--prefix", PREFIX, "--lease", "2", "--poll", "0.2",
+                             "--trim-interval", "0.5", "--progress-interval", "2"],
                             stdout=log, stderr=subprocess.STDOUT))
 
 
@@ -217,6 +218,19 @@ def main():
             break
         time.sleep(0.2)
     elapsed = time.monotonic() - t0
+    trimmed_to = None
+    if KIND == "redis":
+        # the relays trim the streams to what the group has acknowledged:
+        # once every message is applied, at most one entry a stream is left
+        import redis
+        r = redis.Redis.from_url(URL)
+        streams = ["%s%s.%d" % (PREFIX, TOPIC, p) for p in range(PARTITIONS)]
+        cap = time.monotonic() + WAIT
+        while time.monotonic() < cap:
+            trimmed_to = sum(r.xlen(n) for n in streams)
+            if trimmed_to <= PARTITIONS:
+                break
+            time.sleep(0.2)
     for proc in list(relays.values()) + list(consumers.values()):
         proc.send_signal(signal.SIGTERM)
     stopped = []
@@ -251,6 +265,15 @@ def main():
               by.get("c1", 0) >= 300 and by.get("c2", 0) > 0, by)
     check("SIGTERM stops the two relays and the two consumers, each with status 0",
           stopped == [0, 0, 0, 0], stopped)
+    if KIND == "redis":
+        check("the relays trim the Redis streams to what the consumer group acknowledged (%s entries left in %d streams)"
+              % (trimmed_to, PARTITIONS), trimmed_to is not None and trimmed_to <= PARTITIONS, trimmed_to)
+    relay_logs = "".join(open(os.path.join(os.environ.get("IDEM_TMP", "/tmp"), "relay-%s-%s.log" % (RUN, tag))).read()
+                         for tag in ("a", "b"))
+    check("the relays log their progress at INFO (fetched, confirmed, trimmed, the longest wait)",
+          "INFO idem_pg.relay: topic %s: in the last" % TOPIC in relay_logs, relay_logs[-400:])
+    pika_info = [line for line in relay_logs.splitlines() if " pika" in line and " INFO " in line]
+    check("and the broker library's chatter stays below WARNING (no pika INFO line)", not pika_info, pika_info[:3])
     check("the outbox holds no unacknowledged message", scalar(
         "SELECT count(*) FROM idem_internal.idem_outbox WHERE topic = %s AND acked_at IS NULL", TOPIC) == 0)
     lags = [r[0] for r in db().execute("SELECT relay_lag_ms FROM effect WHERE relay_lag_ms IS NOT NULL ORDER BY 1")]

@@ -39,7 +39,7 @@ import sys
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Tuple, Any, Callable, Dict, List, Optional, Sequence
 
 import psycopg
 
@@ -91,8 +91,36 @@ class RedisStreams:
         replies = pipe.execute(raise_on_error=False)
         return [m.message_id for m, r in zip(messages, replies) if not isinstance(r, Exception)]
 
+    def trim(self) -> int:
+        """Trim each stream to what some consumer group has not yet
+        acknowledged: below the oldest entry pending in any group, or the
+        last one a group without pending entries was given (XTRIM MINID).
+        A stream without a group is left whole (its consumers have not
+        started yet); a group created later starts at what is left."""
+        import redis
+        trimmed = 0
+        for name in self.names:
+            try:
+                groups = self.redis.xinfo_groups(name)
+            except redis.ResponseError:
+                continue                    # no such stream yet
+            floor = None
+            for g in groups:
+                low = self.redis.xpending(name, g["name"])["min"] if g["pending"] else g["last-delivered-id"]
+                low = low.decode() if isinstance(low, bytes) else str(low)
+                if floor is None or _stream_id(low) < _stream_id(floor):
+                    floor = low
+            if floor is not None and _stream_id(floor) > (0, 0):
+                trimmed += self.redis.xtrim(name, minid=floor)
+        return trimmed
+
     def close(self) -> None:
         self.redis.close()
+
+
+def _stream_id(value: str) -> Tuple[int, int]:
+    ms, _, seq = value.partition("-")
+    return int(ms), int(seq or 0)
 
 
 class RabbitMQ:
@@ -205,23 +233,49 @@ class Relay:
     """One relay of one topic; ``run()`` until ``stop()`` (or a signal)."""
 
     def __init__(self, dsn: str, topic: str, broker: str, partitions: int = 8, batch: int = 100,
-                 lease: float = 30.0, poll: float = 1.0, prefix: str = ""):
+                 lease: float = 30.0, poll: float = 1.0, prefix: str = "", trim_interval: float = 10.0,
+                 progress_interval: float = 60.0):
         if partitions < 1:
             raise ValueError("partitions must be at least 1")
         self.dsn, self.topic, self.broker_url = dsn, topic, broker
         self.partitions, self.batch, self.lease, self.poll, self.prefix = partitions, batch, lease, poll, prefix
+        self.trim_interval, self.progress_interval = trim_interval, progress_interval
         self.stopping = False
         self.published = 0
+        # the progress since the last INFO line: fetched, confirmed, the longest wait (commit -> publish)
+        self._window = {"fetched": 0, "confirmed": 0, "trimmed": 0, "wait": 0.0}
+        self._next_progress = time.monotonic() + progress_interval
+        self._next_trim = time.monotonic() + trim_interval
 
     def stop(self, *_: Any) -> None:
         self.stopping = True
 
     def _fetch(self, conn: Any) -> List[Message]:
-        rows = conn.execute("SELECT message_id, msg_key, payload::text, headers::text, attempt"
+        rows = conn.execute("SELECT message_id, msg_key, payload::text, headers::text, attempt,"
+                            " extract(epoch FROM clock_timestamp() - emitted_at)::float8"
                             " FROM idem_outbox_fetch(%s, %s, make_interval(secs => %s))",
                             (self.topic, self.batch, self.lease), prepare=False).fetchall()
+        if rows:
+            self._window["fetched"] += len(rows)
+            self._window["wait"] = max(self._window["wait"], max(r[5] for r in rows))
         return [Message(r[0], r[1], r[2], r[3], r[4], partition_of(r[1], r[0], self.partitions))
                 for r in rows]
+
+    def housekeeping(self, broker: Any) -> None:
+        """Now and then: trim what the consumers acknowledged (Redis), and
+        log the progress at INFO (published, confirmed, the longest wait)."""
+        now = time.monotonic()
+        if hasattr(broker, "trim") and self.trim_interval > 0 and now >= self._next_trim:
+            self._next_trim = now + self.trim_interval
+            self._window["trimmed"] += broker.trim()
+        if now >= self._next_progress:
+            w = self._window
+            log.info("idem_pg.relay: topic %s: in the last %.0f s %d messages fetched, %d confirmed by the broker"
+                     " (%d in all), %d acknowledged stream entries trimmed; the longest wait from commit to"
+                     " publish %.1f s", self.topic, self.progress_interval + (now - self._next_progress),
+                     w["fetched"], w["confirmed"], self.published, w["trimmed"], w["wait"])
+            self._window = {"fetched": 0, "confirmed": 0, "trimmed": 0, "wait": 0.0}
+            self._next_progress = now + self.progress_interval
 
     def run_once(self, conn: Any, broker: Any) -> int:
         """One batch: fetch, publish, acknowledge what was confirmed; how many."""
@@ -235,6 +289,7 @@ class Relay:
             log.warning("idem_pg.relay: %d of %d messages not confirmed; their leases will lapse",
                         len(messages) - len(confirmed), len(messages))
         self.published += len(confirmed)
+        self._window["confirmed"] += len(confirmed)
         return len(confirmed)
 
     def run(self) -> None:
@@ -244,6 +299,7 @@ class Relay:
         broker = broker_of(self.broker_url, self.topic, self.partitions, self.prefix)
         try:
             while not self.stopping:
+                self.housekeeping(broker)
                 if self.run_once(work, broker):
                     continue        # more may be waiting
                 # nothing now: sleep until a commit notifies, or the poll interval
@@ -266,9 +322,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--lease", type=float, default=30.0, help="seconds a fetched message is leased")
     p.add_argument("--poll", type=float, default=1.0, help="seconds between polls without a notification")
+    p.add_argument("--trim-interval", type=float, default=10.0,
+                   help="seconds between trims of the Redis streams to what every consumer group acknowledged (0: never)")
+    p.add_argument("--progress-interval", type=float, default=60.0, help="seconds between progress lines at INFO")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    relay = Relay(args.dsn, args.topic, args.broker, args.partitions, args.batch, args.lease, args.poll, args.prefix)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # the broker library's own chatter (pika logs every connection step at INFO)
+    logging.getLogger("pika").setLevel(logging.WARNING)
+    logging.getLogger("redis").setLevel(logging.WARNING)
+    relay = Relay(args.dsn, args.topic, args.broker, args.partitions, args.batch, args.lease, args.poll, args.prefix,
+                  args.trim_interval, args.progress_interval)
     signal.signal(signal.SIGTERM, relay.stop)
     signal.signal(signal.SIGINT, relay.stop)
     while not relay.stopping:
