@@ -34,6 +34,10 @@ import jakarta.servlet.http.HttpServletResponse;
  * PostgreSQL: the example needs no JSON library.
  */
 public final class OrderServer {
+    /** Tomcat's HTTP parser's logger, held so that its level stays set (JUL keeps loggers weakly). */
+    private static final java.util.logging.Logger PARSER_LOG =
+        java.util.logging.Logger.getLogger("org.apache.coyote.http11.Http11Processor");
+
     static String env(String name, String dflt) {
         String v = System.getenv(name);
         return v == null || v.isEmpty() ? dflt : v;
