@@ -170,7 +170,7 @@ public final class OrderServer {
 
         // Tomcat logs the first request its parser refuses with the header it refused, which may be an
         // idempotency key: keys are never logged (clients/CONTRACT.md), so its parser logs warnings only
-        java.util.logging.Logger.getLogger("org.apache.coyote.http11.Http11Processor").setLevel(java.util.logging.Level.WARNING);
+        PARSER_LOG.setLevel(java.util.logging.Level.WARNING);
         Tomcat tomcat = new Tomcat();
         // a request Tomcat's parser refuses (a control character in a header) is answered
         // 400 problem+json, as the filter answers a bad request, not Tomcat's HTML report
