@@ -50,6 +50,20 @@ PY
 )
 check "docs/messaging.md names the fields of the consumers' Delivery as the Python and Node code does" yes "$deliveries"
 
+# every Python, JavaScript and Java snippet of the client pages opens with
+# the import lines it needs (a newcomer had to find the module paths)
+snippets=$(/usr/bin/python3 - <<'PY'
+import re
+bad = []
+for page in ("docs/clients.md", "docs/messaging.md"):
+    for lang, block in re.findall(r"```(python|js|java)\n(.*?)```", open(page).read(), flags=re.S):
+        if not re.search(r"^(import |from \S+ import )", block, flags=re.M):
+            bad.append("%s: %s" % (page, block.splitlines()[0][:50]))
+print("yes" if not bad else "no: " + "; ".join(bad))
+PY
+)
+check "the client pages' snippets have their import lines" yes "$snippets"
+
 ensure_service_packages shellcheck
 mapfile -t scripts < <(git ls-files '*.sh' 2>/dev/null || find . -name '*.sh' -not -path '*/node_modules/*')
 if out=$(shellcheck -S warning -f gcc "${scripts[@]}" 2>&1); then
