@@ -18,7 +18,7 @@ ensure_client_packages python3-build python3-venv python3-pip python3-psycopg py
 	python3-fastapi python3-uvicorn python3-django python3-psycopg2 nodejs npm default-jdk-headless \
 	libpostgresql-jdbc-java libtomcat10-embed-java libjakarta-annotation-api-java
 start_clients_server
-build_python_client >/dev/null
+build_python_client "flask>=3,<4" "fastapi>=0.110,<1" "uvicorn>=0.29,<1" "django>=5.1,<6" >/dev/null
 build_node_client >/dev/null
 build_java_client >/dev/null
 

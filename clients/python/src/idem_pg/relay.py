@@ -111,7 +111,8 @@ class RedisStreams:
                 if floor is None or _stream_id(low) < _stream_id(floor):
                     floor = low
             if floor is not None and _stream_id(floor) > (0, 0):
-                trimmed += self.redis.xtrim(name, minid=floor)
+                # exact (not ~): what is acknowledged goes, not only whole macro nodes
+                trimmed += self.redis.xtrim(name, minid=floor, approximate=False)
         return trimmed
 
     def close(self) -> None:
