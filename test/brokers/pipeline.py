@@ -270,8 +270,9 @@ def main():
               % (trimmed_to, PARTITIONS), trimmed_to is not None and trimmed_to <= PARTITIONS, trimmed_to)
     relay_logs = "".join(open(os.path.join(os.environ.get("IDEM_TMP", "/tmp"), "relay-%s-%s.log" % (RUN, tag))).read()
                          for tag in ("a", "b"))
-    check("the relays log their progress at INFO (fetched, confirmed, trimmed, the longest wait)",
-          "INFO idem_pg.relay: topic %s: in the last" % TOPIC in relay_logs, relay_logs[-400:])
+    check("the relays log their progress at INFO (fetched, confirmed, trimmed, the longest wait, the backlog)",
+          "INFO idem_pg.relay: topic %s: in the last" % TOPIC in relay_logs
+          and "unacknowledged messages (all topics), the oldest" in relay_logs, relay_logs[-400:])
     pika_info = [line for line in relay_logs.splitlines() if " pika" in line and " INFO " in line]
     check("and the broker library's chatter stays below WARNING (no pika INFO line)", not pika_info, pika_info[:3])
     check("the outbox holds no unacknowledged message", scalar(

@@ -247,6 +247,7 @@ class Relay:
         self._window = {"fetched": 0, "confirmed": 0, "trimmed": 0, "wait": 0.0}
         self._next_progress = time.monotonic() + progress_interval
         self._next_trim = time.monotonic() + trim_interval
+        self._health: Optional[bool] = None     # may the role read idem_health()?
 
     def stop(self, *_: Any) -> None:
         self.stopping = True
@@ -262,7 +263,21 @@ class Relay:
         return [Message(r[0], r[1], r[2], r[3], r[4], partition_of(r[1], r[0], self.partitions))
                 for r in rows]
 
-    def housekeeping(self, broker: Any) -> None:
+    def _backlog(self, conn: Any) -> str:
+        """The outbox's backlog, from idem_health() where the relay's role
+        may read it (a monitor's grant); else a word saying why not."""
+        if self._health is False:
+            return "backlog unknown (grant the relay's role idem_grant(role, 'monitor') to see it)"
+        try:
+            row = conn.execute("SELECT outbox_unacked, extract(epoch FROM outbox_oldest_unacked_age)::float8"
+                               " FROM idem_health()", prepare=False).fetchone()
+        except psycopg.errors.InsufficientPrivilege:
+            self._health = False
+            return self._backlog(conn)
+        self._health = True
+        return "backlog %d unacknowledged messages (all topics), the oldest %.1f s old" % (row[0], row[1] or 0.0)
+
+    def housekeeping(self, broker: Any, conn: Any = None) -> None:
         """Now and then: trim what the consumers acknowledged (Redis), and
         log the progress at INFO (published, confirmed, the longest wait)."""
         now = time.monotonic()
@@ -273,8 +288,9 @@ class Relay:
             w = self._window
             log.info("idem_pg.relay: topic %s: in the last %.0f s %d messages fetched, %d confirmed by the broker"
                      " (%d in all), %d acknowledged stream entries trimmed; the longest wait from commit to"
-                     " publish %.1f s", self.topic, self.progress_interval + (now - self._next_progress),
-                     w["fetched"], w["confirmed"], self.published, w["trimmed"], w["wait"])
+                     " publish %.1f s; %s", self.topic, self.progress_interval + (now - self._next_progress),
+                     w["fetched"], w["confirmed"], self.published, w["trimmed"], w["wait"],
+                     self._backlog(conn) if conn is not None else "")
             self._window = {"fetched": 0, "confirmed": 0, "trimmed": 0, "wait": 0.0}
             self._next_progress = now + self.progress_interval
 
@@ -300,7 +316,7 @@ class Relay:
         broker = broker_of(self.broker_url, self.topic, self.partitions, self.prefix)
         try:
             while not self.stopping:
-                self.housekeeping(broker)
+                self.housekeeping(broker, work)
                 if self.run_once(work, broker):
                     continue        # more may be waiting
                 # nothing now: sleep until a commit notifies, or the poll interval
