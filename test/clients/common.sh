@@ -187,7 +187,7 @@ build_python_client() {	# build_python_client [REQUIREMENT...]: installed beside
 	# a fresh venv, as the docs say: the wheel with its extras, and what the
 	# stage runs besides (the callers' arguments), from PyPI
 	/usr/bin/python3 -m venv "$IDEM_TMP/venv"
-	if ! "$IDEM_TMP/venv/bin/pip" install -q --disable-pip-version-check "$wheel[redis,pool,rabbitmq]" "$@" \
+	if ! "$IDEM_TMP/venv/bin/pip" install -q --disable-pip-version-check "${wheel}[redis,pool,rabbitmq]" "$@" \
 		>"$IDEM_TMP/pip.log" 2>&1; then
 		cat "$IDEM_TMP/pip.log" >&2
 		echo "not ok - python: the wheel and its dependencies install from PyPI into a fresh venv"

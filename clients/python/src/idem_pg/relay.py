@@ -106,7 +106,11 @@ class RedisStreams:
                 continue                    # no such stream yet
             floor = None
             for g in groups:
-                low = self.redis.xpending(name, g["name"])["min"] if g["pending"] else g["last-delivered-id"]
+                # the oldest entry still pending in the group (none any more
+                # if it was acknowledged since XINFO), else its last-delivered
+                low = self.redis.xpending(name, g["name"]).get("min") if g["pending"] else None
+                if low is None:
+                    low = g["last-delivered-id"]
                 low = low.decode() if isinstance(low, bytes) else str(low)
                 if floor is None or _stream_id(low) < _stream_id(floor):
                     floor = low
@@ -120,8 +124,12 @@ class RedisStreams:
 
 
 def _stream_id(value: str) -> Tuple[int, int]:
+    """A stream entry id as a comparable pair; (0, 0) for one not understood (nothing is trimmed)."""
     ms, _, seq = value.partition("-")
-    return int(ms), int(seq or 0)
+    try:
+        return int(ms), int(seq or 0)
+    except ValueError:
+        return 0, 0
 
 
 class RabbitMQ:
@@ -283,7 +291,10 @@ class Relay:
         now = time.monotonic()
         if hasattr(broker, "trim") and self.trim_interval > 0 and now >= self._next_trim:
             self._next_trim = now + self.trim_interval
-            self._window["trimmed"] += broker.trim()
+            try:
+                self._window["trimmed"] += broker.trim()
+            except Exception as e:  # noqa: BLE001 - a trim that fails is retried next time, never the relay's end
+                log.warning("idem_pg.relay: trimming the streams failed: %s: %s", type(e).__name__, e)
         if now >= self._next_progress:
             w = self._window
             log.info("idem_pg.relay: topic %s: in the last %.0f s %d messages fetched, %d confirmed by the broker"
