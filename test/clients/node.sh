@@ -17,6 +17,14 @@ cp "$CLIENTS/node/test/api.test.js" "$app/test/"
 check "node: the installed package is the tarball's (no path into the tree)" yes \
 	"$([ -f "$app/node_modules/idem-pg/src/index.js" ] && [ ! -L "$app/node_modules/idem-pg" ] && echo yes || echo no)"
 
+# as docs/clients.md says, from a checkout: npm install ./clients/node pg
+mkdir -p "$IDEM_TMP/node-checkout"
+check "node: npm install ./clients/node pg works in an empty folder, as the docs say" "1.13.0" \
+	"$( (cd "$IDEM_TMP/node-checkout" && cp -r "$CLIENTS/node" ./idem-node &&
+		echo '{"name": "checkout-test", "private": true, "type": "module"}' >package.json &&
+		npm install --no-audit --no-fund --silent ./idem-node pg >/dev/null 2>&1 &&
+		node -e "import('idem-pg').then(async (m) => { const fs = await import('node:fs'); console.log(JSON.parse(fs.readFileSync('node_modules/idem-pg/package.json')).version + (typeof m.begin === 'function' ? '' : ' no begin')); })") 2>&1 | tail -n 1)"
+
 log "node --test clients/node/test"
 (cd "$app" && node --test --test-reporter=tap test/ >"$IDEM_TMP/node-test.log" 2>&1) ||
 	{ log "node --test failed:"; tail -n 40 "$IDEM_TMP/node-test.log" >&2; }

@@ -20,6 +20,12 @@ ensure_client_packages python3-build python3-setuptools python3-wheel python3-ve
 start_clients_server
 
 build_python_client "flask>=3,<4" "fastapi>=0.110,<1" "uvicorn>=0.29,<1" "django>=5.1,<6" "pytest>=8,<9" || exit 0
+# as docs/clients.md says, from a checkout: pip install ./clients/python in a venv
+/usr/bin/python3 -m venv "$IDEM_TMP/venv-checkout"
+check "python: pip install ./clients/python works in a fresh venv, as the docs say (psycopg from PyPI)" "1.13.0" \
+	"$( (cd "$IDEM_TMP" && cp -r "$CLIENTS/python" checkout-python &&
+		"$IDEM_TMP/venv-checkout/bin/pip" install -q --disable-pip-version-check ./checkout-python >/dev/null 2>&1 &&
+		"$IDEM_TMP/venv-checkout/bin/python" -c 'import idem_pg, psycopg; print(idem_pg.__version__)') 2>&1 | tail -n 1)"
 check "python: the wheel installs into a fresh venv, and that is what is imported" "$IDEM_TMP/venv" \
 	"$(cd / && "$PY" -c 'import idem_pg, os; print(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(idem_pg.__file__))))))')"
 
