@@ -41,6 +41,7 @@
 #include "fingerprint.h"
 #include "jcs.h"
 #include "keycheck.h"
+#include "sha256.h"
 #include "util.h"
 
 
@@ -377,19 +378,16 @@ idem_fingerprint_matches(const char *stored, int version, const char *plain)
 	return idem_fingerprints_equal(stored, keyed);
 }
 
-/* Lowercase hex SHA-256 of data; hex must hold IDEM_HASH_HEX_LEN + 1 bytes. */
+/*
+ * Lowercase hex SHA-256 of data; hex must hold IDEM_HASH_HEX_LEN + 1
+ * bytes.  sha256.c's, not pg_cryptohash's: see there why.
+ */
 void
 idem_sha256_hex(const char *data, size_t len, char *hex)
 {
-	uint8		digest[PG_SHA256_DIGEST_LENGTH];
-	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+	uint8		digest[IDEM_SHA256_LEN];
 
-	if (pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (const uint8 *) data, len) < 0 ||
-		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
-		elog(ERROR, "idem: could not compute SHA-256 digest: %s",
-			 pg_cryptohash_error(ctx));
-	pg_cryptohash_free(ctx);
+	idem_sha256(data, len, digest);
 	hex_of(digest, hex);
 }
 

@@ -112,3 +112,13 @@ SELECT idem_request_hash(NULL);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SELECT idem_canonical_json(NULL);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
+
+-- idem's own SHA-256 (1.13, sha256.c) against pgcrypto's digest(), over
+-- every length of canonical text from 2 to 301 bytes (the padding's block
+-- boundaries at 55/56 and 119/120 bytes, several blocks) and multibyte text
+SELECT count(*) AS lengths,
+       count(*) FILTER (WHERE idem_request_hash(to_jsonb(repeat('x', n))) =
+                              encode(digest('"' || repeat('x', n) || '"', 'sha256'), 'hex')) AS equal
+FROM generate_series(0, 299) AS n;
+SELECT idem_request_hash(to_jsonb(repeat('é€😀', 50))) =
+       encode(digest(convert_to('"' || repeat('é€😀', 50) || '"', 'UTF8'), 'sha256'), 'hex') AS multibyte_equal;
