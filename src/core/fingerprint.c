@@ -155,20 +155,29 @@ parse_key_line(const char *path, int lineno, char *line)
 /* The largest keys file read. */
 #define FP_MAX_FILE		(1024 * 1024)
 
+/* HMAC-SHA-256 of data under key's secret into mac (PG_SHA256_DIGEST_LENGTH bytes). */
+static void
+key_hmac(const FingerprintKey *key, const char *data, size_t len, uint8 *mac)
+{
+	pg_hmac_ctx *ctx = pg_hmac_create(PG_SHA256);
+
+	if (ctx == NULL ||
+		pg_hmac_init(ctx, (const uint8 *) key->secret, key->len) < 0 ||
+		pg_hmac_update(ctx, (const uint8 *) data, len) < 0 ||
+		pg_hmac_final(ctx, mac, PG_SHA256_DIGEST_LENGTH) < 0)
+		elog(ERROR, "idem: could not compute HMAC-SHA-256: %s",
+			 ctx ? pg_hmac_error(ctx) : "out of memory");
+	pg_hmac_free(ctx);
+}
+
 /* A keyed check value of key: HMAC-SHA-256 of a constant under its secret. */
 static void
 key_check_value(const FingerprintKey *key, uint8 *check)
 {
 	static const char what[] = "idem fingerprint key check";
-	pg_hmac_ctx *ctx = pg_hmac_create(PG_SHA256);
 
-	if (ctx == NULL ||
-		pg_hmac_init(ctx, (const uint8 *) key->secret, key->len) < 0 ||
-		pg_hmac_update(ctx, (const uint8 *) what, sizeof(what) - 1) < 0 ||
-		pg_hmac_final(ctx, check, IDEM_KEYCHECK_LEN) < 0)
-		elog(ERROR, "idem: could not compute HMAC-SHA-256: %s",
-			 ctx ? pg_hmac_error(ctx) : "out of memory");
-	pg_hmac_free(ctx);
+	StaticAssertStmt(IDEM_KEYCHECK_LEN == PG_SHA256_DIGEST_LENGTH, "a check value is an HMAC-SHA-256");
+	key_hmac(key, what, sizeof(what) - 1, check);
 }
 
 /*
@@ -341,7 +350,6 @@ idem_fingerprint_keyed(const char *plain, int version, char *out)
 {
 	uint8		mac[PG_SHA256_DIGEST_LENGTH];
 	const FingerprintKey *key = NULL;
-	pg_hmac_ctx *ctx;
 
 	if (version == 0)
 	{
@@ -357,14 +365,7 @@ idem_fingerprint_keyed(const char *plain, int version, char *out)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the request fingerprint of this record is keyed with secret v%d, which idem.fingerprint_keys_file does not hold", version),
 				 errhint("Keep every secret version in the file while records keyed with it live (idem.ttl, idem.audit_ttl).")));
-	ctx = pg_hmac_create(PG_SHA256);
-	if (ctx == NULL ||
-		pg_hmac_init(ctx, (const uint8 *) key->secret, key->len) < 0 ||
-		pg_hmac_update(ctx, (const uint8 *) plain, IDEM_HASH_HEX_LEN) < 0 ||
-		pg_hmac_final(ctx, mac, sizeof(mac)) < 0)
-		elog(ERROR, "idem: could not compute HMAC-SHA-256: %s",
-			 ctx ? pg_hmac_error(ctx) : "out of memory");
-	pg_hmac_free(ctx);
+	key_hmac(key, plain, IDEM_HASH_HEX_LEN, mac);
 	hex_of(mac, out);
 }
 
