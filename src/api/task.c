@@ -436,6 +436,27 @@ task_record_end(TaskRecord *tr, IdemStatus status, TimestampTz now, const char *
 }
 
 /*
+ * End the task of tr as a final failure (task_record_end): HTTP 500 and the
+ * body {"error": error}, no headers, no resource: what the client's repeat
+ * gets.
+ */
+void
+task_record_fail(TaskRecord *tr, Jsonb *error, TimestampTz now, const char *operation)
+{
+	StringInfoData body;
+
+	task_record_end(tr, IDEM_STATUS_FAILED_FINAL, now, operation);
+	TR_SET(tr, REC_HTTP, Int32GetDatum(TASK_HTTP_FAILED));
+	initStringInfo(&body);
+	appendStringInfoString(&body, "{\"error\": ");
+	(void) JsonbToCString(&body, &error->root, VARSIZE(error));
+	appendStringInfoChar(&body, '}');
+	TR_SET(tr, REC_BODY, PointerGetDatum(cstring_to_text_with_len(body.data, body.len)));
+	TR_CLEAR(tr, REC_HEADERS);
+	TR_CLEAR(tr, REC_RESOURCE);
+}
+
+/*
  * The wait before attempt `attempt` + 1 of a task of operation: full
  * jitter, a uniform random time up to retry_base * 2^(attempt - 1), capped
  * by retry_max (the operation's policy's, else idem.retry_base and

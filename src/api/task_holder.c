@@ -190,13 +190,6 @@ end_holder_call(HolderCall *hc)
 	task_record_close(&hc->rec);
 }
 
-/* The task is over: nothing more to lease, and nothing of the request to keep. */
-static void
-finish_task(HolderCall *hc, IdemStatus status)
-{
-	task_record_end(&hc->rec, status, hc->now, hc->operation);
-}
-
 /* SQL: idem_heartbeat(task_id, token, extend) returns the new lease_expires_at. */
 Datum
 idem_heartbeat(PG_FUNCTION_ARGS)
@@ -248,7 +241,7 @@ idem_complete(PG_FUNCTION_ARGS)
 	if (PG_NARGS() > 6 && !PG_ARGISNULL(6))
 		idem_result_set_header_list(&res, PG_GETARG_DATUM(6));
 	begin_holder_call(&hc, fcinfo, PG_GETARG_INT64(0), PG_GETARG_INT64(1));
-	finish_task(&hc, status);
+	task_record_end(&hc.rec, status, hc.now, hc.operation);
 	TR_SET(tr, REC_HTTP, Int32GetDatum(res.http_status));
 	task_record_put(tr, REC_BODY, res.body_isnull ? res.body : idem_redact_json(hc.operation, res.body),
 					res.body_isnull);
@@ -278,24 +271,15 @@ fail_retryable(HolderCall *hc, int32 attempts)
 	return IDEM_STATUS_FAILED_RETRYABLE;
 }
 
-/* A final failure: FAILED_FINAL, HTTP 500, body {"error": error}. */
+/*
+ * A final failure: FAILED_FINAL, HTTP 500, body {"error": error}: only what
+ * the caller passed, without what the policy redacts from it.
+ */
 static IdemStatus
 fail_final(HolderCall *hc, Jsonb *error)
 {
-	TaskRecord *tr = &hc->rec;
-	StringInfoData body;
-
-	finish_task(hc, IDEM_STATUS_FAILED_FINAL);
-	TR_SET(tr, REC_HTTP, Int32GetDatum(TASK_HTTP_FAILED));
-	/* only what the caller passed, without what the policy redacts from it */
-	error = DatumGetJsonbP(idem_redact_jsonb(hc->operation, JsonbPGetDatum(error)));
-	initStringInfo(&body);
-	appendStringInfoString(&body, "{\"error\": ");
-	(void) JsonbToCString(&body, &error->root, VARSIZE(error));
-	appendStringInfoChar(&body, '}');
-	TR_SET(tr, REC_BODY, PointerGetDatum(cstring_to_text_with_len(body.data, body.len)));
-	TR_CLEAR(tr, REC_HEADERS);
-	TR_CLEAR(tr, REC_RESOURCE);
+	task_record_fail(&hc->rec, DatumGetJsonbP(idem_redact_jsonb(hc->operation, JsonbPGetDatum(error))),
+					 hc->now, hc->operation);
 	return IDEM_STATUS_FAILED_FINAL;
 }
 

@@ -12,6 +12,7 @@
 #define IDEM_TASK_INT_H
 
 #include "executor/tuptable.h"
+#include "utils/jsonb.h"
 
 #include "catalog.h"
 #include "identity.h"
@@ -55,6 +56,7 @@ extern void task_record_write(TaskRecord *tr, TupleTableSlot *locked);
 extern void task_record_close(TaskRecord *tr);
 extern void task_record_end(TaskRecord *tr, IdemStatus status, TimestampTz now,
 							const char *operation);
+extern void task_record_fail(TaskRecord *tr, Jsonb *error, TimestampTz now, const char *operation);
 extern int64 idem_task_backoff_usecs(int32 attempt, const char *operation);
 extern int	idem_task_max_attempts(const char *operation);
 

@@ -108,8 +108,7 @@ end_lapsed(LeaseCall *lc, int32 attempts)
 {
 	TaskRecord *tr = &lc->rec;
 	int32		lapses = 1;
-	StringInfoData error;
-	Datum		errdatum;
+	Jsonb	   *error;
 
 	if (tr->att[REC_TASK_LAPSES] == InvalidAttrNumber)
 		return false;			/* before 1.13: no count */
@@ -118,20 +117,11 @@ end_lapsed(LeaseCall *lc, int32 attempts)
 	TR_SET(tr, REC_TASK_LAPSES, Int32GetDatum(lapses));
 	if (attempts < idem_task_max_attempts(lc->operation))
 		return false;
-	initStringInfo(&error);
-	appendStringInfo(&error, "{\"reason\": \"lease lapsed %d time%s\", \"attempts\": %d}",
-					 lapses, lapses == 1 ? "" : "s", attempts);
-	errdatum = DirectFunctionCall1(jsonb_in, CStringGetDatum(error.data));
-	task_record_end(tr, IDEM_STATUS_FAILED_FINAL, lc->now, lc->operation);
-	TR_SET(tr, REC_HTTP, Int32GetDatum(TASK_HTTP_FAILED));
-	resetStringInfo(&error);
-	appendStringInfoString(&error, "{\"error\": ");
-	appendStringInfoString(&error, DatumGetCString(DirectFunctionCall1(jsonb_out, errdatum)));
-	appendStringInfoChar(&error, '}');
-	TR_SET(tr, REC_BODY, CStringGetTextDatum(error.data));
-	TR_CLEAR(tr, REC_HEADERS);
-	TR_CLEAR(tr, REC_RESOURCE);
-	TR_SET(tr, REC_TASK_LAST_ERROR, errdatum);
+	error = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(
+		psprintf("{\"reason\": \"lease lapsed %d time%s\", \"attempts\": %d}",
+				 lapses, lapses == 1 ? "" : "s", attempts))));
+	task_record_fail(tr, error, lc->now, lc->operation);
+	TR_SET(tr, REC_TASK_LAST_ERROR, JsonbPGetDatum(error));
 	task_record_write(tr, lc->lockslot);
 	lc->ended_lapsed++;
 	return true;
