@@ -57,6 +57,7 @@ read_key(IdemClaim *c)
 	IdemScope	spelled;
 	IdemRecord	other;
 	bool		found;
+	bool		other_older;
 
 	(void) idem_scope_spelling(c->scope, 0, &spelled);
 	c->rec_spelling = 0;
@@ -69,16 +70,16 @@ read_key(IdemClaim *c)
 		c->rec_spelling = 1;
 		return true;
 	}
+	other_older = other.created_at < c->rec.created_at ||
+		(other.created_at == c->rec.created_at && other.id < c->rec.id);
 	ereport(WARNING,
 			(errcode(ERRCODE_WARNING),
 			 errmsg("idempotency key has a record under each of two spellings"),
 			 errdetail("Owner " INT64_FORMAT ", operation %s: records " INT64_FORMAT " (key \"%s\") and " INT64_FORMAT " (key \"%s\"); the older, " INT64_FORMAT ", answers.",
 					   c->scope->owner, c->scope->operation, c->rec.id, c->scope->key,
-					   other.id, c->scope->sent_key,
-					   other.created_at < c->rec.created_at ? other.id : c->rec.id),
+					   other.id, c->scope->sent_key, other_older ? other.id : c->rec.id),
 			 errhint("The key was executed twice before 1.13, once per spelling, when the operation's key_format changed. Review the newer execution.")));
-	if (other.created_at < c->rec.created_at ||
-		(other.created_at == c->rec.created_at && other.id < c->rec.id))
+	if (other_older)
 	{
 		c->rec = other;
 		c->rec_spelling = 1;
