@@ -66,7 +66,7 @@ idem_key_log_init(void)
 
 typedef struct DeferredLog
 {
-	char	   *line;
+	char	   *line;			/* "owner ... resource ...", without its outcome */
 	SubTransactionId subid;
 	struct DeferredLog *next;
 } DeferredLog;
@@ -75,17 +75,20 @@ static DeferredLog *deferred = NULL;
 static int	ndeferred = 0;
 
 static void
-log_outcome_line(const char *line)
+log_outcome_line(const char *line, const char *outcome)
 {
 	ereport(LOG,
-			(errmsg("idem: %s", line),
+			(errmsg("idem: %s outcome %s", line, outcome),
 			 errhidestmt(true),
 			 errhidecontext(true)));
 }
 
-/* Log (at commit) or drop (at abort) the transaction's deferred lines, oldest first. */
+/*
+ * Log (at commit, with outcome) or drop (at abort, outcome NULL) the
+ * transaction's deferred lines, oldest first.
+ */
 static void
-end_deferred(bool commit, const char *outcome)
+end_deferred(const char *outcome)
 {
 	DeferredLog *list = NULL;
 
@@ -102,20 +105,8 @@ end_deferred(bool commit, const char *outcome)
 	{
 		DeferredLog *next = d->next;
 
-		if (commit)
-		{
-			if (outcome != NULL)
-			{
-				/* the line ends with "outcome executed" */
-				char	   *at = strrchr(d->line, ' ');
-
-				if (at != NULL)
-					*at = '\0';
-				log_outcome_line(psprintf("%s %s", d->line, outcome));
-			}
-			else
-				log_outcome_line(d->line);
-		}
+		if (outcome != NULL)
+			log_outcome_line(d->line, outcome);
 		pfree(d->line);
 		pfree(d);
 		d = next;
@@ -129,11 +120,11 @@ log_xact_callback(XactEvent event, void *arg)
 	if (deferred == NULL)
 		return;
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
-		end_deferred(true, NULL);
+		end_deferred("executed");
 	else if (event == XACT_EVENT_PREPARE)
-		end_deferred(true, "claimed");
+		end_deferred("claimed");
 	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
-		end_deferred(false, NULL);
+		end_deferred(NULL);
 }
 
 static void
@@ -182,6 +173,7 @@ idem_note_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
 	};
 	char		resource[32] = "-";
 	char	   *line;
+	DeferredLog *d;
 
 	/* what the call wrote counts once it commits; what it saw, at once */
 	if (outcome == IDEM_LOG_EXECUTED)
@@ -199,23 +191,17 @@ idem_note_outcome(const IdemScope *scope, IdemOutcomeLog outcome,
 		return;
 	if (has_resource)
 		snprintf(resource, sizeof(resource), INT64_FORMAT, resource_id);
+	line = psprintf("owner " INT64_FORMAT " operation %s key %s resource %s",
+					scope->owner, scope->operation, scope->key, resource);
 	if (outcome != IDEM_LOG_EXECUTED || ndeferred >= LOG_DEFERRED_MAX)
 	{
-		log_outcome_line(psprintf("owner " INT64_FORMAT " operation %s key %s resource %s outcome %s",
-								  scope->owner, scope->operation, scope->key, resource,
-								  outcome == IDEM_LOG_EXECUTED ? "claimed" : names[outcome]));
+		log_outcome_line(line, outcome == IDEM_LOG_EXECUTED ? "claimed" : names[outcome]);
 		return;
 	}
-	line = MemoryContextStrdup(TopTransactionContext,
-							   psprintf("owner " INT64_FORMAT " operation %s key %s resource %s outcome %s",
-										scope->owner, scope->operation, scope->key, resource, names[outcome]));
-	{
-		DeferredLog *d = MemoryContextAlloc(TopTransactionContext, sizeof(DeferredLog));
-
-		d->line = line;
-		d->subid = GetCurrentSubTransactionId();
-		d->next = deferred;
-		deferred = d;
-		ndeferred++;
-	}
+	d = MemoryContextAlloc(TopTransactionContext, sizeof(DeferredLog));
+	d->line = MemoryContextStrdup(TopTransactionContext, line);
+	d->subid = GetCurrentSubTransactionId();
+	d->next = deferred;
+	deferred = d;
+	ndeferred++;
 }
