@@ -14,15 +14,14 @@ the ASGI middleware.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Mapping, Optional, TypeVar
 
-from .core import (BEGIN_SQL, FINISH_SQL, FINISH_STORED_SQL, RUN_SQL, Json, Outcome, Submission, Ttl, _headers,
-                   _headers_param, _json, _outcome, _ttl)
+from .core import (BEGIN_SQL, FINISH_SQL, FINISH_STORED_SQL, RUN_SQL, SUBMIT_SQL, Json, Outcome, Submission, Ttl,
+                   _consume_call, _emit_call, _headers_param, _json, _outcome, _submission, _ttl)
 from .errors import NoClaim, SerializationFailure, sqlstate_of, translate
-from .tasks import Task, _loads
+from .tasks import COMPLETE_SQL, FAIL_SQL, HEARTBEAT_SQL, LEASE_SQL, Task, _complete_params, _task_of
 
 T = TypeVar("T")
 
@@ -69,19 +68,13 @@ async def run(conn: Any, owner: int, operation: str, key: str, request: Json, ha
 async def submit(conn: Any, owner: int, operation: str, key: str, request: Json, payload: Json = None,
                  ttl: Ttl = None) -> Submission:
     """idem_submit: start a long flow (a task for the workers), or tell its state."""
-    row = await _one(conn, "SELECT replayed, status, http_status, body::text, headers::text, resource_id, task_id"
-                           " FROM idem_submit(%s, %s, %s, %s::jsonb, %s::jsonb, %s::interval)",
-                     (owner, operation, key, _json(request), _json(payload), _ttl(ttl)))
-    return Submission(row[0], row[1], row[2], row[3], _headers(row[4]), row[5], row[6])
+    return _submission(await _one(conn, SUBMIT_SQL, (owner, operation, key, _json(request), _json(payload),
+                                                     _ttl(ttl))))
 
 
 async def consume(conn: Any, consumer: str, message_id: str, ttl: Ttl = None, owner: Optional[int] = None) -> bool:
     """idem_consume: True the first time this consumer sees the message."""
-    if owner is not None:
-        return bool((await _one(conn, "SELECT idem_consume(%s, %s, %s::interval, %s::bigint)",
-                                (consumer, message_id, _ttl(ttl), owner)))[0])
-    return bool((await _one(conn, "SELECT idem_consume(%s, %s, %s::interval)",
-                            (consumer, message_id, _ttl(ttl))))[0])
+    return bool((await _one(conn, *_consume_call(consumer, message_id, ttl, owner)))[0])
 
 
 async def emit(conn: Any, topic: str, payload: Json, key: Optional[str] = None,
@@ -89,12 +82,7 @@ async def emit(conn: Any, topic: str, payload: Json, key: Optional[str] = None,
     """idem_outbox_emit: a message, published once this transaction commits.
     Returns its message id.  ``owner`` (idem 1.13): whose it is, for
     idem_forget_owner (default: the owner of the transaction's claims)."""
-    hdrs = json.dumps(dict(headers)) if headers is not None else None
-    if owner is not None:
-        return int((await _one(conn, "SELECT idem_outbox_emit(%s, %s::jsonb, %s, %s::jsonb, %s::bigint)",
-                               (topic, _json(payload), key, hdrs, owner)))[0])
-    return int((await _one(conn, "SELECT idem_outbox_emit(%s, %s::jsonb, %s, %s::jsonb)",
-                           (topic, _json(payload), key, hdrs)))[0])
+    return int((await _one(conn, *_emit_call(topic, payload, key, headers, owner)))[0])
 
 
 class Claim:
@@ -155,28 +143,23 @@ class TaskWorker:
         self.bind_session = bind_session
 
     async def lease(self, conn: Any, batch: int = 1) -> List[Task]:
-        rows = await _rows(conn, "SELECT task_id, owner, key, request::text, payload::text, attempt, token,"
-                                 " lease_expires_at FROM idem_lease(%s, %s, %s::interval, %s, %s)",
-                           (self.operation, self.worker, _ttl(self.lease_for), batch, self.bind_session))
-        return [Task(r[0], r[1], r[2], _loads(r[3]), _loads(r[4]), r[5], r[6], r[7]) for r in rows]
+        rows = await _rows(conn, LEASE_SQL, (self.operation, self.worker, _ttl(self.lease_for), batch,
+                                             self.bind_session))
+        return [_task_of(r) for r in rows]
 
     @staticmethod
     async def heartbeat(conn: Any, task: Task, extend: Ttl = None):
-        task.lease_expires_at = (await _one(conn, "SELECT idem_heartbeat(%s, %s, %s::interval)",
-                                            (task.task_id, task.token, _ttl(extend))))[0]
+        task.lease_expires_at = (await _one(conn, HEARTBEAT_SQL, (task.task_id, task.token, _ttl(extend))))[0]
         return task.lease_expires_at
 
     @staticmethod
     async def complete(conn: Any, task: Task, http_status: int, body: Json = None,
                        resource_id: Optional[int] = None, headers: Optional[Mapping[str, str]] = None) -> None:
-        await _one(conn, "SELECT idem_complete(%s, %s, %s, %s::json, %s, %s::jsonb)",
-                   (task.task_id, task.token, http_status, _json(body), resource_id,
-                    json.dumps(dict(headers)) if headers is not None else None))
+        await _one(conn, COMPLETE_SQL, _complete_params(task, http_status, body, resource_id, headers))
 
     @staticmethod
     async def fail(conn: Any, task: Task, error: Json, retryable: bool = True) -> str:
-        return (await _one(conn, "SELECT idem_fail(%s, %s, %s::jsonb, %s)",
-                           (task.task_id, task.token, _json(error), retryable)))[0]
+        return (await _one(conn, FAIL_SQL, (task.task_id, task.token, _json(error), retryable)))[0]
 
 
 __all__ = ["begin", "finish", "finish_stored", "run", "submit", "consume", "emit", "claim", "Claim",

@@ -98,6 +98,29 @@ FINISH_SQL = "SELECT idem_finish(%s, %s, %s, %s, %s::json, %s, %s::jsonb)"
 FINISH_STORED_SQL = ("SELECT %s FROM idem_finish_stored(%%s, %%s, %%s, %%s, %%s::json, %%s, %%s::jsonb)"
                      % _OUTCOME)
 RUN_SQL = "SELECT %s FROM idem_run(%%s, %%s, %%s, %%s::jsonb, %%s::regprocedure, %%s::interval)" % _OUTCOME
+SUBMIT_SQL = ("SELECT replayed, status, http_status, body::text, headers::text, resource_id, task_id"
+              " FROM idem_submit(%s, %s, %s, %s::jsonb, %s::jsonb, %s::interval)")
+
+
+def _consume_call(consumer: str, message_id: str, ttl: Ttl, owner: Optional[int]):
+    """idem_consume's statement and parameters (the owner's form only with one)."""
+    if owner is not None:
+        return "SELECT idem_consume(%s, %s, %s::interval, %s::bigint)", (consumer, message_id, _ttl(ttl), owner)
+    return "SELECT idem_consume(%s, %s, %s::interval)", (consumer, message_id, _ttl(ttl))
+
+
+def _emit_call(topic: str, payload: Any, key: Optional[str], headers: Optional[Mapping[str, str]],
+               owner: Optional[int]):
+    """idem_outbox_emit's statement and parameters (the owner's form only with one)."""
+    hdrs = json.dumps(dict(headers)) if headers is not None else None
+    if owner is not None:
+        return ("SELECT idem_outbox_emit(%s, %s::jsonb, %s, %s::jsonb, %s::bigint)",
+                (topic, _json(payload), key, hdrs, owner))
+    return "SELECT idem_outbox_emit(%s, %s::jsonb, %s, %s::jsonb)", (topic, _json(payload), key, hdrs)
+
+
+def _submission(row) -> "Submission":
+    return Submission(row[0], row[1], row[2], row[3], _headers(row[4]), row[5], row[6])
 
 
 def _headers_param(headers: Optional[Mapping[str, str]]) -> Optional[str]:
@@ -151,10 +174,8 @@ class Submission:
 def submit(db: Any, owner: int, operation: str, key: str, request: Json, payload: Json = None,
            ttl: Ttl = None, prepare: Optional[bool] = None) -> Submission:
     """idem_submit: start a long flow (a task for the workers), or tell its state."""
-    row = _one(db, "SELECT replayed, status, http_status, body::text, headers::text, resource_id, task_id"
-                   " FROM idem_submit(%s, %s, %s, %s::jsonb, %s::jsonb, %s::interval)",
-               (owner, operation, key, _json(request), _json(payload), _ttl(ttl)), prepare)
-    return Submission(row[0], row[1], row[2], row[3], _headers(row[4]), row[5], row[6])
+    return _submission(_one(db, SUBMIT_SQL, (owner, operation, key, _json(request), _json(payload), _ttl(ttl)),
+                            prepare))
 
 
 def consume(db: Any, consumer: str, message_id: str, ttl: Ttl = None, prepare: Optional[bool] = None,
@@ -162,10 +183,7 @@ def consume(db: Any, consumer: str, message_id: str, ttl: Ttl = None, prepare: O
     """idem_consume: True the first time this consumer sees the message (apply
     the effect in this transaction), False for a redelivery.  ``owner`` (idem
     1.11) is kept with the inbox entry, for ``idem_forget_owner``."""
-    if owner is not None:
-        return bool(_one(db, "SELECT idem_consume(%s, %s, %s::interval, %s::bigint)",
-                         (consumer, message_id, _ttl(ttl), owner), prepare)[0])
-    return bool(_one(db, "SELECT idem_consume(%s, %s, %s::interval)", (consumer, message_id, _ttl(ttl)), prepare)[0])
+    return bool(_one(db, *_consume_call(consumer, message_id, ttl, owner), prepare)[0])
 
 
 def emit(db: Any, topic: str, payload: Json, key: Optional[str] = None,
@@ -174,12 +192,7 @@ def emit(db: Any, topic: str, payload: Json, key: Optional[str] = None,
     """idem_outbox_emit: a message, published once this transaction commits.
     Returns its message id.  ``owner`` (idem 1.13): whose it is, for
     idem_forget_owner (default: the owner of the transaction's claims)."""
-    hdrs = json.dumps(dict(headers)) if headers is not None else None
-    if owner is not None:
-        return int(_one(db, "SELECT idem_outbox_emit(%s, %s::jsonb, %s, %s::jsonb, %s::bigint)",
-                        (topic, _json(payload), key, hdrs, owner), prepare)[0])
-    return int(_one(db, "SELECT idem_outbox_emit(%s, %s::jsonb, %s, %s::jsonb)",
-                    (topic, _json(payload), key, hdrs), prepare)[0])
+    return int(_one(db, *_emit_call(topic, payload, key, headers, owner), prepare)[0])
 
 
 class Claim:

@@ -23,6 +23,23 @@ from typing import Any, Iterator, List, Mapping, Optional
 from .core import Json, Ttl, _json, _one, _rows, _ttl
 
 
+HEARTBEAT_SQL = "SELECT idem_heartbeat(%s, %s, %s::interval)"
+COMPLETE_SQL = "SELECT idem_complete(%s, %s, %s, %s::json, %s, %s::jsonb)"
+FAIL_SQL = "SELECT idem_fail(%s, %s, %s::jsonb, %s)"
+LEASE_SQL = ("SELECT task_id, owner, key, request::text, payload::text, attempt, token,"
+             " lease_expires_at FROM idem_lease(%s, %s, %s::interval, %s, %s)")
+
+
+def _task_of(row, prepare: Optional[bool] = None) -> "Task":
+    return Task(row[0], row[1], row[2], _loads(row[3]), _loads(row[4]), row[5], row[6], row[7], prepare)
+
+
+def _complete_params(task: "Task", http_status: int, body: Json, resource_id: Optional[int],
+                     headers: Optional[Mapping[str, str]]) -> tuple:
+    return (task.task_id, task.token, http_status, _json(body), resource_id,
+            json.dumps(dict(headers)) if headers is not None else None)
+
+
 @dataclass
 class Task:
     """A leased task: what the submit stored, and this lease's token."""
@@ -38,22 +55,18 @@ class Task:
 
     def heartbeat(self, db: Any, extend: Ttl = None) -> _dt.datetime:
         """Extend the lease (by the granted interval, or ``extend``); its new end."""
-        self.lease_expires_at = _one(db, "SELECT idem_heartbeat(%s, %s, %s::interval)",
-                                     (self.task_id, self.token, _ttl(extend)), self.prepare)[0]
+        self.lease_expires_at = _one(db, HEARTBEAT_SQL, (self.task_id, self.token, _ttl(extend)), self.prepare)[0]
         return self.lease_expires_at
 
     def complete(self, db: Any, http_status: int, body: Json = None, resource_id: Optional[int] = None,
                  headers: Optional[Mapping[str, str]] = None) -> None:
         """Store the result (2xx-4xx), in the transaction of the business write."""
-        _one(db, "SELECT idem_complete(%s, %s, %s, %s::json, %s, %s::jsonb)",
-             (self.task_id, self.token, http_status, _json(body), resource_id,
-              json.dumps(dict(headers)) if headers is not None else None), self.prepare)
+        _one(db, COMPLETE_SQL, _complete_params(self, http_status, body, resource_id, headers), self.prepare)
 
     def fail(self, db: Any, error: Json, retryable: bool = True) -> str:
         """A failed attempt: 'FAILED_RETRYABLE' (due again after a backoff)
         or 'FAILED_FINAL'."""
-        return _one(db, "SELECT idem_fail(%s, %s, %s::jsonb, %s)",
-                    (self.task_id, self.token, _json(error), retryable), self.prepare)[0]
+        return _one(db, FAIL_SQL, (self.task_id, self.token, _json(error), retryable), self.prepare)[0]
 
 
 class TaskWorker:
@@ -69,12 +82,9 @@ class TaskWorker:
     def lease(self, db: Any, batch: int = 1) -> List[Task]:
         """Up to ``batch`` due tasks, each with a new token (committed at
         once when ``db`` is in autocommit)."""
-        rows = _rows(db, "SELECT task_id, owner, key, request::text, payload::text, attempt, token,"
-                         " lease_expires_at FROM idem_lease(%s, %s, %s::interval, %s, %s)",
-                     (self.operation, self.worker, _ttl(self.lease_for), batch, self.bind_session),
+        rows = _rows(db, LEASE_SQL, (self.operation, self.worker, _ttl(self.lease_for), batch, self.bind_session),
                      self.prepare)
-        return [Task(r[0], r[1], r[2], _loads(r[3]), _loads(r[4]), r[5], r[6], r[7], self.prepare)
-                for r in rows]
+        return [_task_of(r, self.prepare) for r in rows]
 
     def wait(self, conn: Any, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a notification of a submit
