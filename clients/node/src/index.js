@@ -70,17 +70,19 @@ export async function begin(db, { owner, operation, key, request, ttl: t }) {
 }
 
 // idem_finish: store this transaction's claim's answer (2xx-4xx).
-export async function finish(db, { owner, operation, key, status, body, resourceId, headers }) {
-  await query(db, 'SELECT idem_finish($1, $2, $3, $4, $5::json, $6, $7::jsonb)',
-    [owner, operation, key, status, json(body), resourceId ?? null, headers ? JSON.stringify(headers) : null]);
+const finishParams = ({ owner, operation, key, status, body, resourceId, headers }) => [owner, operation, key,
+  status, json(body), resourceId ?? null, headers ? JSON.stringify(headers) : null];
+
+export async function finish(db, args) {
+  await query(db, 'SELECT idem_finish($1, $2, $3, $4, $5::json, $6, $7::jsonb)', finishParams(args));
 }
 
 // idem_finish_stored (idem 1.13): finish, returning the answer as stored --
 // after the operation's redact policy -- exactly as a replay returns it
 // ({replayed: false}): what a copy kept elsewhere (the fast layer) keeps.
-export async function finishStored(db, { owner, operation, key, status, body, resourceId, headers }) {
+export async function finishStored(db, args) {
   const [r] = await query(db, `SELECT ${OUTCOME} FROM idem_finish_stored($1, $2, $3, $4, $5::json, $6, $7::jsonb)`,
-    [owner, operation, key, status, json(body), resourceId ?? null, headers ? JSON.stringify(headers) : null]);
+    finishParams(args));
   return outcome(r);
 }
 
