@@ -157,7 +157,9 @@ BEGIN
         SELECT * FROM (VALUES
             ('@extschema@.idem_outbox_emit(text, jsonb, text, jsonb)', 'idem_outbox_emit(text, jsonb, text, jsonb, bigint)', 'app', 'replaced'),
             ('@extschema@.idem_health()', 'idem_health() (a new column)', 'monitor', 'replaced'),
-            ('@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)', 'idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json)', 'app', 'added'))
+            ('@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)', 'idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json)', 'app', 'added'),
+            ('@extschema@.idem_outbox_ack(bigint[])', 'idem_outbox_nack(bigint[], text, boolean, interval)', 'publisher', 'added'),
+            ('@extschema@.idem_consume(text, text, interval, bigint)', 'idem_consume_check(text, text, text, bigint) and idem_consume_failed(text, text, text, text, text, integer, bigint)', 'consumer', 'added'))
         AS v (old, new, kind, how)
     LOOP
         SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)), ', ')
@@ -188,6 +190,594 @@ COMMENT ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb, bigin
 REVOKE ALL ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb, bigint) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
+-- Dead letters (1.13): one message that can never be delivered or applied
+-- no longer stops a topic.  docs/dead-letters.md.
+--
+-- Only a publisher's explicit report counts: idem_outbox_nack.  A lease that
+-- lapses (a relay that died, a broker down for a while) is never a reason
+-- to give a message up; it is counted (lapses) and shown by idem_health().
+-- A message refused for good (permanent), or nacked max_deliveries times
+-- (its topic's setting, else idem.outbox_max_deliveries), is a dead letter:
+-- a copy goes to idem_outbox_dead with its attempts and last reason, and
+-- its topic's on_dead says what its key's later messages do:
+--   'block' (the default: per-key order is a promise): the message stays
+--           in idem_outbox as its key's head, marked dead (dead_at) and not
+--           deliverable, so the key's later messages wait behind it;
+--           idem_outbox_redrive makes it deliverable again, in its place;
+--   'skip':  it leaves idem_outbox and its key's next message becomes the
+--           head; a redriven message is appended after the key's messages
+--           of the moment, with the header "idem-redriven".
+-- A dead letter stays until an operator redrives it (idem_outbox_redrive)
+-- or discards it (idem_outbox_discard), or idem_forget_owner erases it: the
+-- cleanup never deletes one (it is a committed message nobody received).
+-- ---------------------------------------------------------------------------
+ALTER TABLE idem_internal.idem_outbox
+    ADD COLUMN nacks integer,
+    ADD COLUMN lapses integer,
+    ADD COLUMN last_reason text,
+    ADD COLUMN not_before timestamptz,
+    ADD COLUMN dead_at timestamptz;
+COMMENT ON COLUMN idem_internal.idem_outbox.nacks IS
+    'idem: how many times a publisher reported the message not delivered (idem_outbox_nack); NULL: never';
+COMMENT ON COLUMN idem_internal.idem_outbox.lapses IS
+    'idem: how many of its leases lapsed without an ack or a nack (a publisher gone, a broker down); never a reason to dead-letter it';
+COMMENT ON COLUMN idem_internal.idem_outbox.last_reason IS
+    'idem: the reason of its last nack';
+COMMENT ON COLUMN idem_internal.idem_outbox.not_before IS
+    'idem: not fetched before this time (a nack''s retry_after)';
+COMMENT ON COLUMN idem_internal.idem_outbox.dead_at IS
+    'idem: when it became a dead letter of a topic whose on_dead is ''block'': its key''s head, not deliverable until redriven';
+
+CREATE TABLE idem_internal.idem_outbox_topic (
+    topic          varchar(128) PRIMARY KEY,
+    max_deliveries integer,
+    on_dead        text NOT NULL,
+    updated_at     timestamptz NOT NULL,
+    CONSTRAINT idem_outbox_topic_name CHECK (topic OPERATOR(pg_catalog.~) '^[A-Za-z0-9_.:-]{1,128}$'),
+    CONSTRAINT idem_outbox_topic_max_deliveries CHECK (max_deliveries OPERATOR(pg_catalog.>=) 1
+                                                        AND max_deliveries OPERATOR(pg_catalog.<=) 1000),
+    CONSTRAINT idem_outbox_topic_on_dead CHECK (on_dead OPERATOR(pg_catalog.=) ANY (ARRAY['block', 'skip']))
+);
+COMMENT ON TABLE idem_internal.idem_outbox_topic IS
+    'idem: per-topic dead-letter settings (idem_outbox_set_topic): max_deliveries (NULL: idem.outbox_max_deliveries) and on_dead';
+
+CREATE TABLE idem_internal.idem_outbox_dead (
+    message_id  bigint PRIMARY KEY,
+    topic       varchar(128) NOT NULL,
+    msg_key     varchar(256),
+    payload     jsonb NOT NULL,
+    headers     jsonb,
+    emitted_at  timestamptz NOT NULL,
+    owner_id    bigint,
+    attempts    integer NOT NULL,
+    nacks       integer NOT NULL,
+    lapses      integer NOT NULL,
+    permanent   boolean NOT NULL,
+    last_reason text,
+    on_dead     text NOT NULL,
+    dead_at     timestamptz NOT NULL
+);
+CREATE INDEX idem_outbox_dead_topic ON idem_internal.idem_outbox_dead (topic, dead_at);
+CREATE INDEX idem_outbox_dead_owner ON idem_internal.idem_outbox_dead (owner_id) WHERE owner_id IS NOT NULL;
+COMMENT ON TABLE idem_internal.idem_outbox_dead IS
+    'idem: outbox messages given up (refused for good, or nacked max_deliveries times), with their attempts and last reason, until redriven, discarded or erased';
+
+-- A consumer's failures: a message whose effect failed (an undecodable
+-- payload, a handler that raised) has a row here, written outside the
+-- effect's transaction (idem_consume_failed), so that its attempts survive
+-- restarts; past the limit it is dead (dead_at).  A dead message of a topic
+-- whose on_dead is 'block' holds its key back for that consumer: the key's
+-- later messages are set aside (behind names the dead one) until the
+-- operator redrives them (idem_inbox_redrive) and the broker delivers them
+-- again.  A row goes when its message is applied (idem_consume_check, in
+-- the effect's transaction), or when discarded or erased; never by age.
+CREATE TABLE idem_internal.idem_inbox_failure (
+    consumer        varchar(64) NOT NULL,
+    message_id      varchar(512) NOT NULL,
+    msg_key         varchar(256),
+    owner_id        bigint,
+    attempts        integer NOT NULL,
+    last_reason     text,
+    first_failed_at timestamptz NOT NULL,
+    last_failed_at  timestamptz NOT NULL,
+    dead_at         timestamptz,
+    blocks          boolean NOT NULL,
+    behind          varchar(512),
+    redriven        boolean NOT NULL,
+    CONSTRAINT pk_idem_inbox_failure PRIMARY KEY (consumer, message_id)
+);
+CREATE INDEX idem_inbox_failure_blocking ON idem_internal.idem_inbox_failure (consumer, msg_key)
+    WHERE dead_at IS NOT NULL AND blocks;
+CREATE INDEX idem_inbox_failure_owner ON idem_internal.idem_inbox_failure (owner_id) WHERE owner_id IS NOT NULL;
+COMMENT ON TABLE idem_internal.idem_inbox_failure IS
+    'idem: messages a consumer failed to apply: attempts, last reason, dead letters and the messages set aside behind them';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_outbox_topic', '');
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_outbox_dead', '');
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_inbox_failure', '');
+REVOKE ALL ON TABLE idem_internal.idem_outbox_topic, idem_internal.idem_outbox_dead,
+                    idem_internal.idem_inbox_failure FROM PUBLIC;
+
+-- Make each key's first undelivered message its head (ready), unless it is
+-- already or a dead letter is first: after a head left the outbox (a
+-- dead letter of a 'skip' topic, a discarded one).  Called under the keys'
+-- locks (idem_outbox_lock_keys), as a statement of its own: in READ
+-- COMMITTED it sees the messages of every emitter the locks waited for.
+CREATE FUNCTION idem_internal.idem_outbox_promote(topics text[], keys text[])
+RETURNS void
+LANGUAGE sql VOLATILE
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    UPDATE idem_internal.idem_outbox o
+       SET ready = true
+      FROM (SELECT DISTINCT ON (h.topic, h.msg_key) h.message_id, h.ready, h.dead_at
+              FROM ROWS FROM (pg_catalog.unnest(topics), pg_catalog.unnest(keys)) AS k (topic, msg_key)
+              JOIN idem_internal.idem_outbox h
+                ON h.topic::pg_catalog.text OPERATOR(pg_catalog.=) k.topic
+               AND h.msg_key::pg_catalog.text OPERATOR(pg_catalog.=) k.msg_key
+             WHERE h.acked_at IS NULL
+             ORDER BY h.topic, h.msg_key, h.commit_seq) AS head
+     WHERE o.message_id OPERATOR(pg_catalog.=) head.message_id
+       AND NOT head.ready AND head.dead_at IS NULL;
+END;
+REVOKE ALL ON FUNCTION idem_internal.idem_outbox_promote(text[], text[]) FROM PUBLIC;
+
+-- What the dead-letter functions check first: no NULL argument (22004), the
+-- outbox's guard, READ COMMITTED (0A000: after taking its keys' locks a call
+-- must see what committed before them).
+CREATE FUNCTION idem_internal.idem_outbox_dead_letter_check(fn text, args text[], nulls boolean[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    FOR i IN 1 .. pg_catalog.cardinality(args) LOOP
+        IF nulls[i] THEN
+            RAISE EXCEPTION 'argument "%" of % must not be null', args[i], fn USING ERRCODE = '22004';
+        END IF;
+    END LOOP;
+    PERFORM idem_internal.idem_outbox_guard();
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        RAISE EXCEPTION '% must run in a READ COMMITTED transaction', fn USING ERRCODE = '0A000',
+            DETAIL = 'After taking its keys'' locks it must see what committed before them.';
+    END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION idem_internal.idem_outbox_dead_letter_check(text, text[], boolean[]) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- idem_outbox_set_topic: a topic's dead-letter settings.  Superuser or the
+-- extension's owner.  max_deliveries NULL: idem.outbox_max_deliveries.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION @extschema@.idem_outbox_set_topic(
+    topic text, max_deliveries integer DEFAULT NULL, on_dead text DEFAULT 'block')
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF topic IS NULL OR on_dead IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null', CASE WHEN topic IS NULL THEN 'topic' ELSE 'on_dead' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF topic OPERATOR(pg_catalog.!~) '^[A-Za-z0-9_.:-]{1,128}$' THEN
+        RAISE EXCEPTION 'topic must be 1 to 128 characters from A-Z, a-z, 0-9, "_", ".", ":" and "-"'
+            USING ERRCODE = '22023';
+    END IF;
+    IF max_deliveries OPERATOR(pg_catalog.<) 1 OR max_deliveries OPERATOR(pg_catalog.>) 1000 THEN
+        RAISE EXCEPTION 'max_deliveries must be between 1 and 1000, or NULL for idem.outbox_max_deliveries'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has max_deliveries %s.', max_deliveries);
+    END IF;
+    IF on_dead OPERATOR(pg_catalog.<>) ALL (ARRAY['block', 'skip']) THEN
+        RAISE EXCEPTION 'on_dead must be ''block'' or ''skip''' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The call has on_dead %L.', on_dead),
+            HINT = '''block'': a dead letter holds its key''s later messages back until redriven (per-key order kept); ''skip'': they go on.';
+    END IF;
+    INSERT INTO idem_internal.idem_outbox_topic AS s (topic, max_deliveries, on_dead, updated_at)
+    VALUES (topic, max_deliveries, on_dead, pg_catalog.now())
+    ON CONFLICT ON CONSTRAINT idem_outbox_topic_pkey DO UPDATE
+       SET max_deliveries = excluded.max_deliveries, on_dead = excluded.on_dead, updated_at = excluded.updated_at;
+END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_set_topic(text, integer, text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.idem_outbox_set_topic(text, integer, text) IS
+    'idem: a topic''s dead-letter settings: max_deliveries (NULL: idem.outbox_max_deliveries) and on_dead (''block'' or ''skip'')';
+
+-- ---------------------------------------------------------------------------
+-- idem_outbox_nack (SECURITY DEFINER, a publisher's): the broker did not
+-- take these messages.  Counted only for a message handed out and still
+-- undelivered; its lease ends (fetched again at once, or after retry_after).
+-- permanent, or max_deliveries nacks: a dead letter.  Returns how many
+-- became dead letters.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION @extschema@.idem_outbox_nack(
+    message_ids bigint[], reason text, permanent boolean DEFAULT false,
+    retry_after interval DEFAULT interval '0')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t timestamptz := pg_catalog.clock_timestamp();
+    fallback integer;
+    ktopics text[];
+    kkeys text[];
+    dead bigint;
+BEGIN
+    PERFORM idem_internal.idem_outbox_dead_letter_check('idem_outbox_nack',
+        ARRAY['message_ids', 'reason', 'permanent', 'retry_after'],
+        ARRAY[message_ids IS NULL, reason IS NULL, permanent IS NULL, retry_after IS NULL]);
+    IF retry_after OPERATOR(pg_catalog.<) interval '0' THEN
+        RAISE EXCEPTION 'retry_after must not be negative'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has retry_after %s.', retry_after);
+    END IF;
+    -- the library is loaded by the guard: its GUC is defined
+    fallback := COALESCE(pg_catalog.current_setting('idem.outbox_max_deliveries', true), '5')::pg_catalog.int4;
+
+    -- the keys' locks first, before any row is written (as idem_outbox_ack)
+    SELECT pg_catalog.array_agg(o.topic::pg_catalog.text), pg_catalog.array_agg(o.msg_key::pg_catalog.text)
+      INTO ktopics, kkeys
+      FROM idem_internal.idem_outbox o
+     WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids) AND o.msg_key IS NOT NULL
+       AND o.acked_at IS NULL AND o.dead_at IS NULL AND o.leased_until IS NOT NULL;
+    PERFORM idem_internal.idem_outbox_lock_keys(ktopics, kkeys);
+
+    WITH nacked AS (
+        UPDATE idem_internal.idem_outbox o
+           SET nacks = COALESCE(o.nacks, 0) OPERATOR(pg_catalog.+) 1,
+               last_reason = pg_catalog.left(reason, 1000),
+               leased_until = NULL,
+               not_before = CASE WHEN retry_after OPERATOR(pg_catalog.>) interval '0'
+                                 THEN t OPERATOR(pg_catalog.+) retry_after END
+         WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+           AND o.acked_at IS NULL AND o.dead_at IS NULL AND o.leased_until IS NOT NULL
+        RETURNING o.*
+    )
+    INSERT INTO idem_internal.idem_outbox_dead
+        (message_id, topic, msg_key, payload, headers, emitted_at, owner_id, attempts, nacks, lapses,
+         permanent, last_reason, on_dead, dead_at)
+    SELECT n.message_id, n.topic, n.msg_key, n.payload, n.headers, n.emitted_at, n.owner_id, n.attempt,
+           n.nacks, COALESCE(n.lapses, 0), permanent, n.last_reason,
+           CASE WHEN n.msg_key IS NULL THEN 'skip' ELSE COALESCE(s.on_dead, 'block') END, t
+      FROM nacked n
+      LEFT JOIN idem_internal.idem_outbox_topic s ON s.topic OPERATOR(pg_catalog.=) n.topic
+     WHERE permanent OR n.nacks OPERATOR(pg_catalog.>=) COALESCE(s.max_deliveries, fallback);
+    GET DIAGNOSTICS dead = ROW_COUNT;
+    IF dead OPERATOR(pg_catalog.=) 0 THEN
+        RETURN 0;
+    END IF;
+
+    -- 'block': the dead letter stays its key's head, not deliverable
+    UPDATE idem_internal.idem_outbox o
+       SET dead_at = t, ready = false, not_before = NULL
+      FROM idem_internal.idem_outbox_dead d
+     WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids) AND d.dead_at OPERATOR(pg_catalog.=) t
+       AND d.on_dead OPERATOR(pg_catalog.=) 'block'
+       AND o.message_id OPERATOR(pg_catalog.=) d.message_id;
+    -- 'skip' (and keyless): it leaves the outbox, its key's next message is the head
+    WITH gone AS (
+        DELETE FROM idem_internal.idem_outbox o
+         USING idem_internal.idem_outbox_dead d
+         WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids) AND d.dead_at OPERATOR(pg_catalog.=) t
+           AND d.on_dead OPERATOR(pg_catalog.=) 'skip'
+           AND o.message_id OPERATOR(pg_catalog.=) d.message_id
+        RETURNING o.topic, o.msg_key)
+    SELECT pg_catalog.array_agg(g.topic::pg_catalog.text), pg_catalog.array_agg(g.msg_key::pg_catalog.text)
+      INTO ktopics, kkeys
+      FROM gone g WHERE g.msg_key IS NOT NULL;
+    PERFORM idem_internal.idem_outbox_promote(ktopics, kkeys);
+    RETURN dead;
+END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_nack(bigint[], text, boolean, interval) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.idem_outbox_nack(bigint[], text, boolean, interval) IS
+    'idem: a publisher''s report that its broker did not take these fetched messages (permanent: never will); returns how many became dead letters';
+
+-- ---------------------------------------------------------------------------
+-- idem_outbox_redrive: dead letters delivered again.  Of a 'block' topic:
+-- the message is its key's head again, in its place; of a 'skip' topic (or
+-- keyless): appended after its key's messages of the moment, with the
+-- header "idem-redriven".  Superuser or the extension's owner.  Returns how
+-- many.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION @extschema@.idem_outbox_redrive(message_ids bigint[])
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    ktopics text[];
+    kkeys text[];
+    n bigint;
+    m bigint;
+    topic text;
+BEGIN
+    PERFORM idem_internal.idem_outbox_dead_letter_check('idem_outbox_redrive',
+        ARRAY['message_ids'], ARRAY[message_ids IS NULL]);
+    SELECT pg_catalog.array_agg(d.topic::pg_catalog.text), pg_catalog.array_agg(d.msg_key::pg_catalog.text)
+      INTO ktopics, kkeys
+      FROM idem_internal.idem_outbox_dead d
+     WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids) AND d.msg_key IS NOT NULL;
+    PERFORM idem_internal.idem_outbox_lock_keys(ktopics, kkeys);
+
+    -- 'block': in place
+    WITH back AS (
+        DELETE FROM idem_internal.idem_outbox_dead d
+         USING idem_internal.idem_outbox o
+         WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+           AND o.message_id OPERATOR(pg_catalog.=) d.message_id AND o.dead_at IS NOT NULL
+        RETURNING d.message_id)
+    UPDATE idem_internal.idem_outbox o
+       SET dead_at = NULL, ready = true, nacks = NULL, not_before = NULL, leased_until = NULL
+      FROM back
+     WHERE o.message_id OPERATOR(pg_catalog.=) back.message_id;
+    GET DIAGNOSTICS n = ROW_COUNT;
+
+    -- the others: appended, in their first order
+    WITH back AS (
+        DELETE FROM idem_internal.idem_outbox_dead d
+         WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+        RETURNING d.*),
+    ordered AS (
+        SELECT b.*, pg_catalog.row_number() OVER (PARTITION BY b.topic, b.msg_key ORDER BY b.message_id) AS nth
+          FROM back b ORDER BY b.message_id)
+    INSERT INTO idem_internal.idem_outbox
+        (message_id, topic, msg_key, payload, headers, emitted_at, commit_seq, attempt, ready, owner_id)
+    SELECT b.message_id, b.topic, b.msg_key, b.payload,
+           COALESCE(b.headers, '{}'::pg_catalog.jsonb) OPERATOR(pg_catalog.||)
+               pg_catalog.jsonb_build_object('idem-redriven', 'true'),
+           b.emitted_at, pg_catalog.nextval('idem_internal.idem_outbox_message_id_seq'::pg_catalog.regclass), 0,
+           b.msg_key IS NULL OR (b.nth OPERATOR(pg_catalog.=) 1 AND NOT EXISTS (
+               SELECT FROM idem_internal.idem_outbox h
+                WHERE h.topic OPERATOR(pg_catalog.=) b.topic AND h.msg_key OPERATOR(pg_catalog.=) b.msg_key
+                  AND h.acked_at IS NULL)),
+           b.owner_id
+      FROM ordered b;
+    GET DIAGNOSTICS m = ROW_COUNT;
+
+    FOR topic IN SELECT DISTINCT t.topic FROM pg_catalog.unnest(ktopics) AS t (topic) LOOP
+        PERFORM pg_catalog.pg_notify('idem_outbox', topic);
+    END LOOP;
+    IF m OPERATOR(pg_catalog.>) 0 THEN
+        PERFORM pg_catalog.pg_notify('idem_outbox', o.topic) FROM idem_internal.idem_outbox o
+          WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids) AND o.msg_key IS NULL;
+    END IF;
+    RETURN n OPERATOR(pg_catalog.+) m;
+END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_redrive(bigint[]) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.idem_outbox_redrive(bigint[]) IS
+    'idem: deliver dead letters again: in their key''s place (on_dead ''block'') or after its messages with the header idem-redriven (''skip''); returns how many';
+
+-- ---------------------------------------------------------------------------
+-- idem_outbox_discard: dead letters given up for good; a blocked key's next
+-- message becomes its head.  Superuser or the extension's owner.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION @extschema@.idem_outbox_discard(message_ids bigint[])
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    ktopics text[];
+    kkeys text[];
+    n bigint;
+BEGIN
+    PERFORM idem_internal.idem_outbox_dead_letter_check('idem_outbox_discard',
+        ARRAY['message_ids'], ARRAY[message_ids IS NULL]);
+    SELECT pg_catalog.array_agg(d.topic::pg_catalog.text), pg_catalog.array_agg(d.msg_key::pg_catalog.text)
+      INTO ktopics, kkeys
+      FROM idem_internal.idem_outbox_dead d
+     WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids) AND d.msg_key IS NOT NULL;
+    PERFORM idem_internal.idem_outbox_lock_keys(ktopics, kkeys);
+    DELETE FROM idem_internal.idem_outbox o
+     USING idem_internal.idem_outbox_dead d
+     WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+       AND o.message_id OPERATOR(pg_catalog.=) d.message_id AND o.dead_at IS NOT NULL;
+    DELETE FROM idem_internal.idem_outbox_dead d WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM idem_internal.idem_outbox_promote(ktopics, kkeys);
+    RETURN n;
+END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_discard(bigint[]) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.idem_outbox_discard(bigint[]) IS
+    'idem: give dead letters up for good (their blocked keys go on); returns how many';
+
+-- ---------------------------------------------------------------------------
+-- A consumer's side (SECURITY DEFINER, a consumer's).
+--
+-- idem_consume_check, in the effect's transaction before idem_consume:
+--   'apply'     go on (a failure row of this message goes with the commit);
+--   'dead'      this message is a dead letter (not redriven): set it aside again;
+--   'set_aside' its key is held back behind a dead letter (blocked_by) of a
+--               'block' topic: recorded here, set it aside (commit, then the
+--               broker's dead-lettering).
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION @extschema@.idem_consume_check(
+    consumer text, message_id text, msg_key text DEFAULT NULL, owner bigint DEFAULT NULL,
+    OUT verdict text, OUT blocked_by text, OUT attempts integer)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r record;
+BEGIN
+    IF idem_consume_check.consumer IS NULL OR idem_consume_check.message_id IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null',
+            CASE WHEN idem_consume_check.consumer IS NULL THEN 'consumer' ELSE 'message_id' END
+            USING ERRCODE = '22004';
+    END IF;
+    attempts := 0;
+    SELECT f.* INTO r FROM idem_internal.idem_inbox_failure f
+     WHERE f.consumer OPERATOR(pg_catalog.=) idem_consume_check.consumer
+       AND f.message_id OPERATOR(pg_catalog.=) idem_consume_check.message_id
+       FOR UPDATE;
+    IF FOUND THEN
+        attempts := r.attempts;
+        IF r.dead_at IS NOT NULL AND NOT r.redriven THEN
+            verdict := 'dead';
+            blocked_by := r.behind;
+            RETURN;
+        END IF;
+        DELETE FROM idem_internal.idem_inbox_failure f
+         WHERE f.consumer OPERATOR(pg_catalog.=) idem_consume_check.consumer
+           AND f.message_id OPERATOR(pg_catalog.=) idem_consume_check.message_id;
+        IF r.redriven THEN
+            verdict := 'apply';     -- redriven: in the order the operator delivers them again
+            RETURN;
+        END IF;
+    END IF;
+    IF idem_consume_check.msg_key IS NOT NULL THEN
+        SELECT f.message_id INTO blocked_by FROM idem_internal.idem_inbox_failure f
+         WHERE f.consumer OPERATOR(pg_catalog.=) idem_consume_check.consumer
+           AND f.msg_key OPERATOR(pg_catalog.=) idem_consume_check.msg_key
+           AND f.dead_at IS NOT NULL AND f.blocks
+           AND f.message_id OPERATOR(pg_catalog.<>) idem_consume_check.message_id
+         ORDER BY f.dead_at, f.message_id LIMIT 1;
+        IF blocked_by IS NOT NULL THEN
+            INSERT INTO idem_internal.idem_inbox_failure AS f
+                (consumer, message_id, msg_key, owner_id, attempts, last_reason, first_failed_at,
+                 last_failed_at, dead_at, blocks, behind, redriven)
+            VALUES (idem_consume_check.consumer, idem_consume_check.message_id, idem_consume_check.msg_key,
+                    owner, 0, pg_catalog.format('set aside behind the dead letter %s of its key', blocked_by),
+                    pg_catalog.now(), pg_catalog.now(), pg_catalog.now(), true, blocked_by, false);
+            verdict := 'set_aside';
+            RETURN;
+        END IF;
+    END IF;
+    verdict := 'apply';
+END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.idem_consume_check(text, text, text, bigint) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.idem_consume_check(text, text, text, bigint) IS
+    'idem: before applying a message: ''apply'', ''dead'' (a dead letter) or ''set_aside'' (its key waits behind a dead letter); for consumers';
+
+-- idem_consume_failed, in a transaction of its own after the effect's
+-- rolled back: one more attempt; dead past the limit (max_attempts, else
+-- the topic's max_deliveries, else idem.outbox_max_deliveries).
+CREATE FUNCTION @extschema@.idem_consume_failed(
+    consumer text, message_id text, reason text, msg_key text DEFAULT NULL, topic text DEFAULT NULL,
+    max_attempts integer DEFAULT NULL, owner bigint DEFAULT NULL,
+    OUT attempts integer, OUT dead boolean)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    lim integer;
+    on_dead text;
+    holds boolean;
+BEGIN
+    IF idem_consume_failed.consumer IS NULL OR idem_consume_failed.message_id IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null',
+            CASE WHEN idem_consume_failed.consumer IS NULL THEN 'consumer' ELSE 'message_id' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF max_attempts OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION 'max_attempts must be at least 1, or NULL for the topic''s max_deliveries'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has max_attempts %s.', max_attempts);
+    END IF;
+    PERFORM idem_internal.idem_outbox_guard();      -- loads the library: its GUC
+    SELECT s.max_deliveries, s.on_dead INTO lim, on_dead
+      FROM idem_internal.idem_outbox_topic s WHERE s.topic OPERATOR(pg_catalog.=) idem_consume_failed.topic;
+    lim := COALESCE(max_attempts, lim,
+                    COALESCE(pg_catalog.current_setting('idem.outbox_max_deliveries', true), '5')::pg_catalog.int4);
+    holds := idem_consume_failed.msg_key IS NOT NULL AND COALESCE(on_dead, 'block') OPERATOR(pg_catalog.=) 'block';
+    INSERT INTO idem_internal.idem_inbox_failure AS f
+        (consumer, message_id, msg_key, owner_id, attempts, last_reason, first_failed_at, last_failed_at,
+         dead_at, blocks, behind, redriven)
+    VALUES (idem_consume_failed.consumer, idem_consume_failed.message_id, idem_consume_failed.msg_key, owner, 1,
+            pg_catalog.left(reason, 1000), pg_catalog.now(), pg_catalog.now(),
+            CASE WHEN lim OPERATOR(pg_catalog.<=) 1 THEN pg_catalog.now() END, holds, NULL, false)
+    ON CONFLICT ON CONSTRAINT pk_idem_inbox_failure DO UPDATE
+       SET attempts = f.attempts OPERATOR(pg_catalog.+) 1,
+           last_reason = excluded.last_reason,
+           last_failed_at = excluded.last_failed_at,
+           dead_at = CASE WHEN f.attempts OPERATOR(pg_catalog.+) 1 OPERATOR(pg_catalog.>=) lim
+                          THEN pg_catalog.now() END,
+           blocks = excluded.blocks, behind = NULL, redriven = false
+    RETURNING f.attempts, f.dead_at IS NOT NULL INTO attempts, dead;
+END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.idem_consume_failed(text, text, text, text, text, integer, bigint) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.idem_consume_failed(text, text, text, text, text, integer, bigint) IS
+    'idem: count a failed attempt to apply a message (outside the effect''s transaction); dead past the limit; for consumers';
+
+-- idem_inbox_redrive: a consumer's dead letters (and what was set aside
+-- behind them) applied again when the broker delivers them again (the
+-- operator moves them back from the broker's dead-letter queue or stream);
+-- discard: given up for good, their keys go on.  All of the consumer's
+-- when message_ids is NULL.  Superuser or the extension's owner.
+CREATE FUNCTION @extschema@.idem_inbox_redrive(
+    consumer text, message_ids text[] DEFAULT NULL, discard boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    n bigint;
+BEGIN
+    IF consumer IS NULL OR discard IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null', CASE WHEN consumer IS NULL THEN 'consumer' ELSE 'discard' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF discard THEN
+        DELETE FROM idem_internal.idem_inbox_failure f
+         WHERE f.consumer OPERATOR(pg_catalog.=) idem_inbox_redrive.consumer AND f.dead_at IS NOT NULL
+           AND (message_ids IS NULL OR f.message_id OPERATOR(pg_catalog.=) ANY (message_ids));
+    ELSE
+        UPDATE idem_internal.idem_inbox_failure f SET redriven = true, attempts = 0
+         WHERE f.consumer OPERATOR(pg_catalog.=) idem_inbox_redrive.consumer AND f.dead_at IS NOT NULL
+           AND (message_ids IS NULL OR f.message_id OPERATOR(pg_catalog.=) ANY (message_ids));
+    END IF;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.idem_inbox_redrive(text, text[], boolean) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.idem_inbox_redrive(text, text[], boolean) IS
+    'idem: let a consumer apply its dead letters when delivered again (or discard them: their keys go on); returns how many';
+
+-- idem_stats (since 1.7; 1.13: each topic's and consumer's dead letters
+-- and the oldest one's age, read from the tables, beside the counters:
+-- a topic or consumer with dead letters has a row even with no counters
+-- since the last reset or restart, its counters NULL).
+CREATE OR REPLACE VIEW @extschema@.idem_stats AS
+SELECT COALESCE(e.dbid, dl.dbid) AS dbid, d.datname,
+       COALESCE(e.operation, dl.name) AS operation, COALESCE(e.kind, dl.kind) AS kind,
+       e.calls, e.executed, e.replayed, e.conflicts, e.in_flight, e.waits, e.renewed,
+       e.failed_final, e.leases, e.takeovers, e.stale_tokens, e.retries,
+       e.outbox_emitted, e.outbox_acked, e.inbox_duplicates, e.cleanup_deleted, e.stats_reset,
+       COALESCE(dl.dead_letters, 0) AS dead_letters, dl.oldest_age AS oldest_dead_letter_age
+  FROM @extschema@.idem_stats_entries() e
+  FULL JOIN (
+        SELECT db.oid AS dbid, x.kind, x.name, x.dead_letters, x.oldest_age
+          FROM pg_catalog.pg_database db,
+               (SELECT 'topic'::pg_catalog.text AS kind, o.topic::pg_catalog.text AS name,
+                       pg_catalog.count(*) AS dead_letters,
+                       pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(o.dead_at) AS oldest_age
+                  FROM idem_internal.idem_outbox_dead o GROUP BY o.topic
+                UNION ALL
+                SELECT 'consumer', f.consumer::pg_catalog.text, pg_catalog.count(*),
+                       pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(f.dead_at)
+                  FROM idem_internal.idem_inbox_failure f WHERE f.dead_at IS NOT NULL GROUP BY f.consumer) x
+         WHERE db.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()) dl
+    ON dl.dbid OPERATOR(pg_catalog.=) e.dbid AND dl.kind OPERATOR(pg_catalog.=) e.kind
+   AND dl.name OPERATOR(pg_catalog.=) e.operation
+  LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) COALESCE(e.dbid, dl.dbid);
+
+COMMENT ON VIEW @extschema@.idem_stats IS
+    'idem: counters per (database, kind, name) since the last idem_stats_reset(); kind is operation, topic or consumer; committed work only for what calls write; dead letters of this database''s topics and consumers';
+
+REVOKE ALL ON @extschema@.idem_stats FROM PUBLIC;
+GRANT SELECT ON @extschema@.idem_stats TO pg_monitor;
+
+-- ---------------------------------------------------------------------------
 -- idem_health (SECURITY DEFINER, called by monitors): a SQL-standard body.
 -- ---------------------------------------------------------------------------
 DROP FUNCTION @extschema@.idem_health();
@@ -200,8 +790,13 @@ CREATE FUNCTION @extschema@.idem_health(
     OUT outbox_unacked bigint,
     OUT outbox_oldest_unacked_age interval,
     OUT outbox_acked_backlog bigint,
+    OUT outbox_lease_lapses bigint,
+    OUT outbox_dead bigint,
+    OUT outbox_oldest_dead_age interval,
     OUT inbox_entries bigint,
     OUT inbox_expired_backlog bigint,
+    OUT inbox_dead bigint,
+    OUT inbox_oldest_dead_age interval,
     OUT table_bytes bigint,
     OUT index_bytes bigint,
     OUT worker_last_run_started timestamptz,
@@ -228,9 +823,17 @@ SELECT
     (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(o.emitted_at)
        FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL),
     (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox o WHERE o.acked_at IS NOT NULL),
+    (SELECT COALESCE(pg_catalog.sum(COALESCE(o.lapses, 0) OPERATOR(pg_catalog.+)
+                (o.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now())::pg_catalog.int4), 0)::pg_catalog.int8
+       FROM idem_internal.idem_outbox o WHERE o.acked_at IS NULL AND o.dead_at IS NULL),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_outbox_dead d),
+    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(d.dead_at) FROM idem_internal.idem_outbox_dead d),
     (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i),
     (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox i
       WHERE i.expires_at OPERATOR(pg_catalog.<) pg_catalog.now()),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idem_inbox_failure f WHERE f.dead_at IS NOT NULL),
+    (SELECT pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(f.dead_at)
+       FROM idem_internal.idem_inbox_failure f WHERE f.dead_at IS NOT NULL),
     sizes.table_bytes, sizes.index_bytes,
     w.last_run_started, w.last_run_finished, w.last_run_deleted, w.last_error, w.last_error_at,
     (SELECT pg_catalog.array_agg(u.operation ORDER BY u.operation) FROM (
@@ -248,13 +851,15 @@ FROM (SELECT pg_catalog.sum(pg_catalog.pg_table_size(t.rel))::pg_catalog.int8 AS
         FROM pg_catalog.unnest(ARRAY['idem_internal.idempotency_record'::pg_catalog.regclass,
                                      'idem_internal.purchase_order'::pg_catalog.regclass,
                                      'idem_internal.idem_outbox'::pg_catalog.regclass,
-                                     'idem_internal.idem_inbox'::pg_catalog.regclass]) AS t(rel)) sizes
+                                     'idem_internal.idem_inbox'::pg_catalog.regclass,
+                                     'idem_internal.idem_outbox_dead'::pg_catalog.regclass,
+                                     'idem_internal.idem_inbox_failure'::pg_catalog.regclass]) AS t(rel)) sizes
 LEFT JOIN @extschema@.idem_cleanup_status() w
        ON w.datid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
                                           WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
 END;
 COMMENT ON FUNCTION @extschema@.idem_health() IS
-    'idem: backlog, PROCESSING records, outbox and inbox, disk use, the cleanup worker''s last round, and operations refusing reuse without an audit period, for this database';
+    'idem: backlog, PROCESSING records, outbox and inbox (lease lapses, dead letters), disk use, the cleanup worker''s last round, and operations refusing reuse without an audit period, for this database';
 REVOKE ALL ON FUNCTION @extschema@.idem_health() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.idem_health() TO pg_monitor;
 
@@ -299,7 +904,10 @@ BEGIN ATOMIC
         ('worker', 'EXECUTE', '@extschema@.idem_fail(bigint, bigint, jsonb, boolean)'::pg_catalog.regprocedure, NULL),
         ('publisher', 'EXECUTE', '@extschema@.idem_outbox_fetch(text, integer, interval)'::pg_catalog.regprocedure, NULL),
         ('publisher', 'EXECUTE', '@extschema@.idem_outbox_ack(bigint[])'::pg_catalog.regprocedure, NULL),
+        ('publisher', 'EXECUTE', '@extschema@.idem_outbox_nack(bigint[], text, boolean, interval)'::pg_catalog.regprocedure, NULL),
         ('consumer', 'EXECUTE', '@extschema@.idem_consume(text, text, interval, bigint)'::pg_catalog.regprocedure, NULL),
+        ('consumer', 'EXECUTE', '@extschema@.idem_consume_check(text, text, text, bigint)'::pg_catalog.regprocedure, NULL),
+        ('consumer', 'EXECUTE', '@extschema@.idem_consume_failed(text, text, text, text, text, integer, bigint)'::pg_catalog.regprocedure, NULL),
         ('monitor', 'SELECT', NULL, '@extschema@.idem_stats'::pg_catalog.regclass),
         ('monitor', 'SELECT', NULL, '@extschema@.idem_audit'::pg_catalog.regclass),
         ('monitor', 'EXECUTE', '@extschema@.idem_audit_entries(bigint)'::pg_catalog.regprocedure, NULL),
@@ -448,12 +1056,17 @@ BEGIN
          WHERE o.topic OPERATOR(pg_catalog.=) idem_outbox_fetch.topic
            AND o.acked_at IS NULL AND o.ready
            AND (o.leased_until IS NULL OR o.leased_until OPERATOR(pg_catalog.<=) t)
+           AND (o.not_before IS NULL OR o.not_before OPERATOR(pg_catalog.<=) t)
          ORDER BY o.commit_seq
          LIMIT batch
            FOR UPDATE OF o SKIP LOCKED
     ), leased AS (
         UPDATE idem_internal.idem_outbox o
            SET attempt = o.attempt OPERATOR(pg_catalog.+) 1,
+               -- a lease still set lapsed: neither acked nor nacked (1.13)
+               lapses = CASE WHEN o.leased_until IS NULL THEN o.lapses
+                             ELSE COALESCE(o.lapses, 0) OPERATOR(pg_catalog.+) 1 END,
+               not_before = NULL,
                leased_until = t OPERATOR(pg_catalog.+) lease
           FROM due
          WHERE o.ctid OPERATOR(pg_catalog.=) due.ctid
@@ -511,12 +1124,20 @@ BEGIN
             HINT = '''keep'': the owner''s messages not yet delivered are delivered, then erased at their acknowledgement; ''delete'': they are erased now and never delivered.';
     END IF;
 
+    -- the owner's outbox dead letters (1.13), whatever undelivered says: a
+    -- dead letter is delivered only if redriven; its blocked key goes on
+    IF EXISTS (SELECT FROM idem_internal.idem_outbox_dead d WHERE d.owner_id OPERATOR(pg_catalog.=) owner) THEN
+        total := @extschema@.idem_outbox_discard(ARRAY(
+            SELECT d.message_id FROM idem_internal.idem_outbox_dead d WHERE d.owner_id OPERATOR(pg_catalog.=) owner));
+    END IF;
+
     -- each table in statements of batch_size rows, at most max_batches
     FOR tbl, keys IN SELECT t.tbl, t.keys FROM (VALUES
         ('idem_internal.idempotency_record', 'id', true),
         ('idem_internal.purchase_order', 'id', true),
         ('idem_internal.idem_history', 'record_id', true),
         ('idem_internal.idem_inbox', 'consumer, message_id', true),
+        ('idem_internal.idem_inbox_failure', 'consumer, message_id', true),
         ('idem_internal.idem_outbox', 'message_id', undelivered OPERATOR(pg_catalog.=) 'delete')) AS t (tbl, keys, wanted)
         WHERE t.wanted
     LOOP
@@ -538,7 +1159,7 @@ $$;
 REVOKE ALL ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer, text) FROM PUBLIC;
 
 COMMENT ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer, text) IS
-    'idem: an erasure request: remove every record, order, history row, inbox entry and (undelivered => ''delete'') outbox message of owner (superuser only)';
+    'idem: an erasure request: remove every record, order, history row, inbox entry and failure, outbox dead letter and (undelivered => ''delete'') outbox message of owner (superuser only)';
 
 -- ---------------------------------------------------------------------------
 -- Citus: idem_distribute() and its per-node part on the new layout.

@@ -43,6 +43,7 @@
 #include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 
@@ -69,7 +70,17 @@ static const IdemColumnSpec outbox_columns[OB_NCOLS] = {
 	[OB_ACKED] = {"acked_at", TIMESTAMPTZOID, 0, false, false},
 	/* 1.13 */
 	[OB_OWNER] = {"owner_id", INT8OID, 0, false, true},
+	/* 1.13: written by the SQL of idem_outbox_nack and idem_outbox_fetch */
+	[OB_NACKS] = {"nacks", INT4OID, 0, false, true},
+	[OB_LAPSES] = {"lapses", INT4OID, 0, false, true},
+	[OB_REASON] = {"last_reason", TEXTOID, 0, false, true},
+	[OB_NOT_BEFORE] = {"not_before", TIMESTAMPTZOID, 0, false, true},
+	/* 1.13: a dead letter holding its key back (on_dead 'block') */
+	[OB_DEAD] = {"dead_at", TIMESTAMPTZOID, 0, false, true},
 };
+
+/* idem.outbox_max_deliveries: read by idem_outbox_nack (SQL) */
+static int	idem_outbox_max_deliveries = 5;
 
 /* 1.4 */
 static const IdemTableSpec outbox_table = {
@@ -170,11 +181,24 @@ idem_outbox_text_order(const text *a, const text *b)
 	return memcmp(VARDATA_ANY(a), VARDATA_ANY(b), alen);
 }
 
-/* Register the table with the catalog (from idem_outbox_init, outbox_emit.c). */
+/*
+ * Register the table with the catalog, define the GUC (from
+ * idem_outbox_init, outbox_emit.c).
+ */
 void
 idem_outbox_register_table(void)
 {
 	idem_outbox_table_index = idem_catalog_register(&outbox_table);
+
+	DefineCustomIntVariable("idem.outbox_max_deliveries",
+							"How many times a message may be reported not delivered before it is a dead letter.",
+							"For topics without their own max_deliveries (idem_outbox_set_topic), "
+							"and for consumers' attempts (idem_consume_failed). Lapsed leases never count.",
+							&idem_outbox_max_deliveries,
+							5, 1, 1000,
+							PGC_SUSET,
+							0,
+							NULL, NULL, NULL);
 }
 
 /* Sort order of uint64 hashes. */

@@ -24,7 +24,9 @@
  *    have leased a message again since step 1), counted per topic.
  * 4. With a snapshot taken now, each key's first message after its
  *    acknowledged head (from the key's start if a message behind its head
- *    was acknowledged) is made ready, unless it already is.
+ *    was acknowledged) is made ready, unless it already is or is a dead
+ *    letter (1.13: its key waits behind it; an acknowledgement of a dead
+ *    letter itself is ignored).
  *
  *-------------------------------------------------------------------------
  */
@@ -130,6 +132,21 @@ ack_ids(ArrayType *array, int *n)
 	return ids;
 }
 
+/*
+ * Whether the message in slot is a dead letter holding its key back (1.13:
+ * dead_at set; a late acknowledgement of it changes nothing, and no
+ * message behind it becomes its key's head).
+ */
+static bool
+outbox_dead(const IdemTableLayout *t, TupleTableSlot *slot)
+{
+	bool		isnull = true;
+
+	if (t->att[OB_DEAD] != InvalidAttrNumber)
+		(void) slot_getattr(slot, t->att[OB_DEAD], &isnull);
+	return !isnull;
+}
+
 /* Step 1: the unacknowledged messages of ids[0..n-1], into found. */
 static int
 ack_read(const IdemTableLayout *t, Relation heap, Snapshot snapshot,
@@ -168,6 +185,8 @@ ack_read(const IdemTableLayout *t, Relation heap, Snapshot snapshot,
 		(void) slot_getattr(slot, t->att[OB_ACKED], &isnull);
 		if (!isnull)
 			continue;			/* acknowledged before 1.12: the cleanup's */
+		if (outbox_dead(t, slot))
+			continue;			/* a dead letter: only redrive or discard end it */
 		m->tid = slot->tts_tid;
 		m->topic = DatumGetTextPCopy(slot_getattr(slot, t->att[OB_TOPIC], &isnull));
 		d = slot_getattr(slot, t->att[OB_KEY], &isnull);
@@ -280,8 +299,9 @@ ack_promote(const IdemTableLayout *t, IdemRows *rows, Relation keyindex,
 		(void) slot_getattr(slot, t->att[OB_ACKED], &isnull);
 		if (!isnull)
 			continue;
-		if (DatumGetBool(slot_getattr(slot, t->att[OB_READY], &isnull)))
-			break;				/* the head already */
+		if (DatumGetBool(slot_getattr(slot, t->att[OB_READY], &isnull)) ||
+			outbox_dead(t, slot))
+			break;				/* the head already, or a dead letter holding the key */
 		tmres = table_tuple_lock(heap, &tid, snapshot, locked, GetCurrentCommandId(false),
 								 LockTupleNoKeyExclusive, LockWaitBlock,
 								 TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
