@@ -38,7 +38,7 @@ import signal
 import sys
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Tuple, Any, Callable, Dict, List, Optional, Sequence
 
 import psycopg
@@ -69,6 +69,22 @@ class Message:
         return out
 
 
+@dataclass
+class Published:
+    """What a broker did with a batch: the message ids it confirmed, and
+    those it refused for good with why (nacked as permanent).  The rest it
+    did not take for a reason that may pass (a lost connection, a full
+    broker): they are neither acknowledged nor nacked; their leases lapse
+    and they are published again."""
+    confirmed: List[int] = field(default_factory=list)
+    refused: Dict[int, str] = field(default_factory=dict)
+
+
+# Redis error replies that may pass: not the message's fault (nothing nacked)
+_REDIS_TRANSIENT = ("OOM", "LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN",
+                    "NOREPLICAS", "MISCONF")
+
+
 def partition_of(key: Optional[str], message_id: int, partitions: int) -> int:
     """A key's partition: the same for every message of the key."""
     if key is None:
@@ -84,12 +100,51 @@ class RedisStreams:
         self.redis = redis.Redis.from_url(url)
         self.names = ["%s%s.%d" % (prefix, topic, p) for p in range(partitions)]
 
-    def publish(self, messages: Sequence[Message]) -> List[int]:
+    def publish(self, messages: Sequence[Message]) -> Published:
+        """XADD in one pipeline; each reply is that message's confirm.  An
+        error reply is the message's: refused for good, unless it may pass
+        (OOM, LOADING, ...).  Redis closes the connection on a request it
+        cannot parse (a field longer than proto-max-bulk-len): then, if it
+        answers a PING, the batch is published one message at a time to
+        find the one it closes the connection on."""
+        import redis
         pipe = self.redis.pipeline(transaction=False)
         for m in messages:
             pipe.xadd(self.names[m.partition], m.fields())
-        replies = pipe.execute(raise_on_error=False)
-        return [m.message_id for m, r in zip(messages, replies) if not isinstance(r, Exception)]
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except redis.ConnectionError as e:
+            self.redis.ping()       # down: a ConnectionError, the relay backs off
+            log.warning("idem_pg.relay: Redis closed the connection during a batch of %d (%s);"
+                        " publishing it one message at a time", len(messages), e)
+            return self._one_by_one(messages)
+        out = Published()
+        for m, r in zip(messages, replies):
+            if not isinstance(r, Exception):
+                out.confirmed.append(m.message_id)
+            elif not str(r).startswith(_REDIS_TRANSIENT):
+                out.refused[m.message_id] = "Redis refused XADD: %s" % r
+        return out
+
+    def _one_by_one(self, messages: Sequence[Message]) -> Published:
+        import redis
+        out = Published()
+        for m in messages:
+            for attempt in (1, 2):
+                try:
+                    self.redis.xadd(self.names[m.partition], m.fields())
+                    out.confirmed.append(m.message_id)
+                except redis.ResponseError as e:
+                    if not str(e).startswith(_REDIS_TRANSIENT):
+                        out.refused[m.message_id] = "Redis refused XADD: %s" % e
+                except redis.ConnectionError as e:
+                    self.redis.ping()       # the broker is up: it was this message
+                    if attempt == 1:
+                        continue            # once more, on a new connection
+                    out.refused[m.message_id] = ("Redis closed the connection on this message's XADD twice"
+                                                 " (a field longer than its proto-max-bulk-len?): %s" % e)
+                break
+        return out
 
     def trim(self) -> int:
         """Trim each stream to what some consumer group has not yet
@@ -136,7 +191,12 @@ class RabbitMQ:
     """RabbitMQ: one durable single-active-consumer queue per partition,
     persistent messages, mandatory routing, publisher confirms.  A batch is
     published at once and its confirms awaited together (the broker confirms
-    a persistent message once it is on disk)."""
+    a persistent message once it is on disk).
+
+    RabbitMQ answers a message it refuses (larger than its max_message_size)
+    by closing the whole channel with 406 PRECONDITION_FAILED: the batch is
+    then published again one message at a time, each on a new channel, to
+    find the one refused (nacked as permanent); the others are confirmed."""
 
     def __init__(self, url: str, topic: str, partitions: int, prefix: str = "", timeout: float = 30.0):
         import pika
@@ -145,6 +205,7 @@ class RabbitMQ:
         self.channel: Any = None
         self.declared = 0
         self.closed: Optional[str] = None
+        self.channel_closed: Optional[Tuple[int, str]] = None
         self.next_tag = 0
         self.pending: Dict[int, int] = {}       # delivery tag -> message id
         self.acked: List[int] = []
@@ -159,15 +220,24 @@ class RabbitMQ:
         self.closed = why or "closed"
 
     def _opened(self, connection: Any) -> None:
-        connection.channel(on_open_callback=self._channel)
+        self._open_channel()
+
+    def _open_channel(self) -> None:
+        self.channel, self.channel_closed, self.declared = None, None, 0
+        self.next_tag, self.pending = 0, {}
+        self.connection.channel(on_open_callback=self._channel)
 
     def _channel(self, channel: Any) -> None:
         self.channel = channel
+        channel.add_on_close_callback(self._channel_lost)
         channel.confirm_delivery(self._confirmed)
         channel.add_on_return_callback(self._returned)
         for name in self.names:
             channel.queue_declare(name, durable=True, arguments={"x-single-active-consumer": True},
                                   callback=self._declared)
+
+    def _channel_lost(self, _channel: Any, reason: Any) -> None:
+        self.channel_closed = (getattr(reason, "reply_code", 0), getattr(reason, "reply_text", str(reason)))
 
     def _declared(self, _frame: Any) -> None:
         self.declared += 1
@@ -201,7 +271,8 @@ class RabbitMQ:
         if not done():
             raise ConnectionError("RabbitMQ: no answer in %.0f s (%s)" % (self.timeout, what))
 
-    def publish(self, messages: Sequence[Message]) -> List[int]:
+    def _send(self, messages: Sequence[Message]) -> List[int]:
+        """Publish and await the confirms (or the channel's end); the ids confirmed and routed."""
         self.acked, self.returned = [], set()
         for m in messages:
             fields = m.fields()
@@ -212,9 +283,39 @@ class RabbitMQ:
             self.pending[self.next_tag] = m.message_id
             self.channel.basic_publish("", self.names[m.partition], m.payload.encode("utf-8"), props,
                                        mandatory=True)
-        self._wait(lambda: not self.pending, "awaiting the confirms")
+        self._wait(lambda: not self.pending or self.channel_closed is not None, "awaiting the confirms")
         # a message routed nowhere is confirmed too: not acknowledged, it is published again
         return [i for i in self.acked if i not in self.returned]
+
+    def _refused(self) -> bool:
+        """The channel was closed by a 406 (a message refused); any other close: a ConnectionError."""
+        if self.channel_closed is None:
+            return False
+        code, text = self.channel_closed
+        if code != 406:
+            raise ConnectionError("RabbitMQ closed the channel: %s %s" % (code, text))
+        return True
+
+    def _reopen(self) -> None:
+        self._open_channel()
+        self._wait(lambda: self.declared == len(self.names), "opening a channel")
+
+    def publish(self, messages: Sequence[Message]) -> Published:
+        out = Published(self._send(messages))
+        if not self._refused():
+            return out
+        log.warning("idem_pg.relay: RabbitMQ refused a message of a batch of %d (%s %s);"
+                    " publishing it one message at a time", len(messages), *self.channel_closed)
+        for m in messages:
+            if m.message_id in out.confirmed:
+                continue
+            self._reopen()
+            out.confirmed.extend(self._send([m]))
+            if self._refused():
+                out.refused[m.message_id] = "RabbitMQ refused the message: %s %s" % self.channel_closed
+        if self.channel_closed is not None:
+            self._reopen()
+        return out
 
     def close(self) -> None:
         try:
@@ -243,7 +344,7 @@ class Relay:
 
     def __init__(self, dsn: str, topic: str, broker: str, partitions: int = 8, batch: int = 100,
                  lease: float = 30.0, poll: float = 1.0, prefix: str = "", trim_interval: float = 10.0,
-                 progress_interval: float = 60.0):
+                 progress_interval: float = 60.0, backoff_max: float = 30.0):
         if partitions < 1:
             raise ValueError("partitions must be at least 1")
         self.dsn, self.topic, self.broker_url = dsn, topic, broker
@@ -256,6 +357,8 @@ class Relay:
         self._next_progress = time.monotonic() + progress_interval
         self._next_trim = time.monotonic() + trim_interval
         self._health: Optional[bool] = None     # may the role read idem_health()?
+        self.failures = 0                       # broker failures in a row (the back-off)
+        self.backoff_max = backoff_max
 
     def stop(self, *_: Any) -> None:
         self.stopping = True
@@ -306,19 +409,36 @@ class Relay:
             self._next_progress = now + self.progress_interval
 
     def run_once(self, conn: Any, broker: Any) -> int:
-        """One batch: fetch, publish, acknowledge what was confirmed; how many."""
+        """One batch: fetch, publish, acknowledge what was confirmed, nack as
+        permanent what the broker refused for good; how many were confirmed.
+        What it did not take for a reason that may pass is left to its lease
+        (never nacked: a broker down must not dead-letter healthy messages),
+        and the relay backs off."""
         messages = self._fetch(conn)
         if not messages:
             return 0
-        confirmed = broker.publish(messages)
-        if confirmed:
-            conn.execute("SELECT idem_outbox_ack(%s::bigint[])", (confirmed,), prepare=False)
-        if len(confirmed) < len(messages):
-            log.warning("idem_pg.relay: %d of %d messages not confirmed; their leases will lapse",
-                        len(messages) - len(confirmed), len(messages))
-        self.published += len(confirmed)
-        self._window["confirmed"] += len(confirmed)
-        return len(confirmed)
+        out = broker.publish(messages)
+        if out.confirmed:
+            conn.execute("SELECT idem_outbox_ack(%s::bigint[])", (out.confirmed,), prepare=False)
+        for message_id, reason in out.refused.items():
+            log.warning("idem_pg.relay: topic %s: message %d refused for good, nacked as permanent"
+                        " (a dead letter; docs/dead-letters.md): %s", self.topic, message_id, reason)
+            conn.execute("SELECT idem_outbox_nack(%s::bigint[], %s, true)", ([message_id], reason), prepare=False)
+        left = len(messages) - len(out.confirmed) - len(out.refused)
+        if left:
+            log.warning("idem_pg.relay: %d of %d messages not taken by the broker; their leases will lapse",
+                        left, len(messages))
+            self.back_off()
+        else:
+            self.failures = 0
+        self.published += len(out.confirmed)
+        self._window["confirmed"] += len(out.confirmed)
+        return len(out.confirmed)
+
+    def back_off(self) -> None:
+        """Sleep before trying again: 0.5 s, doubling to backoff_max while failures last."""
+        self.failures += 1
+        time.sleep(min(self.backoff_max, 0.5 * 2 ** (self.failures - 1)))
 
     def run(self) -> None:
         listen = psycopg.connect(self.dsn, autocommit=True)
@@ -353,13 +473,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--trim-interval", type=float, default=10.0,
                    help="seconds between trims of the Redis streams to what every consumer group acknowledged (0: never)")
     p.add_argument("--progress-interval", type=float, default=60.0, help="seconds between progress lines at INFO")
+    p.add_argument("--backoff-max", type=float, default=30.0,
+                   help="the longest pause after broker or database failures in a row (from 0.5 s, doubling)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     # the broker library's own chatter (pika logs every connection step at INFO)
     logging.getLogger("pika").setLevel(logging.WARNING)
     logging.getLogger("redis").setLevel(logging.WARNING)
     relay = Relay(args.dsn, args.topic, args.broker, args.partitions, args.batch, args.lease, args.poll, args.prefix,
-                  args.trim_interval, args.progress_interval)
+                  args.trim_interval, args.progress_interval, args.backoff_max)
     signal.signal(signal.SIGTERM, relay.stop)
     signal.signal(signal.SIGINT, relay.stop)
     while not relay.stopping:
@@ -368,12 +490,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except (psycopg.OperationalError, ConnectionError, OSError) as e:
             # the database or the broker went away: reconnect after a pause
             log.warning("idem_pg.relay: %s; reconnecting", e)
-            time.sleep(0.5)
+            relay.back_off()
         except Exception as e:      # the broker's own connection errors
             if type(e).__module__.split(".")[0] not in ("redis", "pika"):
                 raise
             log.warning("idem_pg.relay: broker: %s; reconnecting", e)
-            time.sleep(0.5)
+            relay.back_off()
     log.info("idem_pg.relay: stopped after publishing %d messages", relay.published)
     return 0
 
