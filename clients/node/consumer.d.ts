@@ -18,7 +18,11 @@ export class RedisConsumer {
     pg: Queryable; redis: unknown; topic: string; consumer: string; name: string;
     partitions?: number; prefix?: string; lease?: number; block?: number;
     ownerOf?: ((message: Delivery) => number | bigint | null) | null;
+    /** Attempts before a failing message is a dead letter; null: the topic's max_deliveries. */
+    maxAttempts?: number | null; retryBaseMs?: number; retryMaxMs?: number;
   });
+  /** The stream this consumer's dead letters of partition p go to: <stream>:dead:<consumer>. */
+  deadStream(p: number): string;
   stop(): void;
   run(handler: Handler): Promise<void>;
 }
@@ -28,6 +32,8 @@ export class RabbitConsumer {
     pg: Queryable; amqp: unknown; url: string; topic: string; consumer: string; name: string;
     partitions?: number; prefix?: string;
     ownerOf?: ((message: Delivery) => number | bigint | null) | null;
+    /** Attempts before a failing message is a dead letter; null: the topic's max_deliveries. */
+    maxAttempts?: number | null; retryBaseMs?: number; retryMaxMs?: number;
   });
   stop(): void;
   run(handler: Handler): Promise<void>;

@@ -10,7 +10,19 @@
 // For each delivery: BEGIN, idem_consume(consumer, id), the effect only the
 // first time, COMMIT, then the broker's ack.  Per-key order: one active
 // consumer per partition (a lease in Redis per stream; RabbitMQ's
-// single-active-consumer queues with prefetch 1).  Test hook:
+// single-active-consumer queues with prefetch 1).
+//
+// A message that cannot be applied (a payload that is not JSON, a handler
+// that throws) is tried again with backoff (retryBaseMs doubling to
+// retryMaxMs); each failure is counted in PostgreSQL (idem_consume_failed,
+// outside the effect's transaction: the count survives restarts).  Past
+// maxAttempts (default: the topic's max_deliveries, else
+// idem.outbox_max_deliveries) it is a dead letter: RabbitMQ rejects it
+// without requeue (to the queue's dead-letter exchange, set by a policy);
+// Redis adds it to <stream>:dead:<consumer>; the consumer goes on.  Of a
+// topic whose on_dead is 'block' (the default) the key's later messages are
+// set aside behind it until redriven (python3 -m idem_pg.redrive); with
+// 'skip' they are applied.  docs/dead-letters.md.  Test hook:
 // IDEM_PG_CONSUMER_CRASH_BEFORE_ACK=N exits after the N-th commit, before
 // its ack.
 import { consume } from './index.js';
@@ -36,29 +48,110 @@ export class Delivery {
   }
 }
 
-// The transaction of one delivery: idem_consume, the effect, COMMIT.
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const CHECK = 'SELECT verdict, blocked_by FROM idem_consume_check($1, $2, $3, $4::bigint)';
+const FAILED = 'SELECT attempts, dead FROM idem_consume_failed($1, $2, $3, $4, $5, $6::integer, $7::bigint)';
+
+// A payload's text: a Buffer (amqplib) must be valid UTF-8 (else the message's failure).
+const decoder = new TextDecoder('utf-8', { fatal: true });
+function payloadText(value) {
+  return typeof value === 'string' ? value : decoder.decode(value);
+}
+
+// Whether an error is the database connection's (the message comes again,
+// no attempt counted) rather than the message's.
+function connectionLost(e) {
+  return /^08/.test(e.code || '') || ['ECONNRESET', 'ECONNREFUSED', 'EPIPE'].includes(e.code)
+    || /Connection terminated|not queryable|Client has encountered a connection error/.test(e.message || '');
+}
+
+// The transaction of one delivery: idem_consume_check, idem_consume, the
+// effect, COMMIT; failures counted apart and tried again with backoff.
 class Inbox {
-  constructor(pg, consumer, ownerOf) {
+  constructor(pg, consumer, topic, ownerOf, { maxAttempts = null, retryBaseMs = 100, retryMaxMs = 30000 } = {}) {
+    if (maxAttempts != null && maxAttempts < 1) throw new RangeError('maxAttempts must be at least 1, or null for the topic\'s max_deliveries');
     this.pg = pg;
     this.consumer = consumer;
+    this.topic = topic;
     this.ownerOf = ownerOf;
+    this.maxAttempts = maxAttempts;
+    this.retryBaseMs = retryBaseMs;
+    this.retryMaxMs = retryMaxMs;
     this.applied = 0;
     this.duplicates = 0;
     this.crashAt = Number(process.env.IDEM_PG_CONSUMER_CRASH_BEFORE_ACK || 0);
     this.committed = 0;
+    this.queue = Promise.resolve();
   }
 
-  async take(delivery, handler) {
-    const owner = this.ownerOf ? this.ownerOf(delivery) : null;
-    await this.pg.query('BEGIN');
-    let first;
+  // fn alone on the client: amqplib hands several queues' messages at once,
+  // and two transactions must never share the one pg client
+  async exclusive(fn) {
+    const before = this.queue;
+    let release;
+    this.queue = new Promise((r) => { release = r; });
+    await before;
     try {
+      return await fn();
+    } finally {
+      release();
+    }
+  }
+
+  // Apply a delivery once, trying again after failures: resolves to
+  // { outcome: 'applied' | 'duplicate' } once committed (ack next), or to
+  // { outcome: 'dead' | 'set_aside', why } when it is to be dead-lettered.
+  async take(fields, partition, redelivered, handler, pause = sleep) {
+    const messageId = String(fields.id);
+    const key = fields.key ?? null;
+    for (;;) {
+      let failure;
+      try {
+        return await this.exclusive(() => this.once(fields, partition, redelivered, handler));
+      } catch (e) {
+        if (!e.idemMessageFailure) throw e;
+        failure = e.cause;
+      }
+      const reason = `${failure && failure.name ? failure.name : 'Error'}: ${failure && failure.message}`.slice(0, 1000);
+      console.error(`idem-pg/consumer: ${this.consumer}: message ${messageId} (key ${key}) failed: ${failure && failure.stack ? failure.stack : reason}`);
+      let owner = null;
+      try { owner = this.ownerOf ? this.ownerOf(new Delivery(fields, partition, redelivered)) : null; } catch { owner = null; }
+      const { rows: [r] } = await this.exclusive(() => this.pg.query(FAILED, [this.consumer, messageId, reason, key,
+        this.topic, this.maxAttempts, owner == null ? null : String(owner)]));
+      if (r.dead) {
+        console.error(`idem-pg/consumer: ${this.consumer}: message ${messageId} is a dead letter after ${r.attempts} attempts: ${reason}`);
+        return { outcome: 'dead', why: `after ${r.attempts} attempts: ${reason}` };
+      }
+      await pause(Math.min(this.retryMaxMs, this.retryBaseMs * 2 ** (r.attempts - 1)));
+    }
+  }
+
+  async once(fields, partition, redelivered, handler) {
+    const fail = (cause) => Object.assign(new Error('the message failed'), { idemMessageFailure: true, cause });
+    let delivery;
+    let owner;
+    try {
+      delivery = new Delivery({ ...fields, payload: payloadText(fields.payload) }, partition, redelivered);
+      owner = this.ownerOf ? this.ownerOf(delivery) : null;
+    } catch (e) {
+      throw fail(e);
+    }
+    let first;
+    await this.pg.query('BEGIN');
+    try {
+      const { rows: [c] } = await this.pg.query(CHECK, [this.consumer, delivery.messageId, delivery.key,
+        owner == null ? null : String(owner)]);
+      if (c.verdict !== 'apply') {
+        await this.pg.query('COMMIT');
+        return { outcome: c.verdict, why: c.blocked_by ? `behind the dead letter ${c.blocked_by} of its key` : 'a dead letter' };
+      }
       first = await consume(this.pg, { consumer: this.consumer, messageId: delivery.messageId, owner });
       if (first) await handler(this.pg, delivery);
       await this.pg.query('COMMIT');
     } catch (e) {
       await this.pg.query('ROLLBACK').catch(() => {});
-      throw e;
+      if (connectionLost(e)) throw e;
+      throw fail(e);
     }
     if (first) this.applied += 1; else this.duplicates += 1;
     this.committed += 1;
@@ -66,13 +159,15 @@ class Inbox {
       console.error(`idem-pg/consumer: IDEM_PG_CONSUMER_CRASH_BEFORE_ACK=${this.crashAt}: exiting after the commit, before the ack`);
       process.exit(70);
     }
+    return { outcome: first ? 'applied' : 'duplicate' };
   }
 }
 
 // A consumer group member on the streams <prefix><topic>.<p>, holding each
 // stream it reads with a lease.  redis: a connected node-redis v4 client.
 export class RedisConsumer {
-  constructor({ pg, redis, topic, consumer, name, partitions = 8, prefix = '', lease = 5, block = 0.5, ownerOf = null }) {
+  constructor({ pg, redis, topic, consumer, name, partitions = 8, prefix = '', lease = 5, block = 0.5, ownerOf = null,
+    maxAttempts = null, retryBaseMs = 100, retryMaxMs = 30000 }) {
     this.redis = redis;
     this.consumer = consumer;
     this.name = name;
@@ -80,7 +175,7 @@ export class RedisConsumer {
     this.leaseMs = Math.round(lease * 1000);
     this.blockMs = Math.round(block * 1000);
     this.streams = Array.from({ length: partitions }, (_, p) => `${prefix}${topic}.${p}`);
-    this.inbox = new Inbox(pg, consumer, ownerOf);
+    this.inbox = new Inbox(pg, consumer, topic, ownerOf, { maxAttempts, retryBaseMs, retryMaxMs });
     this.held = new Map();      // partition -> its leftovers handled
     this.stopping = false;
     this.ready = false;
@@ -120,11 +215,35 @@ export class RedisConsumer {
 
   // One entry, under a lease renewed for it (a slow batch cannot outlive the
   // lease); false, with nothing done, if the lease had lapsed.
+  // A dead letter (or a message set aside behind one) goes to the dead
+  // stream <stream>:dead:<consumer>, then is acknowledged.
   async take(p, entry, redelivered, handler) {
     if (!await this.renew(p)) return false;
-    await this.inbox.take(new Delivery(entry.message, p, redelivered), handler);
+    const fields = { id: `redis:${entry.id}`, ...entry.message };
+    let r;
+    try {
+      r = await this.inbox.take(fields, p, redelivered, handler, (ms) => this.pause(p, ms));
+    } catch (e) {
+      if (e.idemLeaseLost) return false;
+      throw e;
+    }
+    if (r.outcome === 'dead' || r.outcome === 'set_aside') {
+      await this.redis.xAdd(this.deadStream(p), '*',
+        { ...fields, idem_dead_reason: r.why, idem_consumer: this.consumer, idem_stream_entry: entry.id });
+    }
     await this.redis.xAck(this.streams[p], this.consumer, entry.id);
     return true;
+  }
+
+  deadStream(p) { return `${this.streams[p]}:dead:${this.consumer}`; }
+
+  // Wait before trying a message again, keeping the stream's lease.
+  async pause(p, ms) {
+    const end = Date.now() + ms;
+    for (let left = ms; left > 0; left = end - Date.now()) {
+      await sleep(Math.min(left, this.leaseMs / 3));
+      if (!await this.renew(p)) throw Object.assign(new Error('the stream\'s lease lapsed'), { idemLeaseLost: true });
+    }
   }
 
   // A stream just taken: what its previous holder left unacknowledged, first, in order.
@@ -188,12 +307,13 @@ export class RedisConsumer {
 // message at a time, acknowledged after its commit.  amqp: amqplib's module
 // (the optional peer dependency); url: amqp://user:pass@host:port/vhost.
 export class RabbitConsumer {
-  constructor({ pg, amqp, url, topic, consumer, name, partitions = 8, prefix = '', ownerOf = null }) {
+  constructor({ pg, amqp, url, topic, consumer, name, partitions = 8, prefix = '', ownerOf = null,
+    maxAttempts = null, retryBaseMs = 100, retryMaxMs = 30000 }) {
     this.amqp = amqp;
     this.url = url;
     this.name = name;
     this.queues = Array.from({ length: partitions }, (_, p) => `${prefix}${topic}.${p}`);
-    this.inbox = new Inbox(pg, consumer, ownerOf);
+    this.inbox = new Inbox(pg, consumer, topic, ownerOf, { maxAttempts, retryBaseMs, retryMaxMs });
     this.stopping = false;
   }
 
@@ -211,11 +331,13 @@ export class RabbitConsumer {
           await channel.assertQueue(q, { durable: true, arguments: { 'x-single-active-consumer': true } });
           await channel.consume(q, async (msg) => {
             if (msg === null) return;       // the queue was deleted
-            const fields = { ...(msg.properties.headers || {}), payload: msg.content.toString('utf8') };
-            fields.id = fields.id ?? msg.properties.messageId;
+            const fields = { ...(msg.properties.headers || {}), payload: msg.content };
+            fields.id = fields.id ?? msg.properties.messageId ?? `amqp:${msg.fields.deliveryTag}`;
             try {
-              await this.inbox.take(new Delivery(fields, p, msg.fields.redelivered), handler);
-              channel.ack(msg);
+              const r = await this.inbox.take(fields, p, msg.fields.redelivered, handler);
+              // a dead letter: to the queue's dead-letter exchange (a policy's; without one RabbitMQ drops it)
+              if (r.outcome === 'dead' || r.outcome === 'set_aside') channel.nack(msg, false, false);
+              else channel.ack(msg);
             } catch (e) {
               console.error(`idem-pg/consumer: ${e.message}; the message comes again`);
               connection.close().catch(() => {});

@@ -25,6 +25,20 @@ Per-key order needs one active consumer per partition at a time:
   after its commit; RabbitMQ hands the queue to another consumer when the
   active one goes, its unacknowledged message first.
 
+A message that cannot be applied (a payload that is not JSON, a handler
+that raises) is tried again with backoff (``retry_base_ms`` doubling to
+``retry_max_ms``); each failure is counted in PostgreSQL
+(``idem_consume_failed``, outside the effect's transaction, so the count
+survives restarts).  Past ``max_attempts`` (default: the topic's
+``max_deliveries``, else ``idem.outbox_max_deliveries``) it is a dead
+letter: handed to the broker's dead-lettering (RabbitMQ: rejected without
+requeue, to the queue's dead-letter exchange set by a policy; Redis: the
+stream ``<stream>:dead:<consumer>``) and the consumer goes on.  Of a topic
+whose ``on_dead`` is ``'block'`` (the default), the key's later messages
+are set aside behind it the same way, in order, until the operator
+redrives them (``python3 -m idem_pg.redrive``); with ``'skip'`` they are
+applied.  docs/dead-letters.md.
+
 A test hook: with ``IDEM_PG_CONSUMER_CRASH_BEFORE_ACK=N`` in the
 environment, the process exits (``os._exit``) right after the commit of its
 N-th message and before the broker's acknowledgement: what a crash there
@@ -37,7 +51,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psycopg
 
@@ -77,34 +91,100 @@ class _CrashHook:
             os._exit(70)
 
 
-class _Inbox:
-    """The transaction of one delivery: idem_consume, the effect, commit."""
+class _Failed(Exception):
+    """A delivery that could not be applied this time (its cause chained)."""
 
-    def __init__(self, dsn: str, consumer: str, owner_of: Optional[Callable[[Delivery], Optional[int]]]):
-        self.dsn, self.consumer, self.owner_of = dsn, consumer, owner_of
+
+class _LeaseLost(Exception):
+    """A Redis consumer lost its stream while waiting to try a message again."""
+
+
+_CHECK = "SELECT verdict, blocked_by FROM idem_consume_check(%s, %s, %s, %s)"
+_FAILED = "SELECT attempts, dead FROM idem_consume_failed(%s, %s, %s, %s, %s, %s, %s)"
+
+
+class _Inbox:
+    """The transaction of one delivery: idem_consume_check, idem_consume, the
+    effect, commit; failures counted apart and tried again with backoff."""
+
+    def __init__(self, dsn: str, consumer: str, topic: str, owner_of: Optional[Callable[[Delivery], Optional[int]]],
+                 max_attempts: Optional[int] = None, retry_base_ms: float = 100.0, retry_max_ms: float = 30_000.0):
+        if max_attempts is not None and max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1, or None for the topic's max_deliveries")
+        self.dsn, self.consumer, self.topic, self.owner_of = dsn, consumer, topic, owner_of
+        self.max_attempts, self.retry_base_ms, self.retry_max_ms = max_attempts, retry_base_ms, retry_max_ms
         self.conn: Optional[psycopg.Connection] = None
         self.crash = _CrashHook()
         self.applied = 0
         self.duplicates = 0
+        self.dead = 0
+        self.set_aside = 0
 
     def connection(self) -> psycopg.Connection:
         if self.conn is None or self.conn.closed:
             self.conn = psycopg.connect(self.dsn, autocommit=True)
         return self.conn
 
-    def take(self, delivery: Delivery, handler: Handler) -> None:
-        """Apply the delivery once; returns when it is committed (ack next)."""
+    def take(self, fields: Dict[str, str], partition: int, redelivered: bool, handler: Handler,
+             pause: Callable[[float], None] = time.sleep) -> Tuple[str, str]:
+        """Apply a delivery once, trying again after failures; returns when it
+        is committed (ack next) as ('applied' | 'duplicate', '') or when it is
+        to be dead-lettered as ('dead' | 'set_aside', why)."""
+        message_id, key = str(fields["id"]), fields.get("key")
+        while True:
+            try:
+                return self._once(fields, partition, redelivered, handler)
+            except _Failed as failure:
+                cause = failure.__cause__
+                reason = "%s: %s" % (type(cause).__name__, cause)
+                log.error("idem_pg.consumer: %s: message %s (key %s) failed: %s", self.consumer, message_id, key,
+                          reason, exc_info=cause)
+                attempts, dead = self.connection().execute(
+                    _FAILED, (self.consumer, message_id, reason[:1000], key, self.topic, self.max_attempts,
+                              self._owner_of_fields(fields, partition, redelivered)), prepare=False).fetchone()
+                if dead:
+                    log.error("idem_pg.consumer: %s: message %s is a dead letter after %d attempts: %s",
+                              self.consumer, message_id, attempts, reason)
+                    return "dead", "after %d attempts: %s" % (attempts, reason)
+                pause(min(self.retry_max_ms, self.retry_base_ms * 2 ** (attempts - 1)) / 1000.0)
+
+    def _owner_of_fields(self, fields: Dict[str, str], partition: int, redelivered: bool) -> Optional[int]:
+        try:
+            return self.owner_of(_delivery(fields, partition, redelivered)) if self.owner_of else None
+        except Exception:       # noqa: BLE001 - an undecodable payload has no owner
+            return None
+
+    def _once(self, fields: Dict[str, str], partition: int, redelivered: bool, handler: Handler) -> Tuple[str, str]:
         conn = self.connection()
-        owner = self.owner_of(delivery) if self.owner_of else None
-        with conn.transaction():
-            first = consume(conn, self.consumer, delivery.message_id, owner=owner, prepare=False)
-            if first:
-                handler(conn, delivery)
+        message_id, key = str(fields["id"]), fields.get("key")
+        try:
+            delivery = _delivery(fields, partition, redelivered)
+            owner = self.owner_of(delivery) if self.owner_of else None
+        except Exception as e:          # noqa: BLE001 - not JSON, or no owner: the message's failure
+            raise _Failed() from e
+        try:
+            with conn.transaction():
+                verdict, blocked_by = conn.execute(_CHECK, (self.consumer, message_id, key, owner),
+                                                   prepare=False).fetchone()
+                if verdict != "apply":
+                    why = "behind the dead letter %s of its key" % blocked_by if blocked_by else "a dead letter"
+                    self.set_aside += verdict == "set_aside"
+                    return verdict, why
+                first = consume(conn, self.consumer, message_id, owner=owner, prepare=False)
+                if first:
+                    handler(conn, delivery)
+        except psycopg.OperationalError as e:
+            if conn.closed or conn.broken:
+                raise                   # the connection: reconnect, the message comes again
+            raise _Failed() from e
+        except Exception as e:          # noqa: BLE001 - the handler's (or its SQL's) failure
+            raise _Failed() from e
         if first:
             self.applied += 1
         else:
             self.duplicates += 1
         self.crash.committed()
+        return ("applied" if first else "duplicate"), ""
 
     def close(self) -> None:
         if self.conn is not None:
@@ -135,13 +215,14 @@ class RedisConsumer:
 
     def __init__(self, dsn: str, topic: str, broker: str, consumer: str, name: str, partitions: int = 8,
                  prefix: str = "", lease: float = 5.0, block: float = 0.5,
-                 owner_of: Optional[Callable[[Delivery], Optional[int]]] = None):
+                 owner_of: Optional[Callable[[Delivery], Optional[int]]] = None,
+                 max_attempts: Optional[int] = None, retry_base_ms: float = 100.0, retry_max_ms: float = 30_000.0):
         import redis
         self.redis_module = redis
         self.url, self.topic, self.consumer, self.name = broker, topic, consumer, name
         self.partitions, self.prefix, self.lease_ms, self.block_ms = partitions, prefix, int(lease * 1000), int(block * 1000)
         self.streams = ["%s%s.%d" % (prefix, topic, p) for p in range(partitions)]
-        self.inbox = _Inbox(dsn, consumer, owner_of)
+        self.inbox = _Inbox(dsn, consumer, topic, owner_of, max_attempts, retry_base_ms, retry_max_ms)
         self.held: Dict[int, bool] = {}      # partition -> its leftovers handled
         self.stopping = False
         self.redis: Any = None
@@ -196,13 +277,37 @@ class RedisConsumer:
                     return
         self.held[p] = True
 
+    def dead_stream(self, p: int) -> str:
+        """Where this consumer's dead letters of partition p go: ``<stream>:dead:<consumer>``."""
+        return "%s:dead:%s" % (self.streams[p], self.consumer)
+
+    def _pause(self, p: int, seconds: float) -> None:
+        """Wait before trying a message again, keeping the stream's lease."""
+        end = time.monotonic() + seconds
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, self.lease_ms / 3000.0))
+            if not self._renew(p):
+                raise _LeaseLost()
+
     def _take(self, p: int, entry_id: str, fields: Dict[str, str], redelivered: bool, handler: Handler) -> bool:
         """One entry, under a lease renewed for it: no other consumer can hold the
         stream before this entry is acknowledged (a slow batch cannot outlive
-        the lease).  False, with nothing done, if the lease had lapsed."""
+        the lease).  False, with nothing done, if the lease had lapsed.  A dead
+        letter (or a message set aside behind one) goes to the dead stream,
+        then is acknowledged."""
         if not self._renew(p):
             return False
-        self.inbox.take(_delivery(fields, p, redelivered), handler)
+        fields.setdefault("id", "redis:" + entry_id)
+        try:
+            outcome, why = self.inbox.take(fields, p, redelivered, handler, lambda s: self._pause(p, s))
+        except _LeaseLost:
+            return False
+        if outcome in ("dead", "set_aside"):
+            dead = dict(fields, idem_dead_reason=why, idem_consumer=self.consumer, idem_stream_entry=entry_id)
+            self.redis.xadd(self.dead_stream(p), dead)
         self.redis.xack(self.streams[p], self.consumer, entry_id)
         return True
 
@@ -250,12 +355,13 @@ class RabbitConsumer:
     one message at a time, acknowledged after its commit."""
 
     def __init__(self, dsn: str, topic: str, broker: str, consumer: str, name: str, partitions: int = 8,
-                 prefix: str = "", owner_of: Optional[Callable[[Delivery], Optional[int]]] = None):
+                 prefix: str = "", owner_of: Optional[Callable[[Delivery], Optional[int]]] = None,
+                 max_attempts: Optional[int] = None, retry_base_ms: float = 100.0, retry_max_ms: float = 30_000.0):
         import pika
         self.pika = pika
         self.url, self.name = broker, name
         self.queues = ["%s%s.%d" % (prefix, topic, p) for p in range(partitions)]
-        self.inbox = _Inbox(dsn, consumer, owner_of)
+        self.inbox = _Inbox(dsn, consumer, topic, owner_of, max_attempts, retry_base_ms, retry_max_ms)
         self.stopping = False
         self.connection: Any = None
 
@@ -276,10 +382,15 @@ class RabbitConsumer:
 
                     def on_message(ch: Any, method: Any, props: Any, body: bytes, p: int = p) -> None:
                         fields = dict(props.headers or {})
-                        fields["payload"] = body.decode("utf-8")
-                        fields.setdefault("id", props.message_id)
-                        self.inbox.take(_delivery(fields, p, bool(method.redelivered)), handler)
-                        ch.basic_ack(method.delivery_tag)
+                        fields["payload"] = body        # bytes: json.loads checks the encoding
+                        fields.setdefault("id", props.message_id or "amqp:%s" % method.delivery_tag)
+                        outcome, _why = self.inbox.take(fields, p, bool(method.redelivered), handler,
+                                                        self.connection.sleep)
+                        if outcome in ("dead", "set_aside"):
+                            # to the queue's dead-letter exchange (a policy's; without one RabbitMQ drops it)
+                            ch.basic_nack(method.delivery_tag, requeue=False)
+                        else:
+                            ch.basic_ack(method.delivery_tag)
                     channel.basic_consume(q, on_message, consumer_tag="%s-%d" % (self.name, p))
                 while not self.stopping:
                     self.connection.process_data_events(time_limit=0.5)
