@@ -27,13 +27,15 @@ export PY IDEM_TMP
 export PIPELINE_DSN="host=$PGHOST port=$PGPORT user=$PGUSER dbname=idem_brokers"
 
 # ---- Redis Streams: append-only file fsynced on every write, so that a
-# restart keeps every message the relay had confirmed ----
+# restart keeps every message the relay had confirmed; requests longer than
+# 1 MB refused (dead_letters.py's oversized message) ----
 redis_dir=$IDEM_TMP/redis
 mkdir -p "$redis_dir"
 redis_port=$(free_port)
 redis_start() {
 	redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$redis_dir" --save '' \
-		--appendonly yes --appendfsync always --daemonize yes --pidfile "$redis_dir/redis.pid" >/dev/null
+		--appendonly yes --appendfsync always --daemonize yes --pidfile "$redis_dir/redis.pid" \
+		--proto-max-bulk-len 1mb >/dev/null
 	for _ in $(seq 1 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
 	return 1
 }
@@ -46,6 +48,9 @@ export redis_port redis_dir
 log "Redis Streams on 127.0.0.1:$redis_port"
 "$PY" "$here/pipeline.py" redis "redis://127.0.0.1:$redis_port/0" bash -c 'redis_stop && redis_start' ||
 	echo "not ok - redis: the pipeline ran to its end"
+# dead letters: the broker stopped for longer than the relays' 2 s lease
+"$PY" "$here/dead_letters.py" redis "redis://127.0.0.1:$redis_port/0" bash -c 'redis_stop && sleep 4 && redis_start' ||
+	echo "not ok - redis: the dead-letter checks ran to their end"
 redis_stop
 
 # ---- RabbitMQ: its own node name, ports, data directory and cookie ----
@@ -55,6 +60,8 @@ if rabbit_start; then
 	log "RabbitMQ on 127.0.0.1:$RABBIT_PORT"
 	"$PY" "$here/pipeline.py" rabbitmq "amqp://guest:guest@127.0.0.1:$RABBIT_PORT/%2F" bash "$here/rabbitmq.sh" restart ||
 		echo "not ok - rabbitmq: the pipeline ran to its end"
+	"$PY" "$here/dead_letters.py" rabbitmq "amqp://guest:guest@127.0.0.1:$RABBIT_PORT/%2F" bash "$here/rabbitmq.sh" restart ||
+		echo "not ok - rabbitmq: the dead-letter checks ran to their end"
 else
 	echo "not ok - rabbitmq: the broker starts"
 	tail -n 30 "$RABBIT_DIR/log/server.out" >&2
