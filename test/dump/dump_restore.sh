@@ -22,6 +22,14 @@ q $src "SELECT idem_set_policy('PAY', ttl => '30 days', max_attempts => 3, audit
 q $src "SELECT idem_begin(9, 'PAY', 'dump-pay-key-archived', '{}'); SELECT idem_finish(9, 'PAY', 'dump-pay-key-archived', 201, '{}', header_list => '[[\"Set-Cookie\", \"a=1\"], [\"Set-Cookie\", \"b=2\"]]')" >/dev/null
 q $src "UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key = 'dump-pay-key-archived'"
 q $src "SELECT idem_cleanup_expired()" >/dev/null
+# dead letters (1.13): a 'block' topic's dead letter holding its key, a consumer's
+q $src "SELECT idem_outbox_set_topic('dump.topic', 2, 'block')" >/dev/null
+q $src "SELECT idem_outbox_emit('dump.topic', '{\"n\": 1}', 'k'), idem_outbox_emit('dump.topic', '{\"n\": 2}', 'k')" >/dev/null
+q $src "SELECT count(*) FROM idem_outbox_fetch('dump.topic', 10)" >/dev/null
+q $src "SELECT idem_outbox_nack(ARRAY(SELECT message_id FROM idem_internal.idem_outbox WHERE topic = 'dump.topic'), 'refused', true)" >/dev/null
+q $src "SELECT idem_consume_failed('dump-consumer', 'm1', 'boom', 'k', 'dump.topic', 1)" >/dev/null
+dead_before=$(q $src "SELECT md5(string_agg(d::text, ',' ORDER BY d.message_id)) FROM idem_internal.idem_outbox_dead d")
+failures_before=$(q $src "SELECT md5(string_agg(f::text, ',')) FROM idem_internal.idem_inbox_failure f")
 history_before=$(q $src "SELECT md5(string_agg(h::text, ',' ORDER BY h.record_id)) FROM idem_internal.idem_history h")
 before=$(q $src "SELECT md5(string_agg(r::text, ',' ORDER BY r.id)) FROM idem_internal.idempotency_record r")
 orders_before=$(q $src "SELECT md5(string_agg(o::text, ',' ORDER BY o.id)) FROM idem_internal.purchase_order o")
@@ -46,6 +54,11 @@ check "the restored history still refuses the archived key (IK007)" "IK007" \
 	"$("$PG_BINDIR/psql" -X -q -At -d $dst -v VERBOSITY=sqlstate -c "SELECT idem_begin(9, 'PAY', 'dump-pay-key-archived', '{}')" 2>&1 | grep -o IK007)"
 check "the restored policy applies" "t" \
 	"$(q $dst "BEGIN; SELECT expires_at = now() + interval '30 days' FROM idem_begin(9, 'PAY', 'dump-pay-key-00000001', '{}'); ROLLBACK;" | head -n 1)"
+
+check "dead letters, topic settings and consumers' failures survive pg_dump and restore" "$dead_before|$failures_before|dump.topic|2|block" \
+	"$(q $dst "SELECT md5(string_agg(d::text, ',' ORDER BY d.message_id)) FROM idem_internal.idem_outbox_dead d")|$(q $dst "SELECT md5(string_agg(f::text, ',')) FROM idem_internal.idem_inbox_failure f")|$(q $dst "SELECT topic, max_deliveries, on_dead FROM idem_internal.idem_outbox_topic")"
+check "the restored dead letter still holds its key, and its redrive delivers it" '|{"n": 1}' \
+	"$(q $dst "SELECT string_agg(payload::text, ',') FROM idem_outbox_fetch('dump.topic', 10)")|$(q $dst "SELECT idem_outbox_redrive(ARRAY(SELECT message_id FROM idem_internal.idem_outbox_dead))" >/dev/null; q $dst "SELECT string_agg(payload::text, ',') FROM idem_outbox_fetch('dump.topic', 10)")"
 
 rm -f "$dump"
 for db in $src $dst; do "$PG_BINDIR/dropdb" "$db"; done

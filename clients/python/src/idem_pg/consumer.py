@@ -339,7 +339,9 @@ class RedisConsumer:
                 if self.redis is None:
                     self._connect()
                 self.run_once(handler)
-            except (self.redis_module.ConnectionError, self.redis_module.TimeoutError, psycopg.OperationalError) as e:
+            except (self.redis_module.ConnectionError, self.redis_module.TimeoutError, psycopg.OperationalError,
+                    self.redis_module.ResponseError) as e:
+                # an error reply too (OOM, LOADING, READONLY: a lease or a read refused): start again
                 log.warning("idem_pg.consumer: %s; reconnecting", e)
                 self.redis, self.held = None, {}
                 self.inbox.close()
