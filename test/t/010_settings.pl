@@ -32,6 +32,7 @@ my %settings = (
 	'idem.allowed_owners' => '1-1000',
 	'idem.allowed_operations' => 'CREATE_ORDER,SHIP,PAY',
 	'idem.inbox_ttl' => '3h',
+	'idem.outbox_max_deliveries' => '7',
 	'idem.retry_base' => '5ms',
 	'idem.retry_max' => '40ms',
 	'idem.max_attempts' => '3',

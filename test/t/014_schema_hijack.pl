@@ -328,6 +328,7 @@ sub call_everything
 			SELECT task_id IS NOT NULL FROM $h.idem_submit(1, 'SHIP', 'hijack-task-00000001', '{}');
 			SELECT task_id IS NOT NULL FROM $h.idem_submit(1, 'SHIP', 'hijack-task-00000002', '{}');
 			SELECT $h.idem_outbox_emit('orders', '{"n": 1}', 'k1', '{"h": "1"}');
+			SELECT $h.idem_outbox_emit('orders', '{"n": 2}', 'k2');
 			SELECT $h.idem_request_hash('{"a": 1}') IS NOT NULL, $h.idem_canonical_json('{"b": 1, "a": 2}');
 		},
 		h_worker => qq{
@@ -338,11 +339,15 @@ sub call_everything
 			  FROM $h.idem_lease('SHIP', 'w1', interval '1 minute');
 		},
 		h_publisher => qq{
+			SELECT $h.idem_outbox_nack(ARRAY(SELECT message_id FROM $h.idem_outbox_fetch('orders', 10, interval '1 minute')),
+			                           'the broker said: try again') >= 0;
 			SELECT $h.idem_outbox_ack(ARRAY(SELECT message_id FROM $h.idem_outbox_fetch('orders', 10, interval '1 minute')));
 		},
 		h_consumer => qq{
 			SELECT $h.idem_consume('billing', 'msg-00000001');
 			SELECT $h.idem_consume('billing', 'msg-00000001');
+			SELECT verdict FROM $h.idem_consume_check('billing', 'msg-00000002', 'k1');
+			SELECT dead FROM $h.idem_consume_failed('billing', 'msg-00000003', 'ValueError: boom', 'k1', 'orders');
 		},
 		h_monitor => qq{
 			SELECT count(*) >= 0 FROM $h.idem_stats;
@@ -364,6 +369,10 @@ sub call_everything
 			SELECT count(*) > 0 FROM $h.idem_policies;
 			SELECT $h.idem_drop_policy('SHIP');
 			SELECT $h.idem_forget_owner(99);
+			SELECT $h.idem_outbox_set_topic('orders', 5, 'block');
+			SELECT $h.idem_outbox_redrive('{}');
+			SELECT $h.idem_outbox_discard('{}');
+			SELECT $h.idem_inbox_redrive('billing');
 			SELECT $h.idem_cleanup_expired(100, 1) >= 0;
 			SELECT $h.idem_stats_reset();
 		},
