@@ -80,9 +80,21 @@ class Published:
     refused: Dict[int, str] = field(default_factory=dict)
 
 
-# Redis error replies that may pass: not the message's fault (nothing nacked)
-_REDIS_TRANSIENT = ("OOM", "LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN",
-                    "NOREPLICAS", "MISCONF")
+# Redis error replies that may pass: not the message's fault (nothing nacked).
+# redis-py turns some codes into classes and strips them from the text
+# (OOM -> OutOfMemoryError "command not allowed when used memory > ..."):
+# both the classes and the codes are looked at.
+_REDIS_TRANSIENT_CODES = ("OOM", "LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "READONLY", "CLUSTERDOWN",
+                          "NOREPLICAS", "MISCONF")
+_REDIS_TRANSIENT_CLASSES = ("OutOfMemoryError", "BusyLoadingError", "TryAgainError", "MasterDownError",
+                            "ReadOnlyError", "ClusterDownError")
+
+
+def redis_transient(error: BaseException) -> bool:
+    """Whether a Redis error reply may pass (the broker's state, not the message)."""
+    names = {c.__name__ for c in type(error).__mro__}
+    return bool(names & set(_REDIS_TRANSIENT_CLASSES)) or str(error).startswith(_REDIS_TRANSIENT_CODES) \
+        or "maxmemory" in str(error)
 
 
 def partition_of(key: Optional[str], message_id: int, partitions: int) -> int:
@@ -122,7 +134,7 @@ class RedisStreams:
         for m, r in zip(messages, replies):
             if not isinstance(r, Exception):
                 out.confirmed.append(m.message_id)
-            elif not str(r).startswith(_REDIS_TRANSIENT):
+            elif not redis_transient(r):
                 out.refused[m.message_id] = "Redis refused XADD: %s" % r
         return out
 
@@ -135,7 +147,7 @@ class RedisStreams:
                     self.redis.xadd(self.names[m.partition], m.fields())
                     out.confirmed.append(m.message_id)
                 except redis.ResponseError as e:
-                    if not str(e).startswith(_REDIS_TRANSIENT):
+                    if not redis_transient(e):
                         out.refused[m.message_id] = "Redis refused XADD: %s" % e
                 except redis.ConnectionError as e:
                     self.redis.ping()       # the broker is up: it was this message
