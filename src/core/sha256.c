@@ -14,11 +14,21 @@
  * and the fuzz stage with npm's over 20,000 documents).  Keyed
  * fingerprints (HMAC) still go through pg_hmac.
  *
+ * A long text (SHA256_LIBRARY_MIN bytes and more) goes to pg_cryptohash
+ * after all: there the library's block function (OpenSSL's, with the
+ * CPU's SHA or vector instructions) outweighs its set-up.  Without
+ * OpenSSL, pg_cryptohash is PostgreSQL's own sha2.c.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "common/cryptohash.h"
+
 #include "sha256.h"
+
+/* From this length on, the library's SHA-256 (measured: test/bench/instructions.sh) */
+#define SHA256_LIBRARY_MIN	512
 
 static const uint32 K[64] = {
 	0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -75,6 +85,24 @@ compress(uint32 *h, const uint8 *block)
 }
 
 /* The SHA-256 digest of data[0 .. len - 1] into digest[0 .. 31]. */
+/* SHA-256 through pg_cryptohash. */
+static void
+library_sha256(const char *data, size_t len, uint8 *digest)
+{
+	pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA256);
+
+	if (ctx == NULL || pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (const uint8 *) data, len) < 0 ||
+		pg_cryptohash_final(ctx, digest, IDEM_SHA256_LEN) < 0)
+	{
+		const char *why = ctx ? pg_cryptohash_error(ctx) : "out of memory";
+
+		pg_cryptohash_free(ctx);
+		elog(ERROR, "idem: could not compute SHA-256: %s", why);
+	}
+	pg_cryptohash_free(ctx);
+}
+
 void
 idem_sha256(const char *data, size_t len, uint8 *digest)
 {
@@ -85,6 +113,12 @@ idem_sha256(const char *data, size_t len, uint8 *digest)
 	size_t		rest = len % 64;
 	size_t		tail_len = rest < 56 ? 64 : 128;
 	uint64		bits = (uint64) len * 8;
+
+	if (len >= SHA256_LIBRARY_MIN)
+	{
+		library_sha256(data, len, digest);
+		return;
+	}
 
 	for (size_t off = 0; off < full; off += 64)
 		compress(h, (const uint8 *) data + off);

@@ -120,5 +120,20 @@ SELECT count(*) AS lengths,
        count(*) FILTER (WHERE idem_request_hash(to_jsonb(repeat('x', n))) =
                               encode(digest('"' || repeat('x', n) || '"', 'sha256'), 'hex')) AS equal
 FROM generate_series(0, 299) AS n;
+-- and around 512 bytes, where long texts go to pg_cryptohash instead
+SELECT count(*) AS lengths,
+       count(*) FILTER (WHERE idem_request_hash(to_jsonb(repeat('x', n))) =
+                              encode(digest('"' || repeat('x', n) || '"', 'sha256'), 'hex')) AS equal
+FROM generate_series(480, 560) AS n;
 SELECT idem_request_hash(to_jsonb(repeat('é€😀', 50))) =
        encode(digest(convert_to('"' || repeat('é€😀', 50) || '"', 'UTF8'), 'sha256'), 'hex') AS multibyte_equal;
+-- member order at a first difference inside common prefixes (1.13: the
+-- comparison runs on UTF-8 bytes): U+E000..U+FFFF after the supplementary
+-- planes, U+D7FF (lead byte 0xED) before both, a prefix before longer names
+SELECT idem_canonical_json(jsonb_build_object(
+    'a' || U&'\E000', 1, 'a' || U&'\+01F600', 2, 'a' || U&'\FFFF', 3, 'a' || U&'\D7FF', 4,
+    'a', 5, 'ab', 6, 'a' || U&'\00E9', 7, 'a' || U&'\+010000', 8, 'a' || U&'\FB33' || 'x', 9));
+-- more than 16 members (sorted by qsort, not insertion): the same order
+SELECT idem_canonical_json(jsonb_object_agg(k, i))
+  FROM unnest(ARRAY['zeta', 'a', 'ab', 'b', 'é', U&'\E000', U&'\+01F600', 'aa', 'ba', 'z', 'y', 'x1', 'x', 'Z', 'A',
+                    '10', '9', '_', U&'\FFFF', 'abc']) WITH ORDINALITY AS t (k, i);

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# Instructions per call over the wire (issue 40's method), which machine
+# load does not move: a throwaway server runs under
+# valgrind --tool=callgrind (every backend writes its own count at exit,
+# collected from PostgresMain on: not what the postmaster did before the fork),
+# and one pgbench client in prepared mode (-M prepared, as an application's
+# driver) runs each script twice, 200 calls and 1,200; the difference of
+# the two backends' totals is 1,000 calls without the connection's start.
+# A marker script (the same client-side variables, one SELECT of them) is
+# subtracted, so what is left is the call's own cost.  Each idem path is
+# printed beside its baseline with the ratio baseline / idem (above 1: idem
+# is cheaper), and the idem path's top functions (self instructions, the
+# 1,200-call run).  Not part of the test command (a smoke of it is:
+# IDEM_INSTR_SMOKE=1 runs 20 and 40 calls of two paths and checks only
+# that figures come out).
+#
+#   bash test/bench/instructions.sh            (about 5 minutes)
+#
+# Replays read 10,000 distinct stored keys at random; new keys are drawn
+# at random from 2^62.  Requests: the article's order request and a 1 KB
+# request.  Baselines: a prepared SELECT of the stored answer by its
+# unique key that also receives the request as a jsonb parameter (what a
+# replay cannot avoid); one statement writing the order and a finished
+# record (a new order); one statement calling the handler and writing the
+# finished record (idem_run with a new key).  The baselines write into
+# idem's own record table, so that both sides maintain the same indexes.
+source "$(dirname "$0")/../lib.sh"
+ensure_packages
+command -v valgrind >/dev/null || { apt-get update -qq; apt-get install -y -qq valgrind >/dev/null; }
+build_install
+init_server "idem.cleanup_interval = 0
+autovacuum = off"
+smoke=${IDEM_INSTR_SMOKE:-}
+keys=10000
+[ -n "$smoke" ] && keys=100
+few=200 many=1200
+[ -n "$smoke" ] && { few=20; many=40; }
+as_pg_user "$PG_BINDIR/pg_ctl" -D "$IDEM_TMP/data" -l "$IDEM_TMP/server.log" -w -s start
+psql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d postgres "$@"; }
+big=$(python3 -c 'import json; print(json.dumps({"items": [{"sku": i, "name": "item %04d" % i, "qty": 1} for i in range(27)]}, separators=(",", ":")))')
+psql -v big="$big" -v keys="$keys" <<'SQL'
+CREATE EXTENSION idem;
+SET bench.big TO :'big';
+SET bench.keys TO :keys;
+SELECT length(:'big') AS big_request_bytes \gset
+\echo 1 KB request: :big_request_bytes bytes
+CREATE TABLE bench_ledger (id bigserial PRIMARY KEY, amount int);
+CREATE FUNCTION bench_handler(request jsonb) RETURNS idem_result LANGUAGE sql AS $$
+    WITH l AS (INSERT INTO bench_ledger (amount) VALUES ((request->>'amount')::int) RETURNING id)
+    SELECT ROW(201, json_build_object('id', l.id), NULL, l.id)::idem_result FROM l $$;
+DO $$
+DECLARE big jsonb := current_setting('bench.big', true)::jsonb;
+BEGIN
+  FOR i IN 1..current_setting('bench.keys')::int LOOP
+    PERFORM idem_create_order(1, 'cg-ord-' || lpad(i::text, 12, '0'), 7, 1);
+    PERFORM idem_begin(1, 'PAY', 'cg-key-' || lpad(i::text, 12, '0'), '{"skuId": 7, "quantity": 1}');
+    PERFORM idem_finish(1, 'PAY', 'cg-key-' || lpad(i::text, 12, '0'), 201, '{"ok": true}');
+    PERFORM idem_begin(1, 'BIG', 'cg-key-' || lpad(i::text, 12, '0'), big);
+    PERFORM idem_finish(1, 'BIG', 'cg-key-' || lpad(i::text, 12, '0'), 201, '{"ok": true}');
+    PERFORM idem_run(1, 'RUN', 'cg-key-' || lpad(i::text, 12, '0'), '{"amount": 5}', 'bench_handler(jsonb)');
+  END LOOP;
+END $$;
+ANALYZE;
+SQL
+as_pg_user "$PG_BINDIR/pg_ctl" -D "$IDEM_TMP/data" -w -s stop
+
+W=$IDEM_TMP/instr
+mkdir -p "$W/cg"
+chmod -R 777 "$W"
+key="'cg-key-' || lpad(:k::text, 12, '0')"
+ord="'cg-ord-' || lpad(:k::text, 12, '0')"
+new="'cg-new-' || :n"
+replay="\\set k random(1, $keys)"
+fresh='\set n random(1, 4611686018427387903)'
+# the requests are parameters (pgbench -D), as a driver sends them: each
+# call's text is parsed into jsonb, by idem's call and by the baseline alike
+req=":req"
+bigreq=":big"
+# script NAME LINES...: a pgbench script
+script() { local name=$1; shift; printf '%s\n' "$@" >"$W/$name.sql"; }
+script marker "$replay" "$fresh" "SELECT $key, $new;"
+script begin_replay "$replay" "SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'PAY', $key, $req);"
+script select_answer "$replay" "SELECT true, http_status, response_body, response_headers, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'PAY' AND idempotency_key = $key AND $req::jsonb IS NOT NULL;"
+script begin_replay_1k "$replay" "SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'BIG', $key, $bigreq);"
+script select_answer_1k "$replay" "SELECT true, http_status, response_body, response_headers, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'BIG' AND idempotency_key = $key AND $bigreq::jsonb IS NOT NULL;"
+script order_replay "$replay" "SELECT order_id, order_no, status, http_status, replayed FROM idem_create_order(1, $ord, 7, 1);"
+script select_order "$replay" "SELECT (response_json->>'orderId')::bigint, response_json->>'orderNo', response_json->>'status', http_status, true FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'CREATE_ORDER' AND idempotency_key = $ord AND :req::jsonb IS NOT NULL;"
+script run_replay "$replay" "SELECT replayed, http_status, body, resource_id FROM idem_run(1, 'RUN', $key, :amount, 'bench_handler(jsonb)');"
+script select_run "$replay" "SELECT true, http_status, response_body, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'RUN' AND idempotency_key = $key AND :amount::jsonb IS NOT NULL;"
+script order_new "$fresh" "SELECT order_id, order_no, status, http_status, replayed FROM idem_create_order(1, $new, 7, 1);"
+script write_both "$fresh" "WITH o AS (INSERT INTO idem_internal.purchase_order (order_no, owner_id, sku_id, quantity, status) VALUES ('W-' || :n, 1, 7, 1, 'CREATED') RETURNING id) INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, http_status, resource_id, expires_at) SELECT 1, 'W', $new, repeat('0', 64), 'SUCCEEDED', 201, o.id, now() + interval '1 day' FROM o RETURNING resource_id, idempotency_key, status, http_status, true;"
+script run_new "$fresh" "SELECT replayed, http_status, body, resource_id FROM idem_run(1, 'RUN', $new, :amount, 'bench_handler(jsonb)');"
+script handler_and_record "$fresh" "INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, http_status, response_body, resource_id, expires_at) SELECT 1, 'HR', $new, repeat('0', 64), 'SUCCEEDED', r.http_status, r.body, r.resource_id, now() + interval '1 day' FROM bench_handler(:amount) r RETURNING false, http_status, response_body, resource_id;"
+chmod 666 "$W"/*.sql
+
+# the server under callgrind: each backend writes cg/<pid> at its exit
+(cd "$W" && as_pg_user valgrind --tool=callgrind -q --trace-children=yes --callgrind-out-file="$W/cg/%p" \
+	--collect-atstart=no --toggle-collect=PostgresMain \
+	"$PG_BINDIR/postgres" -D "$IDEM_TMP/data" >"$W/server.log" 2>&1 &)
+for _ in $(seq 1 600); do "$PG_BINDIR/pg_isready" -q -h "$PGHOST" -p "$PGPORT" && break; sleep 0.2; done
+postmaster=$(head -n 1 "$IDEM_TMP/data/postmaster.pid")
+sleep 2			# the auxiliary processes started
+
+# run NAME CALLS: one pgbench client; the instructions of its backend (pgbench
+# also opens a short connection of its own first: the larger of the two)
+run() {
+	local f best=0 ir
+	rm -f "$W"/cg/*
+	children=$(pgrep -c -P "$postmaster")
+	"$PG_BINDIR/pgbench" -n -M prepared -c 1 -t "$2" -f "$W/$1.sql" -h "$PGHOST" -p "$PGPORT" -U postgres \
+		-D req='{"skuId": 7, "quantity": 1}' -D big="$big" -D amount='{"amount": 5}' postgres \
+		>"$W/$1-$2.pgbench" 2>&1 || { cat "$W/$1-$2.pgbench" >&2; return 1; }
+	# the backends' files are written at their exit: wait until the
+	# postmaster has no more children than before the run
+	for _ in $(seq 1 600); do
+		[ "$(pgrep -c -P "$postmaster")" -le "$children" ] && break
+		sleep 0.2
+	done
+	for f in "$W"/cg/*; do
+		ir=$(awk '/^(summary|totals):/ {print $2; exit}' "$f")
+		[ -n "$ir" ] && [ "$ir" -gt "$best" ] && { best=$ir; mv "$f" "$W/$1-$2.cg"; }
+	done
+	[ "$best" -gt 0 ] || { echo "no callgrind output for $1" >&2; return 1; }
+	echo "$best"
+}
+declare -A ir
+paths=(marker begin_replay select_answer begin_replay_1k select_answer_1k order_replay select_order run_replay select_run order_new write_both run_new handler_and_record)
+[ -n "$smoke" ] && paths=(marker begin_replay select_answer order_new write_both)
+for s in "${paths[@]}"; do
+	ir[$s-few]=$(run "$s" "$few")
+	ir[$s-many]=$(run "$s" "$many")
+done
+n=$((many - few))
+per_call() { echo $(( (ir[$1-many] - ir[$1-few] - (ir[marker-many] - ir[marker-few])) / n )); }
+top() {	# the idem path's five costliest functions (self), the larger run
+	callgrind_annotate --inclusive=no "$W/$1-$many.cg" 2>/dev/null |
+		awk '/PROGRAM TOTALS/ {go = 1; next} go && NF >= 2 && $1 ~ /^[0-9,]+$/ && k < 5 {k++; printf "      %s\n", $0}' || true
+}
+line() {	# line WHAT IDEM BASELINE
+	local a b
+	a=$(per_call "$2")
+	b=$(per_call "$3")
+	printf '%-44s %9d Ir/call   baseline %9d   ratio %s\n' "$1" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", b / a}')"
+	[ -n "$smoke" ] || top "$2"
+}
+log "PostgreSQL $("$PG_BINDIR/postgres" --version | awk '{print $3}'), idem $(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/idem.control"), callgrind over the wire, pgbench -M prepared, $n calls"
+line "idem_begin replay (the article's request)" begin_replay select_answer
+if [ -n "$smoke" ]; then
+	line "idem_create_order, a new key" order_new write_both
+	exit 0
+fi
+line "idem_begin replay (a 1 KB request)" begin_replay_1k select_answer_1k
+line "idem_create_order replay" order_replay select_order
+line "idem_run replay" run_replay select_run
+line "idem_create_order, a new key" order_new write_both
+line "idem_run, a new key (a handler inserting a row)" run_new handler_and_record
