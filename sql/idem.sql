@@ -1562,6 +1562,25 @@ END
 $$;
 REVOKE ALL ON FUNCTION idem_internal.idem_outbox_dead_letter_check(text, text[], boolean[]) FROM PUBLIC;
 
+-- The checks of idem_outbox_redrive and idem_outbox_discard, then the
+-- commit-order locks of their dead letters' keys; the keys locked.
+CREATE FUNCTION idem_internal.idem_outbox_lock_dead(fn text, message_ids bigint[],
+                                                    OUT topics text[], OUT keys text[])
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM idem_internal.idem_outbox_dead_letter_check(fn, ARRAY['message_ids'], ARRAY[message_ids IS NULL]);
+    SELECT pg_catalog.array_agg(d.topic::pg_catalog.text), pg_catalog.array_agg(d.msg_key::pg_catalog.text)
+      INTO topics, keys
+      FROM idem_internal.idem_outbox_dead d
+     WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids) AND d.msg_key IS NOT NULL;
+    PERFORM idem_internal.idem_outbox_lock_keys(topics, keys);
+END
+$$;
+REVOKE ALL ON FUNCTION idem_internal.idem_outbox_lock_dead(text, bigint[]) FROM PUBLIC;
+
 -- ---------------------------------------------------------------------------
 -- idem_outbox_set_topic: a topic's dead-letter settings.  Superuser or the
 -- extension's owner.  max_deliveries NULL: idem.outbox_max_deliveries.
@@ -1709,13 +1728,8 @@ DECLARE
     m bigint;
     topic text;
 BEGIN
-    PERFORM idem_internal.idem_outbox_dead_letter_check('idem_outbox_redrive',
-        ARRAY['message_ids'], ARRAY[message_ids IS NULL]);
-    SELECT pg_catalog.array_agg(d.topic::pg_catalog.text), pg_catalog.array_agg(d.msg_key::pg_catalog.text)
-      INTO ktopics, kkeys
-      FROM idem_internal.idem_outbox_dead d
-     WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids) AND d.msg_key IS NOT NULL;
-    PERFORM idem_internal.idem_outbox_lock_keys(ktopics, kkeys);
+    SELECT l.topics, l.keys INTO ktopics, kkeys
+      FROM idem_internal.idem_outbox_lock_dead('idem_outbox_redrive', message_ids) l;
 
     -- 'block': in place
     WITH back AS (
@@ -1780,13 +1794,8 @@ DECLARE
     kkeys text[];
     n bigint;
 BEGIN
-    PERFORM idem_internal.idem_outbox_dead_letter_check('idem_outbox_discard',
-        ARRAY['message_ids'], ARRAY[message_ids IS NULL]);
-    SELECT pg_catalog.array_agg(d.topic::pg_catalog.text), pg_catalog.array_agg(d.msg_key::pg_catalog.text)
-      INTO ktopics, kkeys
-      FROM idem_internal.idem_outbox_dead d
-     WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids) AND d.msg_key IS NOT NULL;
-    PERFORM idem_internal.idem_outbox_lock_keys(ktopics, kkeys);
+    SELECT l.topics, l.keys INTO ktopics, kkeys
+      FROM idem_internal.idem_outbox_lock_dead('idem_outbox_discard', message_ids) l;
     DELETE FROM idem_internal.idem_outbox o
      USING idem_internal.idem_outbox_dead d
      WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids)

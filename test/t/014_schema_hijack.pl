@@ -397,6 +397,7 @@ sub call_everything
 		SELECT idem_internal.idem_cleanup_node(100, 1) >= 0;
 		SELECT count(*) > 0 FROM idem_internal.idem_delegated_functions();
 		SELECT idem_internal.idem_outbox_lock_keys(ARRAY['orders'], ARRAY['k1']);
+		SELECT idem_internal.idem_outbox_lock_dead('test', '{}');
 		SELECT idem_internal.idem_stats_add('PAY', 'outbox_acked', 0);
 		SELECT idem_internal.idem_timeline_mark();
 		SELECT idem_internal.idem_cleanup_worker_notice();
