@@ -14,7 +14,7 @@
 # IDEM_INSTR_SMOKE=1 runs 20 and 40 calls of two paths and checks only
 # that figures come out).
 #
-#   bash test/bench/instructions.sh            (about 5 minutes)
+#   bash test/bench/instructions.sh            (about 2 minutes after the build)
 #
 # Replays read 10,000 distinct stored keys at random; new keys are drawn
 # at random from 2^62.  Requests: the article's order request and a 1 KB
@@ -22,7 +22,10 @@
 # unique key that also receives the request as a jsonb parameter (what a
 # replay cannot avoid); one statement writing the order and a finished
 # record (a new order); one statement calling the handler and writing the
-# finished record (idem_run with a new key).  The baselines write into
+# finished record (idem_run with a new key); for the keyed drain (25,000
+# messages over 1,000 keys; 10 and 110 batches of fetch 100 + ack, per
+# message) a pgmq-style queue in plain SQL (pgmq's table, read and delete).
+# The baselines write into
 # idem's own record table, so that both sides maintain the same indexes.
 source "$(dirname "$0")/../lib.sh"
 ensure_packages
@@ -62,6 +65,29 @@ BEGIN
 END $$;
 ANALYZE;
 SQL
+if [ -z "$smoke" ]; then
+	# the keyed drain: 25,000 messages over 1,000 keys, and a pgmq-style queue
+	# (pgmq's table and its read and delete, in plain SQL) of as many
+	psql <<'SQL'
+SELECT count(idem_outbox_emit('drain', '{"order": 1, "status": "CREATED"}', 'account-' || (g % 1000)))
+  FROM generate_series(1, 25000) g;
+CREATE SCHEMA plain;
+CREATE TABLE plain.pgmq (msg_id bigserial PRIMARY KEY, read_ct int NOT NULL DEFAULT 0,
+                         enqueued_at timestamptz NOT NULL DEFAULT now(),
+                         vt timestamptz NOT NULL DEFAULT clock_timestamp(), message jsonb);
+CREATE INDEX ON plain.pgmq (vt);
+CREATE FUNCTION plain.pgmq_read(n int) RETURNS SETOF plain.pgmq LANGUAGE sql AS $$
+    WITH cte AS (SELECT msg_id FROM plain.pgmq WHERE vt <= clock_timestamp()
+                 ORDER BY msg_id LIMIT n FOR UPDATE SKIP LOCKED)
+    UPDATE plain.pgmq m SET vt = clock_timestamp() + interval '30 seconds', read_ct = m.read_ct + 1
+    FROM cte WHERE m.msg_id = cte.msg_id RETURNING m.* $$;
+CREATE FUNCTION plain.pgmq_delete(ids bigint[]) RETURNS bigint LANGUAGE sql AS $$
+    WITH d AS (DELETE FROM plain.pgmq WHERE msg_id = ANY (ids) RETURNING 1) SELECT count(*) FROM d $$;
+INSERT INTO plain.pgmq (message) SELECT '{"order": 1, "status": "CREATED"}' FROM generate_series(1, 25000);
+VACUUM ANALYZE plain.pgmq;
+VACUUM ANALYZE idem_internal.idem_outbox;
+SQL
+fi
 as_pg_user "$PG_BINDIR/pg_ctl" -D "$IDEM_TMP/data" -w -s stop
 
 W=$IDEM_TMP/instr
@@ -91,6 +117,9 @@ script order_new "$fresh" "SELECT order_id, order_no, status, http_status, repla
 script write_both "$fresh" "WITH o AS (INSERT INTO idem_internal.purchase_order (order_no, owner_id, sku_id, quantity, status) VALUES ('W-' || :n, 1, 7, 1, 'CREATED') RETURNING id) INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, http_status, resource_id, expires_at) SELECT 1, 'W', $new, repeat('0', 64), 'SUCCEEDED', 201, o.id, now() + interval '1 day' FROM o RETURNING resource_id, idempotency_key, status, http_status, true;"
 script run_new "$fresh" "SELECT replayed, http_status, body, resource_id FROM idem_run(1, 'RUN', $new, :amount, 'bench_handler(jsonb)');"
 script handler_and_record "$fresh" "INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, http_status, response_body, resource_id, expires_at) SELECT 1, 'HR', $new, repeat('0', 64), 'SUCCEEDED', r.http_status, r.body, r.resource_id, now() + interval '1 day' FROM bench_handler(:amount) r RETURNING false, http_status, response_body, resource_id;"
+script drain_marker "SELECT 1;"
+script drain "SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox_fetch('drain', 100)));"
+script pgmq "SELECT plain.pgmq_delete(ARRAY(SELECT msg_id FROM plain.pgmq_read(100)));"
 chmod 666 "$W"/*.sql
 
 # the server under callgrind: each backend writes cg/<pid> at its exit
@@ -133,7 +162,7 @@ done
 n=$((many - few))
 per_call() { echo $(( (ir[$1-many] - ir[$1-few] - (ir[marker-many] - ir[marker-few])) / n )); }
 top() {	# the idem path's five costliest functions (self), the larger run
-	callgrind_annotate --inclusive=no "$W/$1-$many.cg" 2>/dev/null |
+	callgrind_annotate --inclusive=no "$W/$1-${2:-$many}.cg" 2>/dev/null |
 		awk '/PROGRAM TOTALS/ {go = 1; next} go && NF >= 2 && $1 ~ /^[0-9,]+$/ && k < 5 {k++; printf "      %s\n", $0}' || true
 }
 line() {	# line WHAT IDEM BASELINE
@@ -154,3 +183,16 @@ line "idem_create_order replay" order_replay select_order
 line "idem_run replay" run_replay select_run
 line "idem_create_order, a new key" order_new write_both
 line "idem_run, a new key (a handler inserting a row)" run_new handler_and_record
+
+# the keyed drain, per message: fetch 100 + ack, 10 and 110 batches
+for s in drain_marker drain pgmq; do
+	ir[$s-few]=$(run "$s" 10)
+	ir[$s-many]=$(run "$s" 110)
+done
+per_message() { echo $(( (ir[$1-many] - ir[$1-few] - (ir[drain_marker-many] - ir[drain_marker-few])) / 10000 )); }
+a=$(per_message drain)
+b=$(per_message pgmq)
+printf '%-44s %9d Ir/msg    baseline %9d   ratio %s
+' "keyed drain (fetch 100 + ack, 1,000 keys)" "$a" "$b" \
+	"$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", b / a}')"
+top drain 110
