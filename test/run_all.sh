@@ -233,6 +233,8 @@ run_shell_check citus "$IDEM_ROOT/test/citus/run.sh" \
 	"Citus 13.2 where it is installed: a coordinator and two workers, idem distributed by owner, every call through the coordinator"
 run_shell_check exporter "$IDEM_ROOT/test/exporter/check_queries.sh" \
 	"the postgres_exporter queries run as a pg_monitor role and return their metrics"
+run_shell_check instructions "$IDEM_ROOT/test/bench/instructions.sh" \
+	"a smoke of the instruction benchmark (callgrind over the wire, pgbench -M prepared): it runs and counts" --smoke
 run_shell_check fuzz "$IDEM_ROOT/test/fuzz/fuzz.sh" "idem_canonical_json and idem_request_hash against npm's canonicalize, 20,000 random documents"
 run_shell_check dump "$IDEM_ROOT/test/dump/dump_restore.sh" "pg_dump keeps idem's rows"
 run_shell_check readme "$IDEM_ROOT/test/readme/check.sh" \

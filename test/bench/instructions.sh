@@ -10,9 +10,9 @@
 # subtracted, so what is left is the call's own cost.  Each idem path is
 # printed beside its baseline with the ratio baseline / idem (above 1: idem
 # is cheaper), and the idem path's top functions (self instructions, the
-# 1,200-call run).  Not part of the test command (a smoke of it is:
-# IDEM_INSTR_SMOKE=1 runs 20 and 40 calls of two paths and checks only
-# that figures come out).
+# 1,200-call run).  Not part of the test command; a smoke of it is (the
+# stage instructions: --smoke, or IDEM_INSTR_SMOKE=1, runs 20 and 40 calls
+# of two paths and checks only that figures come out, never their size).
 #
 #   bash test/bench/instructions.sh            (about 2 minutes after the build)
 #
@@ -29,11 +29,12 @@
 # idem's own record table, so that both sides maintain the same indexes.
 source "$(dirname "$0")/../lib.sh"
 ensure_packages
-command -v valgrind >/dev/null || { apt-get update -qq; apt-get install -y -qq valgrind >/dev/null; }
+ensure_service_packages valgrind
 build_install
 init_server "idem.cleanup_interval = 0
 autovacuum = off"
 smoke=${IDEM_INSTR_SMOKE:-}
+[ "${1:-}" = --smoke ] && smoke=1
 keys=10000
 [ -n "$smoke" ] && keys=100
 few=200 many=1200
@@ -176,6 +177,15 @@ log "PostgreSQL $("$PG_BINDIR/postgres" --version | awk '{print $3}'), idem $(se
 line "idem_begin replay (the article's request)" begin_replay select_answer
 if [ -n "$smoke" ]; then
 	line "idem_create_order, a new key" order_new write_both
+	# that it runs and counts: figures out, positive (never a bound on them)
+	for s in begin_replay select_answer order_new write_both; do
+		v=$(per_call "$s")
+		if [ "$v" -gt 0 ]; then
+			echo "ok - the instruction benchmark counts $s over the wire ($v Ir per call in a $n-call smoke)"
+		else
+			echo "not ok - the instruction benchmark counts $s over the wire (got $v)"
+		fi
+	done
 	exit 0
 fi
 line "idem_begin replay (a 1 KB request)" begin_replay_1k select_answer_1k
