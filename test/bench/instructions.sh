@@ -22,7 +22,8 @@
 # unique key that also receives the request as a jsonb parameter (what a
 # replay cannot avoid); one statement writing the order and a finished
 # record (a new order); one statement calling the handler and writing the
-# finished record (idem_run with a new key); for the keyed drain (25,000
+# finished record (idem_run with a new key); for an emit, one INSERT of
+# the same row into a copy of idem's outbox table and a NOTIFY; for the keyed drain (25,000
 # messages over 1,000 keys; 10 and 110 batches of fetch 100 + ack, per
 # message) a pgmq-style queue in plain SQL (pgmq's table, read and delete).
 # The baselines write into
@@ -73,6 +74,9 @@ if [ -z "$smoke" ]; then
 SELECT count(idem_outbox_emit('drain', '{"order": 1, "status": "CREATED"}', 'account-' || (g % 1000)))
   FROM generate_series(1, 25000) g;
 CREATE SCHEMA plain;
+-- the same table as idem_internal.idem_outbox (its indexes too), written by a bare INSERT
+CREATE TABLE plain.outbox (LIKE idem_internal.idem_outbox INCLUDING ALL);
+CREATE SEQUENCE plain.outbox_seq;
 CREATE TABLE plain.pgmq (msg_id bigserial PRIMARY KEY, read_ct int NOT NULL DEFAULT 0,
                          enqueued_at timestamptz NOT NULL DEFAULT now(),
                          vt timestamptz NOT NULL DEFAULT clock_timestamp(), message jsonb);
@@ -118,6 +122,8 @@ script order_new "$fresh" "SELECT order_id, order_no, status, http_status, repla
 script write_both "$fresh" "WITH o AS (INSERT INTO idem_internal.purchase_order (order_no, owner_id, sku_id, quantity, status) VALUES ('W-' || :n, 1, 7, 1, 'CREATED') RETURNING id) INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, http_status, resource_id, expires_at) SELECT 1, 'W', $new, repeat('0', 64), 'SUCCEEDED', 201, o.id, now() + interval '1 day' FROM o RETURNING resource_id, idempotency_key, status, http_status, true;"
 script run_new "$fresh" "SELECT replayed, http_status, body, resource_id FROM idem_run(1, 'RUN', $new, :amount, 'bench_handler(jsonb)');"
 script handler_and_record "$fresh" "INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, http_status, response_body, resource_id, expires_at) SELECT 1, 'HR', $new, repeat('0', 64), 'SUCCEEDED', r.http_status, r.body, r.resource_id, now() + interval '1 day' FROM bench_handler(:amount) r RETURNING false, http_status, response_body, resource_id;"
+script emit '\set k random(1, 1000)' "SELECT idem_outbox_emit('bench', :req, 'account-' || :k);"
+script bare_insert '\set k random(1, 1000)' "WITH i AS (INSERT INTO plain.outbox (message_id, topic, msg_key, payload, emitted_at, commit_seq, attempt, ready) VALUES (nextval('plain.outbox_seq'), 'bench', 'account-' || :k, :req, now(), nextval('plain.outbox_seq'), 0, true) RETURNING message_id) SELECT i.message_id, pg_notify('idem_outbox', 'bench') FROM i;"
 script drain_marker "SELECT 1;"
 script drain "SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox_fetch('drain', 100)));"
 script pgmq "SELECT plain.pgmq_delete(ARRAY(SELECT msg_id FROM plain.pgmq_read(100)));"
@@ -154,7 +160,7 @@ run() {
 	echo "$best"
 }
 declare -A ir
-paths=(marker begin_replay select_answer begin_replay_1k select_answer_1k order_replay select_order run_replay select_run order_new write_both run_new handler_and_record)
+paths=(marker begin_replay select_answer begin_replay_1k select_answer_1k order_replay select_order run_replay select_run order_new write_both run_new handler_and_record emit bare_insert)
 [ -n "$smoke" ] && paths=(marker begin_replay select_answer order_new write_both)
 for s in "${paths[@]}"; do
 	ir[$s-few]=$(run "$s" "$few")
@@ -193,6 +199,8 @@ line "idem_create_order replay" order_replay select_order
 line "idem_run replay" run_replay select_run
 line "idem_create_order, a new key" order_new write_both
 line "idem_run, a new key (a handler inserting a row)" run_new handler_and_record
+
+line "idem_outbox_emit, a keyed message (1,000 keys)" emit bare_insert
 
 # the keyed drain, per message: fetch 100 + ack, 10 and 110 batches
 for s in drain_marker drain pgmq; do
