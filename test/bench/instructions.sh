@@ -77,17 +77,9 @@ CREATE SCHEMA plain;
 -- the same table as idem_internal.idem_outbox (its indexes too), written by a bare INSERT
 CREATE TABLE plain.outbox (LIKE idem_internal.idem_outbox INCLUDING ALL);
 CREATE SEQUENCE plain.outbox_seq;
-CREATE TABLE plain.pgmq (msg_id bigserial PRIMARY KEY, read_ct int NOT NULL DEFAULT 0,
-                         enqueued_at timestamptz NOT NULL DEFAULT now(),
-                         vt timestamptz NOT NULL DEFAULT clock_timestamp(), message jsonb);
-CREATE INDEX ON plain.pgmq (vt);
-CREATE FUNCTION plain.pgmq_read(n int) RETURNS SETOF plain.pgmq LANGUAGE sql AS $$
-    WITH cte AS (SELECT msg_id FROM plain.pgmq WHERE vt <= clock_timestamp()
-                 ORDER BY msg_id LIMIT n FOR UPDATE SKIP LOCKED)
-    UPDATE plain.pgmq m SET vt = clock_timestamp() + interval '30 seconds', read_ct = m.read_ct + 1
-    FROM cte WHERE m.msg_id = cte.msg_id RETURNING m.* $$;
-CREATE FUNCTION plain.pgmq_delete(ids bigint[]) RETURNS bigint LANGUAGE sql AS $$
-    WITH d AS (DELETE FROM plain.pgmq WHERE msg_id = ANY (ids) RETURNING 1) SELECT count(*) FROM d $$;
+SQL
+	psql -f "$(dirname "$0")/pgmq.sql"
+	psql <<'SQL'
 INSERT INTO plain.pgmq (message) SELECT '{"order": 1, "status": "CREATED"}' FROM generate_series(1, 25000);
 VACUUM ANALYZE plain.pgmq;
 VACUUM ANALYZE idem_internal.idem_outbox;

@@ -61,20 +61,6 @@ BEGIN
     UPDATE plain.queue q SET attempt = q.attempt + 1, leased_until = clock_timestamp() + interval '30 seconds'
     FROM d WHERE q.id = d.id RETURNING q.*;
 END $$;
--- pgmq's queue table and its read and delete, in plain SQL
-CREATE TABLE plain.pgmq (msg_id bigserial PRIMARY KEY, read_ct int NOT NULL DEFAULT 0,
-                         enqueued_at timestamptz NOT NULL DEFAULT now(),
-                         vt timestamptz NOT NULL DEFAULT clock_timestamp(), message jsonb);
-CREATE INDEX ON plain.pgmq (vt);
-CREATE FUNCTION plain.pgmq_read(n int) RETURNS SETOF plain.pgmq LANGUAGE sql AS $$
-    WITH cte AS (SELECT msg_id FROM plain.pgmq WHERE vt <= clock_timestamp()
-                 ORDER BY msg_id LIMIT n FOR UPDATE SKIP LOCKED)
-    UPDATE plain.pgmq m SET vt = clock_timestamp() + interval '30 seconds', read_ct = m.read_ct + 1
-    FROM cte WHERE m.msg_id = cte.msg_id RETURNING m.*
-$$;
-CREATE FUNCTION plain.pgmq_delete(ids bigint[]) RETURNS bigint LANGUAGE sql AS $$
-    WITH d AS (DELETE FROM plain.pgmq WHERE msg_id = ANY (ids) RETURNING 1) SELECT count(*) FROM d
-$$;
 CREATE FUNCTION plain.ack(ids bigint[]) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE n bigint;
 BEGIN
@@ -83,6 +69,7 @@ BEGIN
     RETURN n;
 END $$;
 SQL
+sql -f "$(dirname "$0")/pgmq.sql"		# pgmq's queue, read and delete
 
 W=$IDEM_TMP/bench
 mkdir -p "$W"

@@ -25,7 +25,6 @@ RabbitMQ: max_message_size 1 MB) and consumed by that library's consumer:
 
 Prints one "ok - ..." / "not ok - ..." line per check.
 """
-import atexit
 import json
 import os
 import signal
@@ -34,6 +33,8 @@ import sys
 import time
 
 import psycopg
+
+from children import started
 
 KIND, URL = sys.argv[1], sys.argv[2]
 RESTART = sys.argv[3:]
@@ -62,21 +63,6 @@ def db():
 def scalar(sql, *args):
     with db() as c:
         return c.execute(sql, args).fetchone()[0]
-
-
-CHILDREN = []
-
-
-@atexit.register
-def _no_orphans():
-    for proc in CHILDREN:
-        if proc.poll() is None:
-            proc.kill()
-
-
-def started(proc):
-    CHILDREN.append(proc)
-    return proc
 
 
 PY_CONSUMER = r"""

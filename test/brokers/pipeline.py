@@ -16,7 +16,6 @@ and each key's effects happened in commit order.
 
 Prints one "ok - ..." / "not ok - ..." line per check and "# ..." figures.
 """
-import atexit
 import os
 import random
 import signal
@@ -26,6 +25,8 @@ import sys
 import time
 
 import psycopg
+
+from children import started
 
 PRODUCE = len(sys.argv) > 2 and sys.argv[1] == "--produce"
 KIND, URL = ("producer", "") if PRODUCE else (sys.argv[1], sys.argv[2])
@@ -129,22 +130,6 @@ process.on('SIGTERM', () => c.stop());
 await c.run(apply);
 process.exit(0);
 """
-
-
-CHILDREN = []
-
-
-@atexit.register
-def _no_orphans():
-    """Whatever happens to this script, its relays, consumers and producers go with it."""
-    for proc in CHILDREN:
-        if proc.poll() is None:
-            proc.kill()
-
-
-def started(proc):
-    CHILDREN.append(proc)
-    return proc
 
 
 def start_relay(tag):

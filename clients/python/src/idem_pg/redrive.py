@@ -68,10 +68,8 @@ def redrive_rabbitmq(url: str, dead_queue: str, wanted: Optional[set], discard: 
             taken.append((method, props, body))
         chosen = [t for t in taken if _chosen(t[1].message_id, wanted)]
         if chosen:
-            record([t[1].message_id for t in chosen])
-        for method, props, body in taken:
-            if (method, props, body) not in chosen:
-                continue
+            record([props.message_id for _, props, _ in chosen])
+        for method, props, body in chosen:
             if not discard:
                 deaths = (props.headers or {}).get("x-death") or []
                 origin = deaths[0].get("queue") if deaths else None
@@ -86,8 +84,9 @@ def redrive_rabbitmq(url: str, dead_queue: str, wanted: Optional[set], discard: 
                     headers=headers), mandatory=True)
             channel.basic_ack(method.delivery_tag)
             moved += 1
+        moved_tags = {method.delivery_tag for method, _, _ in chosen}
         for method, _props, _body in taken:
-            if not any(method is c[0] for c in chosen):
+            if method.delivery_tag not in moved_tags:
                 channel.basic_nack(method.delivery_tag, requeue=True)
     finally:
         connection.close()
