@@ -22,7 +22,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "common/shortest_dec.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
@@ -32,16 +31,23 @@
 
 #include "jcs.h"
 
-/* One object member; its name is kept in UTF-8 too, for sorting. */
+/*
+ * One object member: its name in UTF-8 (for sorting and printing) and where
+ * its value lies in the container.
+ */
 typedef struct JcsMember
 {
-	JsonbValue	key;
 	const char *name;			/* key in UTF-8 */
 	int			namelen;
-	JsonbValue	value;
+	JEntry		entry;			/* the value's JEntry */
+	uint32		offset;			/* the value's data offset */
+	uint32		len;			/* the value's data length */
 } JcsMember;
 
-static void jcs_append_container(StringInfo out, JsonbContainer *container);
+/* Objects with at most this many members sort on the stack. */
+#define JCS_STACK_MEMBERS	16
+
+static void jcs_append_container(StringInfo out, const JsonbContainer *jc);
 
 /*
  * Return a string of the server encoding in UTF-8: JCS and the digest are
@@ -131,256 +137,129 @@ jcs_sort_members(JcsMember **order, int n)
 	}
 }
 
-/* Append a JSON string with the escaping of RFC 8785 3.2.2.2 (ECMAScript's). */
+/*
+ * The escape each byte needs in a JSON string (RFC 8785 3.2.2.2, as
+ * ECMAScript's JSON.stringify writes it): 0 for none, 'u' for \u00XX, else
+ * the letter after the backslash.
+ */
+static const char jcs_escape[256] = {
+	'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'b', 't', 'n', 'u', 'f', 'r', 'u', 'u',
+	'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u', 'u',
+	0, 0, '"', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+	0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, '\\', 0, 0, 0,
+};
+
+/*
+ * Append a UTF-8 JSON string with that escaping: when no byte needs one
+ * (most strings), one copy; else the runs between escapes copied whole.
+ */
+static void
+jcs_append_utf8_string(StringInfo out, const char *s, int len)
+{
+	const char *run;
+	const char *p;
+	const char *end = s + len;
+
+	for (p = s; p < end; p++)
+		if (jcs_escape[(unsigned char) *p] != 0)
+			break;
+	enlargeStringInfo(out, len + 2);
+	out->data[out->len++] = '"';
+	if (p == end)
+	{
+		memcpy(out->data + out->len, s, len);
+		out->len += len;
+		out->data[out->len++] = '"';
+		out->data[out->len] = '\0';
+		return;
+	}
+	for (run = s; p < end; p++)
+	{
+		char		e = jcs_escape[(unsigned char) *p];
+
+		if (e == 0)
+			continue;
+		appendBinaryStringInfo(out, run, p - run);
+		if (e == 'u')
+			appendStringInfo(out, "\\u%04x", (unsigned char) *p);
+		else
+		{
+			appendStringInfoCharMacro(out, '\\');
+			appendStringInfoCharMacro(out, e);
+		}
+		run = p + 1;
+	}
+	appendBinaryStringInfo(out, run, end - run);
+	appendStringInfoCharMacro(out, '"');
+}
+
+/* Append a JSON string of the server encoding (converted to UTF-8 first). */
 static void
 jcs_append_string(StringInfo out, const char *s, int len)
 {
-	const char *p;
-	const char *end;
 	int			ulen;
 
 	s = jcs_utf8(s, len, &ulen);
-	end = s + ulen;
-
-	appendStringInfoCharMacro(out, '"');
-	for (p = s; p < end; p++)
-	{
-		unsigned char c = (unsigned char) *p;
-
-		switch (c)
-		{
-			case '"':
-				appendStringInfoString(out, "\\\"");
-				break;
-			case '\\':
-				appendStringInfoString(out, "\\\\");
-				break;
-			case '\b':
-				appendStringInfoString(out, "\\b");
-				break;
-			case '\f':
-				appendStringInfoString(out, "\\f");
-				break;
-			case '\n':
-				appendStringInfoString(out, "\\n");
-				break;
-			case '\r':
-				appendStringInfoString(out, "\\r");
-				break;
-			case '\t':
-				appendStringInfoString(out, "\\t");
-				break;
-			default:
-				if (c < 0x20)
-					appendStringInfo(out, "\\u%04x", c);
-				else
-					appendStringInfoCharMacro(out, (char) c);
-				break;
-		}
-	}
-	appendStringInfoCharMacro(out, '"');
+	jcs_append_utf8_string(out, s, ulen);
 }
 
 /*
- * Read a positive decimal such as "123.45", "0.001" or "1.20e+05" into its
- * significant digits (trailing zeros kept) and n, with value
- * 0.digits * 10^n.  Returns the number of digits.
+ * A numeric's stored form, as src/backend/utils/adt/numeric.c lays it out
+ * (an on-disk format: pg_upgrade carries it between majors unchanged).  An
+ * integer of up to 16 decimal digits is a "short" numeric: a 16-bit header
+ * (sign, display scale, weight in base-10000 digits) and its base-10000
+ * digits, trailing zero digits dropped.
  */
-static int
-parse_decimal(const char *s, char *digits, int *n)
-{
-	const char *p;
-	int			k = 0;
-	int			point = 0;		/* digits before the decimal point */
-	bool		seen_point = false;
-
-	for (p = s; *p && *p != 'e'; p++)
-	{
-		if (*p == '.')
-		{
-			seen_point = true;
-			continue;
-		}
-		if (!seen_point)
-			point++;
-		if (k == 0 && *p == '0')
-		{
-			point--;			/* leading zero: shifts the point only */
-			continue;
-		}
-		digits[k++] = *p;
-	}
-	*n = point + (*p == 'e' ? atoi(p + 1) : 0);
-	return k;
-}
-
-/* Read back 0.digits * 10^n as a double, with strtod's correct rounding. */
-static double
-digits_value(const char *digits, int k, int n)
-{
-	char		buf[64];
-
-	snprintf(buf, sizeof(buf), "0.%.*se%d", k, digits, n);
-	return strtod(buf, NULL);
-}
-
-/* Drop trailing zeros (digits keeps at least one). */
-static int
-strip_zeros(const char *digits, int k)
-{
-	while (k > 1 && digits[k - 1] == '0')
-		k--;
-	return k;
-}
-
-/* Step a p-digit decimal one unit in its last place up (+1) or down (-1). */
-static void
-step_digits(char *digits, int p, int *n, int dir)
-{
-	int			i = p - 1;
-
-	if (dir > 0)
-	{
-		while (i >= 0 && digits[i] == '9')
-			digits[i--] = '0';
-		if (i >= 0)
-			digits[i]++;
-		else
-		{
-			/* 999 + 1 = 1000: one more integer digit */
-			digits[0] = '1';
-			(*n)++;
-		}
-	}
-	else
-	{
-		while (i >= 0 && digits[i] == '0')
-			digits[i--] = '9';
-		digits[i]--;
-		if (digits[0] == '0')
-		{
-			/* 1000 - 1 at this precision: 9999 in the decade below */
-			memset(digits, '9', p);
-			(*n)--;
-		}
-	}
-}
+#define JCS_NUMERIC_SHORT			0x8000
+#define JCS_NUMERIC_FORM_MASK		0xC000
+#define JCS_SHORT_SIGN				0x2000
+#define JCS_SHORT_DSCALE_MASK		0x1F80
+#define JCS_SHORT_WEIGHT_SIGN		0x0040
+#define JCS_SHORT_WEIGHT_MASK		0x003F
+#define JCS_MAX_EXACT				INT64CONST(9007199254740992)	/* 2^53 */
 
 /*
- * Shortest decimal digits of a positive finite double, as ECMAScript's
- * Number::toString picks them: the fewest digits k whose value
- * 0.digits * 10^n reads back as d, the closest to d among those.
+ * Append a numeric that is an integer below 2^53 in magnitude, written
+ * without a fraction (display scale 0), as its decimal digits: exact as a
+ * double, and ECMAScript prints such a double as its digits.  Returns false
+ * for any other numeric (the caller takes the general path).
  */
-static void
-shortest_digits(double d, char *digits, int *k_out, int *n_out)
+static bool
+jcs_append_small_integer(StringInfo out, Numeric num)
 {
-	char		buf[DOUBLE_SHORTEST_DECIMAL_LEN + 8];
-	int			k;
-	int			n;
+	const char *data = VARDATA_ANY(num);	/* read with memcpy: maybe unaligned */
+	int			ndigits = (VARSIZE_ANY_EXHDR(num) - sizeof(uint16)) / sizeof(int16);
+	uint16		header;
+	int16		digit;
+	int			weight;
+	int64		value = 0;
+	char		buf[MAXINT8LEN + 2];
+	int			len = 0;
 
-	/*
-	 * Ryu gives the shortest round-trip digits, but PostgreSQL's copy never
-	 * accepts a candidate lying exactly on the rounding boundary, which
-	 * ECMAScript does (1e23 is "1e+23", not "9.999999999999999e+22").
-	 */
-	double_to_shortest_decimal_buf(d, buf);
-	k = strip_zeros(digits, parse_decimal(buf, digits, &n));
-
-	/*
-	 * So try one digit fewer, until nothing shorter reads back as d: the
-	 * correctly rounded candidate first, then its neighbour on the other
-	 * side of d (the interval below d is narrower at a power of two).
-	 */
-	while (k > 1)
+	memcpy(&header, data, sizeof(header));
+	if ((header & JCS_NUMERIC_FORM_MASK) != JCS_NUMERIC_SHORT ||
+		(header & JCS_SHORT_DSCALE_MASK) != 0 ||
+		(header & JCS_SHORT_WEIGHT_SIGN) != 0)
+		return false;
+	weight = header & JCS_SHORT_WEIGHT_MASK;
+	if (weight > 3 || ndigits > weight + 1)
+		return false;
+	for (int i = 0; i <= weight; i++)
 	{
-		char		cdigits[DOUBLE_SHORTEST_DECIMAL_LEN];
-		int			cp = k - 1;
-		int			cn;
-		double		back;
-
-		snprintf(buf, sizeof(buf), "%.*e", cp - 1, d);
-		(void) parse_decimal(buf, cdigits, &cn);
-
-		back = digits_value(cdigits, cp, cn);
-		if (back != d)
-		{
-			step_digits(cdigits, cp, &cn, back < d ? 1 : -1);
-			if (digits_value(cdigits, cp, cn) != d)
-				break;
-		}
-		memcpy(digits, cdigits, cp);
-		k = strip_zeros(digits, cp);
-		n = cn;
+		digit = 0;
+		if (i < ndigits)
+			memcpy(&digit, data + sizeof(uint16) + i * sizeof(int16), sizeof(digit));
+		value = value * 10000 + digit;
 	}
-	*k_out = k;
-	*n_out = n;
-}
-
-/*
- * Append a finite double the way ECMAScript's Number::toString does
- * (RFC 8785 3.2.2.3): the shortest digits that round-trip, in plain
- * notation for 1e-7 < |d| < 1e21 and in exponent notation otherwise.
- */
-void
-idem_jcs_append_number(StringInfo out, double d)
-{
-	char		digits[DOUBLE_SHORTEST_DECIMAL_LEN];
-	int			k;				/* number of significant digits */
-	int			n;				/* value = 0.digits * 10^n */
-
-	Assert(isfinite(d));
-	if (d == 0)
-	{
-		/* both 0 and -0 */
-		appendStringInfoChar(out, '0');
-		return;
-	}
-	if (d < 0)
-	{
-		appendStringInfoChar(out, '-');
-		d = -d;
-	}
-	if (d < 9007199254740992.0 && d == floor(d))
-	{
-		/* an exact integer: its decimal digits are the answer */
-		appendStringInfo(out, INT64_FORMAT, (int64) d);
-		return;
-	}
-
-	shortest_digits(d, digits, &k, &n);
-	if (k <= n && n <= 21)
-	{
-		/* integer: digits then zeros */
-		appendBinaryStringInfo(out, digits, k);
-		for (int i = 0; i < n - k; i++)
-			appendStringInfoChar(out, '0');
-	}
-	else if (0 < n && n <= 21)
-	{
-		/* point inside the digits */
-		appendBinaryStringInfo(out, digits, n);
-		appendStringInfoChar(out, '.');
-		appendBinaryStringInfo(out, digits + n, k - n);
-	}
-	else if (-6 < n && n <= 0)
-	{
-		/* small fraction: 0.000ddd */
-		appendStringInfoString(out, "0.");
-		for (int i = 0; i < -n; i++)
-			appendStringInfoChar(out, '0');
-		appendBinaryStringInfo(out, digits, k);
-	}
-	else
-	{
-		/* exponent notation: d[.ddd]e+x or e-x */
-		appendStringInfoChar(out, digits[0]);
-		if (k > 1)
-		{
-			appendStringInfoChar(out, '.');
-			appendBinaryStringInfo(out, digits + 1, k - 1);
-		}
-		appendStringInfo(out, "e%c%d", n - 1 >= 0 ? '+' : '-', abs(n - 1));
-	}
+	if (value >= JCS_MAX_EXACT)
+		return false;
+	if (value != 0 && (header & JCS_SHORT_SIGN) != 0)
+		buf[len++] = '-';
+	len += pg_lltoa(value, buf + len);
+	appendBinaryStringInfo(out, buf, len);
+	return true;
 }
 
 /*
@@ -391,11 +270,15 @@ idem_jcs_append_number(StringInfo out, double d)
 static void
 jcs_append_numeric(StringInfo out, Numeric num)
 {
-	char	   *text = DatumGetCString(DirectFunctionCall1(numeric_out,
-														   NumericGetDatum(num)));
+	char	   *text;
 	double		d;
 	int			ndigits = 0;
-	const char *p = text;
+	const char *p;
+
+	if (jcs_append_small_integer(out, num))
+		return;
+	text = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(num)));
+	p = text;
 
 	/*
 	 * An integer of at most 15 digits (below 2^53) is exact as a double and
@@ -429,100 +312,122 @@ jcs_append_numeric(StringInfo out, Numeric num)
 	idem_jcs_append_number(out, d);
 }
 
-/* Append any jsonb value (a scalar, or a nested container). */
+/*
+ * Append one value of a container: its JEntry, and its data at offset
+ * (length len) from the container's data.  The layout is jsonb.h's (as
+ * fillJsonbValue reads it): numbers and nested containers start at the next
+ * 4-byte boundary.  Walking the containers directly, rather than through
+ * JsonbIteratorNext, saves most of the canonical text's cost.
+ */
 static void
-jcs_append_value(StringInfo out, JsonbValue *v)
+jcs_append_value(StringInfo out, JEntry entry, const char *data, uint32 offset, uint32 len)
 {
-	switch (v->type)
+	if (JBE_ISSTRING(entry))
+		jcs_append_string(out, data + offset, len);
+	else if (JBE_ISNUMERIC(entry))
+		jcs_append_numeric(out, (Numeric) (data + INTALIGN(offset)));
+	else if (JBE_ISBOOL_TRUE(entry))
+		appendBinaryStringInfo(out, "true", 4);
+	else if (JBE_ISBOOL_FALSE(entry))
+		appendBinaryStringInfo(out, "false", 5);
+	else if (JBE_ISNULL(entry))
+		appendBinaryStringInfo(out, "null", 4);
+	else if (JBE_ISCONTAINER(entry))
+		jcs_append_container(out, (const JsonbContainer *) (data + INTALIGN(offset)));
+	else
+		elog(ERROR, "unexpected jsonb entry type: %u", entry & JENTRY_TYPEMASK);
+}
+
+/* Append an array's elements, or a raw scalar (an array of one, unbracketed). */
+static void
+jcs_append_array(StringInfo out, const JsonbContainer *jc)
+{
+	uint32		count = JsonContainerSize(jc);
+	const char *data = (const char *) &jc->children[count];
+	bool		raw_scalar = JsonContainerIsScalar(jc);
+	uint32		offset = 0;
+
+	if (!raw_scalar)
+		appendStringInfoCharMacro(out, '[');
+	for (uint32 i = 0; i < count; i++)
 	{
-		case jbvNull:
-			appendStringInfoString(out, "null");
-			break;
-		case jbvBool:
-			appendStringInfoString(out, v->val.boolean ? "true" : "false");
-			break;
-		case jbvString:
-			jcs_append_string(out, v->val.string.val, v->val.string.len);
-			break;
-		case jbvNumeric:
-			jcs_append_numeric(out, v->val.numeric);
-			break;
-		case jbvBinary:
-			jcs_append_container(out, v->val.binary.data);
-			break;
-		default:
-			elog(ERROR, "unexpected jsonb value type: %d", (int) v->type);
+		uint32		start = offset;
+
+		JBE_ADVANCE_OFFSET(offset, jc->children[i]);
+		if (i > 0)
+			appendStringInfoCharMacro(out, ',');
+		jcs_append_value(out, jc->children[i], data, start, offset - start);
 	}
+	if (!raw_scalar)
+		appendStringInfoCharMacro(out, ']');
 }
 
 /*
- * Append an object, an array or a raw scalar.  Nested containers come back
- * from the iterator as jbvBinary (skipNested), so each level sorts only its
- * own members.
+ * Append an object: its members in JCS order.  jsonb keeps the keys (the
+ * first count entries, sorted by length, then bytes) before the values (the
+ * next count, in the keys' order); each level sorts only its own members.
  */
 static void
-jcs_append_container(StringInfo out, JsonbContainer *container)
+jcs_append_object(StringInfo out, const JsonbContainer *jc)
 {
-	JsonbIterator *it = JsonbIteratorInit(container);
-	JsonbValue	v;
-	JsonbIteratorToken tok;
+	uint32		count = JsonContainerSize(jc);
+	const char *data = (const char *) &jc->children[count * 2];
+	JcsMember	stack_members[JCS_STACK_MEMBERS];
+	JcsMember  *stack_order[JCS_STACK_MEMBERS];
+	JcsMember  *members = stack_members;
+	JcsMember **order = stack_order;
+	uint32		offset = 0;
 
-	check_stack_depth();
-
-	tok = JsonbIteratorNext(&it, &v, true);
-	if (tok == WJB_BEGIN_ARRAY)
+	if (count > JCS_STACK_MEMBERS)
 	{
-		bool		raw_scalar = v.val.array.rawScalar;
-		bool		first = true;
-
-		if (!raw_scalar)
-			appendStringInfoChar(out, '[');
-		while ((tok = JsonbIteratorNext(&it, &v, true)) == WJB_ELEM)
-		{
-			if (!first)
-				appendStringInfoChar(out, ',');
-			first = false;
-			jcs_append_value(out, &v);
-		}
-		if (!raw_scalar)
-			appendStringInfoChar(out, ']');
+		members = palloc(sizeof(JcsMember) * count);
+		order = palloc(sizeof(JcsMember *) * count);
 	}
-	else if (tok == WJB_BEGIN_OBJECT)
+	for (uint32 i = 0; i < count; i++)
 	{
-		int			nmembers = v.val.object.nPairs;
-		JcsMember  *members = palloc(sizeof(JcsMember) * Max(nmembers, 1));
-		JcsMember **order = palloc(sizeof(JcsMember *) * Max(nmembers, 1));
-		int			i = 0;
+		uint32		start = offset;
 
-		while ((tok = JsonbIteratorNext(&it, &v, true)) == WJB_KEY)
-		{
-			Assert(i < nmembers);
-			members[i].key = v;
-			members[i].name = jcs_utf8(v.val.string.val, v.val.string.len,
-									   &members[i].namelen);
-			tok = JsonbIteratorNext(&it, &members[i].value, true);
-			Assert(tok == WJB_VALUE);
-			order[i] = &members[i];
-			i++;
-		}
-		nmembers = i;
-		jcs_sort_members(order, nmembers);
+		JBE_ADVANCE_OFFSET(offset, jc->children[i]);
+		members[i].name = jcs_utf8(data + start, offset - start, &members[i].namelen);
+		order[i] = &members[i];
+	}
+	for (uint32 i = 0; i < count; i++)
+	{
+		members[i].offset = offset;
+		members[i].entry = jc->children[count + i];
+		JBE_ADVANCE_OFFSET(offset, members[i].entry);
+		members[i].len = offset - members[i].offset;
+	}
+	jcs_sort_members(order, count);
 
-		appendStringInfoChar(out, '{');
-		for (i = 0; i < nmembers; i++)
-		{
-			if (i > 0)
-				appendStringInfoChar(out, ',');
-			jcs_append_value(out, &order[i]->key);
-			appendStringInfoChar(out, ':');
-			jcs_append_value(out, &order[i]->value);
-		}
-		appendStringInfoChar(out, '}');
+	appendStringInfoCharMacro(out, '{');
+	for (uint32 i = 0; i < count; i++)
+	{
+		if (i > 0)
+			appendStringInfoCharMacro(out, ',');
+		jcs_append_utf8_string(out, order[i]->name, order[i]->namelen);
+		appendStringInfoCharMacro(out, ':');
+		jcs_append_value(out, order[i]->entry, data, order[i]->offset, order[i]->len);
+	}
+	appendStringInfoCharMacro(out, '}');
+	if (members != stack_members)
+	{
 		pfree(order);
 		pfree(members);
 	}
+}
+
+/* Append an object, an array or a raw scalar. */
+static void
+jcs_append_container(StringInfo out, const JsonbContainer *jc)
+{
+	check_stack_depth();
+	if (JsonContainerIsObject(jc))
+		jcs_append_object(out, jc);
+	else if (JsonContainerIsArray(jc))
+		jcs_append_array(out, jc);
 	else
-		elog(ERROR, "unexpected jsonb iterator token: %d", (int) tok);
+		elog(ERROR, "unexpected jsonb container header: %08x", jc->header);
 }
 
 /* Append the RFC 8785 canonical text of a jsonb value. */

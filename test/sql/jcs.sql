@@ -75,6 +75,17 @@ FROM (VALUES ('1'), ('1.0'), ('1e0'), ('10E-1'), ('1.000000000000000000001'), ('
 GROUP BY 1;
 -- digits past double precision are rounded away, as every JCS parser does
 SELECT idem_canonical_json('9007199254740993') AS beyond_2_53;
+-- integers written without a fraction, at each base-10000 digit boundary
+-- (read from the numeric's digits since 1.13), and beyond 2^53
+SELECT v AS input, idem_canonical_json(v::jsonb) AS canonical
+FROM (VALUES ('10000'), ('-10000'), ('99990000'), ('100000000'), ('-100020003'),
+             ('123456789012345'), ('1234567890123456'), ('9007199254740991'),
+             ('-9007199254740993'), ('9999999999999999'), ('10000000000000000'),
+             ('1E+2'), ('0e5'), ('120000000000000000000')) AS t(v);
+-- a number from a table's numeric column (to_jsonb), as the order functions build it
+CREATE TEMP TABLE jcs_column (n numeric);
+INSERT INTO jcs_column VALUES (7), (-25000), (1.50), (1e3);
+SELECT n, idem_canonical_json(to_jsonb(n)) AS canonical FROM jcs_column;
 -- a number outside the double range is an error (22003), not Infinity
 SELECT idem_request_hash('{"amount": 1e400}');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
