@@ -221,26 +221,36 @@ build_node_client() {
 	cp "$EXAMPLES/node/server.js" "$EXAMPLES/node/plain.js" "$NODE_APP/"
 }
 
-# build_java_client: the jar (javac -Xlint:all -Werror, jar) and the
-# example against it; sets JAVA_BUILD and JAVA_APPCP (the example's classpath)
+# build_java_client: the library as a user installs it, `mvn install` of
+# clients/java (compiled with -Xlint:all -Werror; its JUnit tests, IdemTest,
+# against this stage's server before the jar is installed; one line per
+# Surefire test case), then the example against the installed jar; sets
+# JAVA_BUILD, JAVA_JARCP (the jar and its dependencies, from the local
+# Maven repository) and JAVA_APPCP (the example's classpath)
 build_java_client() {
-	local J=/usr/share/java jar
-	# the library's version is the extension's (idem.control)
-	jar=idem-pg-$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/idem.control").0.jar
+	local J=/usr/share/java version want
 	JAVA_BUILD=$IDEM_TMP/java
-	mkdir -p "$JAVA_BUILD/classes" "$JAVA_BUILD/example"
-	log "javac and jar: clients/java"
-	local sources
-	mapfile -t sources < <(find "$CLIENTS/java/src" -name '*.java')
-	if ! javac -Xlint:all -Werror -d "$JAVA_BUILD/classes" -cp "$J/postgresql.jar:$J/tomcat10-embed-core.jar" \
-		"${sources[@]}" >"$JAVA_BUILD/javac.log" 2>&1 ||
-		! jar --create --file "$JAVA_BUILD/$jar" -C "$JAVA_BUILD/classes" . ; then
-		cat "$JAVA_BUILD/javac.log" >&2
-		echo "not ok - java: the jar builds"
+	mkdir -p "$JAVA_BUILD/example"
+	# the library's version is the extension's (idem.control) with a patch number
+	want=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/idem.control").0
+	version=$(sed -n '0,/<version>/s:.*<version>\(.*\)</version>.*:\1:p' "$CLIENTS/java/pom.xml")
+	check "java: clients/java/pom.xml's version is idem.control's with a patch number ($want)" "$want" "$version"
+	log "mvn install: clients/java (its tests against the stage's server)"
+	if ! (cd "$CLIENTS/java" && mvn -B -ntp -Dmaven.test.failure.ignore=true install) >"$JAVA_BUILD/mvn.log" 2>&1; then
+		tail -n 60 "$JAVA_BUILD/mvn.log" >&2
+		echo "not ok - java: mvn install builds and installs idem-pg"
 		return 1
 	fi
-	echo "ok - java: the jar builds with -Xlint:all -Werror ($jar)"
-	JAVA_JARCP=$JAVA_BUILD/$jar:$J/postgresql.jar
+	surefire_lines "java api" "$CLIENTS/java/target/surefire-reports"
+	local jar=$HOME/.m2/repository/dev/idem/idem-pg/$version/idem-pg-$version.jar
+	if [ ! -f "$jar" ]; then
+		echo "not ok - java: mvn install puts idem-pg-$version.jar into the local Maven repository"
+		return 1
+	fi
+	echo "ok - java: mvn install builds idem-pg-$version.jar (-Xlint:all -Werror) into the local Maven repository"
+	(cd "$CLIENTS/java" && mvn -B -ntp -q dependency:build-classpath -Dmdep.includeScope=runtime \
+		-Dmdep.outputFile="$JAVA_BUILD/deps.cp") >>"$JAVA_BUILD/mvn.log" 2>&1
+	JAVA_JARCP=$jar:$(cat "$JAVA_BUILD/deps.cp")
 	JAVA_APPCP=$JAVA_BUILD/example:$JAVA_JARCP:$J/tomcat10-embed-core.jar:$J/jakarta-annotation-api.jar
 	if ! javac -Xlint:all -Werror -d "$JAVA_BUILD/example" -cp "$JAVA_APPCP" "$EXAMPLES/java/OrderServer.java" \
 		>"$JAVA_BUILD/javac-ex.log" 2>&1; then
@@ -248,4 +258,27 @@ build_java_client() {
 		echo "not ok - java: examples/java/OrderServer.java compiles against the jar"
 		return 1
 	fi
+}
+
+# surefire_lines PREFIX DIR: one "ok - PREFIX: NAME" or "not ok - ..." line
+# per test case of Surefire's XML reports in DIR ("not ok" when none ran)
+surefire_lines() {
+	/usr/bin/python3 - "$1" "$2" <<'PY'
+import glob, re, sys, xml.etree.ElementTree as ET
+prefix, folder = sys.argv[1], sys.argv[2]
+cases = 0
+for report in sorted(glob.glob(f"{folder}/TEST-*.xml")):
+    for case in ET.parse(report).getroot().iter("testcase"):
+        cases += 1
+        name = re.sub(r"^\w+\(\) ", "", case.get("name"))	# "api() check" -> "check"
+        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+        if case.find("skipped") is not None:
+            print(f"skip - {prefix}: {name}")
+        elif bad is not None:
+            print(f"not ok - {prefix}: {name} ({(bad.get('message') or bad.get('type') or '').strip()[:300]})")
+        else:
+            print(f"ok - {prefix}: {name}")
+if cases == 0:
+    print(f"not ok - {prefix}: Surefire ran no test (no report in {folder})")
+PY
 }

@@ -1,3 +1,5 @@
+package idem;
+
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.ResultSet;
@@ -8,24 +10,30 @@ import java.time.Instant;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.ArrayList;
 import java.util.UUID;
 
-import idem.Idem;
-import idem.IdemException;
-import idem.TaskWorker;
+import org.junit.jupiter.api.Assertions;
+import org.junit.jupiter.api.DynamicTest;
+import org.junit.jupiter.api.TestFactory;
 
 /**
  * The Java API against a real server (PGHOST, PGPORT, PGDATABASE; a superuser PGUSER; the
- * database of test/clients/run.sh). Prints one "ok - ..." or "not ok - ..." line per check.
+ * database of test/clients/java.sh), run by Maven's Surefire: the scenario runs once, and each
+ * of its checks is a test of its own in the report.
  */
 public final class IdemTest {
-    static int failures;
+    private static final List<DynamicTest> CHECKS = new ArrayList<>();
 
     static void check(String what, boolean ok, Object detail) {
-        System.out.println((ok ? "ok - java api: " : "not ok - java api: ") + what + (ok ? "" : " (" + detail + ")"));
-        if (!ok) {
-            failures++;
-        }
+        CHECKS.add(DynamicTest.dynamicTest(what, () -> Assertions.assertTrue(ok, String.valueOf(detail))));
+    }
+
+    @TestFactory
+    List<DynamicTest> api() throws Exception {
+        CHECKS.clear();
+        scenario();
+        return List.copyOf(CHECKS);
     }
 
     static String key() {
@@ -66,7 +74,7 @@ public final class IdemTest {
         }
     }
 
-    public static void main(String[] args) throws Exception {
+    static void scenario() throws Exception {
         Idem idem = new Idem();
         String superuser = System.getenv("PGUSER");
         try (Connection c = connect(superuser, null)) {
@@ -196,7 +204,6 @@ public final class IdemTest {
         long on = prepared(idem, superuser);
         check("withoutServerPrepare() never prepares on the server; the default does after 5 uses",
             off == 0 && on > 0, off + " / " + on);
-        System.exit(failures == 0 ? 0 : 1);
     }
 
     static long prepared(Idem idem, String user) throws SQLException {
