@@ -6,6 +6,8 @@
 # and one pgbench client in prepared mode (-M prepared, as an application's
 # driver) runs each script twice, 200 calls and 1,200; the difference of
 # the two backends' totals is 1,000 calls without the connection's start.
+# Then the same scripts on the same server without valgrind, for the wall
+# clock beside (the median of five interleaved runs; no target).
 # A marker script (the same client-side variables, one SELECT of them) is
 # subtracted, so what is left is the call's own cost.  Each idem path is
 # printed beside its baseline with the ratio baseline / idem (above 1: idem
@@ -14,7 +16,12 @@
 # stage instructions: --smoke, or IDEM_INSTR_SMOKE=1, runs 20 and 40 calls
 # of two paths and checks only that figures come out, never their size).
 #
-#   bash test/bench/instructions.sh            (about 2 minutes after the build)
+#   bash test/bench/instructions.sh            (about 5 minutes after the build)
+#   IDEM_INSTR_PATHS="begin_replay_1k select_answer_1k" IDEM_KEEP_TMP=1 \
+#     bash test/bench/instructions.sh          (some paths only, "drain" for
+#                                                the drain; their
+#                                                callgrind files kept)
+#   IDEM_WALL_REPS=1 bash ...                  (one wall-clock run, not five)
 #
 # Replays read 10,000 distinct stored keys at random; new keys are drawn
 # at random from 2^62.  Requests: the article's order request and a 1 KB
@@ -70,15 +77,11 @@ SQL
 if [ -z "$smoke" ]; then
 	# the keyed drain: 25,000 messages over 1,000 keys, and a pgmq-style queue
 	# (pgmq's table and its read and delete, in plain SQL) of as many
+	psql -f "$(dirname "$0")/peers.sql"	# the baselines, shared with bench.sh and outbox_bench.sh
 	psql <<'SQL'
 SELECT count(idem_outbox_emit('drain', '{"order": 1, "status": "CREATED"}', 'account-' || (g % 1000)))
   FROM generate_series(1, 25000) g;
-CREATE SCHEMA plain;
--- the same table as idem_internal.idem_outbox (its indexes too), written by a bare INSERT
-CREATE TABLE plain.outbox (LIKE idem_internal.idem_outbox INCLUDING ALL);
-CREATE SEQUENCE plain.outbox_seq;
 SQL
-	psql -f "$(dirname "$0")/pgmq.sql"
 	psql <<'SQL'
 INSERT INTO plain.pgmq (message) SELECT '{"order": 1, "status": "CREATED"}' FROM generate_series(1, 25000);
 VACUUM ANALYZE plain.pgmq;
@@ -154,6 +157,7 @@ run() {
 declare -A ir
 paths=(marker begin_replay select_answer begin_replay_1k select_answer_1k order_replay select_order run_replay select_run order_new write_both run_new handler_and_record emit bare_insert)
 [ -n "$smoke" ] && paths=(marker begin_replay select_answer order_new write_both)
+[ -n "${IDEM_INSTR_PATHS:-}" ] && read -ra paths <<<"marker ${IDEM_INSTR_PATHS//drain/}"
 for s in "${paths[@]}"; do
 	ir[$s-few]=$(run "$s" "$few")
 	ir[$s-many]=$(run "$s" "$many")
@@ -164,14 +168,59 @@ top() {	# the idem path's five costliest functions (self), the larger run
 	callgrind_annotate --inclusive=no "$W/$1-${2:-$many}.cg" 2>/dev/null |
 		awk '/PROGRAM TOTALS/ {go = 1; next} go && NF >= 2 && $1 ~ /^[0-9,]+$/ && k < 5 {k++; printf "      %s\n", $0}' || true
 }
-line() {	# line WHAT IDEM BASELINE
-	local a b
+line() {	# line WHAT IDEM BASELINE (nothing for a path not run)
+	local a b wa wb
+	[ -n "${ir[$2-many]:-}" ] && [ -n "${ir[$3-many]:-}" ] || return 0
 	a=$(per_call "$2")
 	b=$(per_call "$3")
-	printf '%-44s %9d Ir/call   baseline %9d   ratio %s\n' "$1" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", b / a}')"
+	wa=$(us "$2")
+	wb=$(us "$3")
+	printf '%-44s %9d Ir/call   baseline %9d   ratio %s   wall %s vs %s us, ratio %s\n' "$1" "$a" "$b" \
+		"$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", b / a}')" "$wa" "$wb" "$(wall_ratio "$wa" "$wb")"
 	[ -n "$smoke" ] || top "$2"
 }
-log "PostgreSQL $("$PG_BINDIR/postgres" --version | awk '{print $3}'), idem $(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/idem.control"), callgrind over the wire, pgbench -M prepared, $n calls"
+drain=yes
+{ [ -n "$smoke" ] || [[ -n "${IDEM_INSTR_PATHS:-}" && " $IDEM_INSTR_PATHS " != *" drain "* ]]; } && drain=
+[ -z "$drain" ] || {
+	# the keyed drain, per message: fetch 100 + ack, 10 and 110 batches
+	for s in drain_marker drain pgmq; do
+		ir[$s-few]=$(run "$s" 10)
+		ir[$s-many]=$(run "$s" 110)
+	done
+}
+
+# Wall clock beside, with no target: the same scripts on the same server
+# without valgrind, the paths interleaved (marker, each idem path and its
+# baseline, in turn) and repeated five times; per call, the time of one
+# call (1 / pgbench's TPS, one client) less the marker's, the median of the
+# five runs.
+as_pg_user "$PG_BINDIR/pg_ctl" -D "$IDEM_TMP/data" -m fast -w -s stop
+as_pg_user "$PG_BINDIR/pg_ctl" -D "$IDEM_TMP/data" -l "$IDEM_TMP/server.log" -w -s start
+reps=${IDEM_WALL_REPS:-5} wall_calls=2000 wall_batches=10
+[ -n "$smoke" ] && { reps=1; wall_calls=20; wall_batches=1; }
+declare -A ms	# each path's median, microseconds per call
+wall_run() {	# wall_run NAME CALLS: microseconds per call of one run (1 / its TPS)
+	"$PG_BINDIR/pgbench" -n -M prepared -c 1 -t "$2" -f "$W/$1.sql" -h "$PGHOST" -p "$PGPORT" -U postgres \
+		-D req='{"skuId": 7, "quantity": 1}' -D big="$big" -D amount='{"amount": 5}' postgres 2>&1 |
+		awk '/^tps = / {printf "%.2f\n", 1000000 / $3}'
+}
+median() { printf '%s\n' $1 | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+declare -A wl	# each path's runs, space-separated
+wall_paths=("${paths[@]}")
+[ -z "$drain" ] || wall_paths+=(drain_marker drain pgmq)
+for _ in $(seq 1 "$reps"); do
+	for s in "${wall_paths[@]}"; do
+		calls=$wall_calls
+		case $s in drain_marker | drain | pgmq) calls=$wall_batches ;; esac
+		wl[$s]+="$(wall_run "$s" "$calls") "
+	done
+done
+for s in "${wall_paths[@]}"; do ms[$s]=$(median "${wl[$s]}"); done
+# microseconds per call beyond the marker
+us() { awk -v a="${ms[$1]}" -v m="${ms[${2:-marker}]}" -v d="${3:-1}" 'BEGIN {printf "%.1f", (a - m) / d}'; }
+wall_ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a > 0) printf "%.2f", b / a; else print "-"}'; }
+
+log "PostgreSQL $("$PG_BINDIR/postgres" --version | awk '{print $3}'), idem $(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/idem.control"), callgrind over the wire, pgbench -M prepared, $n calls; wall clock: median of $reps interleaved runs of $wall_calls calls"
 line "idem_begin replay (the article's request)" begin_replay select_answer
 if [ -n "$smoke" ]; then
 	line "idem_create_order, a new key" order_new write_both
@@ -184,6 +233,8 @@ if [ -n "$smoke" ]; then
 			echo "not ok - the instruction benchmark counts $s over the wire (got $v)"
 		fi
 	done
+	check "the instruction benchmark's wall-clock pass times each path" true \
+		"$(for s in "${paths[@]}"; do [ -n "${ms[$s]}" ] || echo "false ($s)"; done | head -n 1 | grep . || echo true)"
 	exit 0
 fi
 line "idem_begin replay (a 1 KB request)" begin_replay_1k select_answer_1k
@@ -194,15 +245,12 @@ line "idem_run, a new key (a handler inserting a row)" run_new handler_and_recor
 
 line "idem_outbox_emit, a keyed message (1,000 keys)" emit bare_insert
 
-# the keyed drain, per message: fetch 100 + ack, 10 and 110 batches
-for s in drain_marker drain pgmq; do
-	ir[$s-few]=$(run "$s" 10)
-	ir[$s-many]=$(run "$s" 110)
-done
+[ -n "$drain" ] || exit 0
 per_message() { echo $(( (ir[$1-many] - ir[$1-few] - (ir[drain_marker-many] - ir[drain_marker-few])) / 10000 )); }
 a=$(per_message drain)
 b=$(per_message pgmq)
-printf '%-44s %9d Ir/msg    baseline %9d   ratio %s
-' "keyed drain (fetch 100 + ack, 1,000 keys)" "$a" "$b" \
-	"$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", b / a}')"
+wa=$(us drain drain_marker 100)
+wb=$(us pgmq drain_marker 100)
+printf '%-44s %9d Ir/msg    baseline %9d   ratio %s   wall %s vs %s us, ratio %s\n' "keyed drain (fetch 100 + ack, 1,000 keys)" "$a" "$b" \
+	"$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", b / a}')" "$wa" "$wb" "$(wall_ratio "$wa" "$wb")"
 top drain 110

@@ -5,7 +5,8 @@
 # prints median TPS and the ratio per repetition.
 #
 #   emit:      idem_outbox_emit (one keyed message per transaction)
-#              vs a bare INSERT into a table with the same columns and indexes,
+#              vs a bare INSERT into a copy of idem's outbox table (its
+#              columns and indexes) and a NOTIFY (test/bench/peers.sql),
 #              also with synchronous_commit = on
 #   consume:   idem_consume on new message ids
 #              vs INSERT ... ON CONFLICT DO NOTHING into the same inbox table
@@ -33,43 +34,9 @@ ensure_packages
 build_install
 start_bench_server
 
-sql <<'SQL'
-CREATE EXTENSION idem;
-CREATE SCHEMA plain;
--- the same table as idem_internal.idem_outbox, written by a bare INSERT
-CREATE TABLE plain.outbox (LIKE idem_internal.idem_outbox INCLUDING ALL);
-CREATE SEQUENCE plain.outbox_seq;
-ALTER TABLE plain.outbox ALTER COLUMN message_id SET DEFAULT nextval('plain.outbox_seq');
-CREATE INDEX ON plain.outbox (topic, commit_seq) WHERE acked_at IS NULL;
-CREATE INDEX ON plain.outbox (topic, msg_key, commit_seq) WHERE acked_at IS NULL AND msg_key IS NOT NULL;
-CREATE INDEX ON plain.outbox (acked_at) WHERE acked_at IS NOT NULL;
--- the same table as idem_internal.idem_inbox
-CREATE TABLE plain.inbox (LIKE idem_internal.idem_inbox INCLUDING ALL);
--- what a user writes for an outbox: lease with SKIP LOCKED, ack by id; the
--- delivery order (seq) indexed apart from the key, as in idem_internal.idem_outbox, so
--- that the planner scans the partial index of unacknowledged rows
-CREATE TABLE plain.queue (id bigserial PRIMARY KEY, seq bigint NOT NULL, topic text NOT NULL,
-                          payload jsonb NOT NULL, attempt int NOT NULL DEFAULT 0,
-                          leased_until timestamptz, acked_at timestamptz) WITH (fillfactor = 90);
-CREATE INDEX ON plain.queue (topic, seq) WHERE acked_at IS NULL;
-CREATE FUNCTION plain.fetch(t text, n int) RETURNS SETOF plain.queue LANGUAGE plpgsql AS $$
-BEGIN
-    RETURN QUERY
-    WITH d AS (SELECT id FROM plain.queue WHERE topic = t AND acked_at IS NULL
-                 AND (leased_until IS NULL OR leased_until <= clock_timestamp())
-               ORDER BY seq LIMIT n FOR UPDATE SKIP LOCKED)
-    UPDATE plain.queue q SET attempt = q.attempt + 1, leased_until = clock_timestamp() + interval '30 seconds'
-    FROM d WHERE q.id = d.id RETURNING q.*;
-END $$;
-CREATE FUNCTION plain.ack(ids bigint[]) RETURNS bigint LANGUAGE plpgsql AS $$
-DECLARE n bigint;
-BEGIN
-    UPDATE plain.queue SET acked_at = clock_timestamp() WHERE id = ANY (ids) AND acked_at IS NULL;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    RETURN n;
-END $$;
-SQL
-sql -f "$(dirname "$0")/pgmq.sql"		# pgmq's queue, read and delete
+# the baselines: test/bench/peers.sql (plain.outbox, plain.inbox, the
+# pgmq-style queue, plain.queue), shared with bench.sh and instructions.sh
+sql -c "CREATE EXTENSION idem" -f "$(dirname "$0")/peers.sql"
 
 W=$IDEM_TMP/bench
 mkdir -p "$W"
@@ -80,7 +47,7 @@ SELECT public.idem_outbox_emit('bench', '{"order": 1, "status": "CREATED"}', 'ac
 SQL
 cat >"$W/bare_insert.sql" <<'SQL'
 \set k random(1, 1000)
-INSERT INTO plain.outbox (topic, msg_key, payload, emitted_at, commit_seq, attempt, ready) VALUES ('bench', 'account-' || :k, '{"order": 1, "status": "CREATED"}', now(), nextval('plain.outbox_seq'), 0, true) RETURNING message_id;
+WITH i AS (INSERT INTO plain.outbox (message_id, topic, msg_key, payload, emitted_at, commit_seq, attempt, ready) VALUES (nextval('plain.outbox_seq'), 'bench', 'account-' || :k, '{"order": 1, "status": "CREATED"}', now(), nextval('plain.outbox_seq'), 0, true) RETURNING message_id) SELECT i.message_id, pg_notify('idem_outbox', 'bench') FROM i;
 SQL
 cat >"$W/consume.sql" <<'SQL'
 \set m random(1, 9000000000000000)

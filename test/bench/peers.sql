@@ -1,10 +1,13 @@
 -- test/bench/peers.sql: what users would otherwise write, and the least work
--- any design can do, for test/bench/bench.sh.  Each gets its own copy of the
--- protocol's tables, so the variants do not share rows.
+-- any design can do: the one set of baselines of test/bench/bench.sh,
+-- outbox_bench.sh and instructions.sh (loaded after CREATE EXTENSION idem).
+-- Each gets its own copy of the protocol's tables, so the variants do not
+-- share rows.
 
 CREATE SCHEMA peer;     -- peers A (PL/pgSQL) and B (client-driven)
 CREATE SCHEMA lim;      -- limit 5: one statement writing both rows
 CREATE SCHEMA bench;    -- helpers
+CREATE SCHEMA plain;    -- messaging: the outbox, inbox and queues in plain SQL
 
 DO $$
 DECLARE s text;
@@ -130,3 +133,59 @@ END $$;
 CREATE FUNCTION bench.rss_anon_kb() RETURNS bigint LANGUAGE sql AS $$
     SELECT (regexp_match(pg_read_file('/proc/self/status'), 'RssAnon:\s+(\d+)'))[1]::bigint
 $$;
+
+-- Messaging.  An emit's baseline: one INSERT of the same row into a copy of
+-- idem's outbox table (its columns, defaults and indexes: LIKE ... INCLUDING
+-- ALL, nothing added) and a NOTIFY, as idem_outbox_emit sends one:
+--   WITH i AS (INSERT INTO plain.outbox (message_id, topic, msg_key, payload,
+--              emitted_at, commit_seq, attempt, ready)
+--              VALUES (nextval('plain.outbox_seq'), ..., nextval('plain.outbox_seq'), 0, true)
+--              RETURNING message_id)
+--   SELECT i.message_id, pg_notify('idem_outbox', 'bench') FROM i;
+CREATE TABLE plain.outbox (LIKE idem_internal.idem_outbox INCLUDING ALL);
+CREATE SEQUENCE plain.outbox_seq;
+-- a consume's: INSERT ... ON CONFLICT DO NOTHING into a copy of idem's inbox
+CREATE TABLE plain.inbox (LIKE idem_internal.idem_inbox INCLUDING ALL);
+
+-- A drain's: pgmq's queue table and its read and delete, in plain SQL
+-- (pgmq 1.5: read = UPDATE ... SET vt, read_ct over FOR UPDATE SKIP LOCKED
+-- in msg_id order; then DELETE by id).  No per-key order: the least a
+-- queue does.
+CREATE TABLE plain.pgmq (msg_id bigserial PRIMARY KEY, read_ct int NOT NULL DEFAULT 0,
+                         enqueued_at timestamptz NOT NULL DEFAULT now(),
+                         vt timestamptz NOT NULL DEFAULT clock_timestamp(), message jsonb);
+CREATE INDEX ON plain.pgmq (vt);
+CREATE FUNCTION plain.pgmq_read(n int) RETURNS SETOF plain.pgmq LANGUAGE sql AS $$
+    WITH cte AS (SELECT msg_id FROM plain.pgmq WHERE vt <= clock_timestamp()
+                 ORDER BY msg_id LIMIT n FOR UPDATE SKIP LOCKED)
+    UPDATE plain.pgmq m SET vt = clock_timestamp() + interval '30 seconds', read_ct = m.read_ct + 1
+    FROM cte WHERE m.msg_id = cte.msg_id RETURNING m.*
+$$;
+CREATE FUNCTION plain.pgmq_delete(ids bigint[]) RETURNS bigint LANGUAGE sql AS $$
+    WITH d AS (DELETE FROM plain.pgmq WHERE msg_id = ANY (ids) RETURNING 1) SELECT count(*) FROM d
+$$;
+
+-- What a user writes for an outbox with leases: SKIP LOCKED, then ack by
+-- id; the delivery order (seq) indexed apart from the key, as in
+-- idem_internal.idem_outbox, so that the planner scans the partial index of
+-- unacknowledged rows (outbox_bench.sh's third drain).
+CREATE TABLE plain.queue (id bigserial PRIMARY KEY, seq bigint NOT NULL, topic text NOT NULL,
+                          payload jsonb NOT NULL, attempt int NOT NULL DEFAULT 0,
+                          leased_until timestamptz, acked_at timestamptz) WITH (fillfactor = 90);
+CREATE INDEX ON plain.queue (topic, seq) WHERE acked_at IS NULL;
+CREATE FUNCTION plain.fetch(t text, n int) RETURNS SETOF plain.queue LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY
+    WITH d AS (SELECT id FROM plain.queue WHERE topic = t AND acked_at IS NULL
+                 AND (leased_until IS NULL OR leased_until <= clock_timestamp())
+               ORDER BY seq LIMIT n FOR UPDATE SKIP LOCKED)
+    UPDATE plain.queue q SET attempt = q.attempt + 1, leased_until = clock_timestamp() + interval '30 seconds'
+    FROM d WHERE q.id = d.id RETURNING q.*;
+END $$;
+CREATE FUNCTION plain.ack(ids bigint[]) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE n bigint;
+BEGIN
+    UPDATE plain.queue SET acked_at = clock_timestamp() WHERE id = ANY (ids) AND acked_at IS NULL;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END $$;

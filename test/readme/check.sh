@@ -86,3 +86,18 @@ PY
 )
 check "the README's row for PostgreSQL 15 counts today's tests: $(echo "$counts" | awk '{printf "%s regress, %s isolation, %s TAP files, %s versions", $1, $2, $3, $4}')" \
 	yes "$(echo "$counts" | awk '{print ($5 == "yes") ? "yes" : $0}')"
+
+# the README's performance table quotes docs/performance.md: each of its
+# rows is a row of that page, word for word (one source for the figures)
+perf=$(/usr/bin/python3 - "$IDEM_ROOT" <<'PY'
+import re, sys
+root = sys.argv[1]
+section = open(f"{root}/README.md").read().split("\n## Performance\n", 1)[1].split("\n## ", 1)[0]
+rows = [l for l in section.splitlines() if l.startswith("| ") and not l.startswith("| idem path") and not l.startswith("|--")]
+page = set(open(f"{root}/docs/performance.md").read().splitlines())
+stale = [r for r in rows if r not in page]
+print(len(rows), "yes" if rows and not stale else "no: " + (" / ".join(stale) or "no rows"))
+PY
+)
+check "the README's performance table ($(echo "$perf" | awk '{print $1}') rows) quotes docs/performance.md's rows word for word" \
+	yes "$(echo "$perf" | awk '{print ($2 == "yes") ? "yes" : $0}')"
