@@ -90,8 +90,23 @@ final class Capture {
         @Override public void sendError(int sc) { status = sc; }
         @Override public void sendError(int sc, String msg) { status = sc; }
         @Override public void sendRedirect(String location) { status = 302; setHeader("Location", location); }
-        @Override public void setHeader(String n, String v) { headers.put(n.toLowerCase(), new ArrayList<>(List.of(v))); }
-        @Override public void addHeader(String n, String v) { headers.computeIfAbsent(n.toLowerCase(), k -> new ArrayList<>()).add(v); }
+        // a null value removes the header (the servlet API's rule; Spring MVC resets headers so)
+        @Override
+        public void setHeader(String n, String v) {
+            if (v == null) {
+                headers.remove(n.toLowerCase());
+            } else {
+                headers.put(n.toLowerCase(), new ArrayList<>(List.of(v)));
+            }
+        }
+
+        @Override
+        public void addHeader(String n, String v) {
+            if (v != null) {
+                headers.computeIfAbsent(n.toLowerCase(), k -> new ArrayList<>()).add(v);
+            }
+        }
+
         @Override public void setIntHeader(String n, int v) { setHeader(n, Integer.toString(v)); }
         @Override public void addIntHeader(String n, int v) { addHeader(n, Integer.toString(v)); }
         @Override public void setDateHeader(String n, long v) { setHeader(n, httpDate(v)); }

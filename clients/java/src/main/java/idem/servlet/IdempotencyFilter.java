@@ -40,6 +40,12 @@ import jakarta.servlet.http.HttpServletResponse;
 public final class IdempotencyFilter implements Filter {
     /** The request attribute holding the {@link Settings.Context} of the claim. */
     public static final String CONTEXT = "idem.context";
+    /**
+     * A request attribute a framework sets when the handler threw, even if the framework then
+     * answered for it (a Spring {@code @ControllerAdvice}'s 4xx): the transaction rolls back,
+     * nothing is stored, and that answer is sent as it is.
+     */
+    public static final String FAILED = "idem.failed";
     private static final String OPERATION = "idem.operation";
 
     private static final Logger LOG = Logger.getLogger("idem");
@@ -100,13 +106,13 @@ public final class IdempotencyFilter implements Filter {
     public void doFilter(ServletRequest req, ServletResponse res, FilterChain chain) throws IOException, ServletException {
         HttpServletRequest request = (HttpServletRequest) req;
         HttpServletResponse response = (HttpServletResponse) res;
-        String path = request.getRequestURI().substring(request.getContextPath().length());
-        Settings.Match match = settings.match(request.getMethod(), path);
+        Settings.Match match = settings.match(request);
         String operation = match == null ? null : match.route().operation().operationOf(request);
         if (operation == null) {
             chain.doFilter(req, res);
             return;
         }
+        long started = System.nanoTime();
         request.setAttribute(OPERATION, operation);
         Answer answer;
         try {
@@ -121,8 +127,25 @@ public final class IdempotencyFilter implements Filter {
             answer = handle(request, response, chain, match, key);
         } catch (Problem p) {
             answer = problem(p);
+            request.setAttribute(PROBLEM, p.slug);
         }
         send(response, answer);
+        settings.observer.answered(operation, answer.status(),
+            answer.headers().getOrDefault("idempotent-replayed", List.of("false")).get(0).equals("true"),
+            (String) request.getAttribute(PROBLEM), System.nanoTime() - started);
+    }
+
+    private static final String PROBLEM = "idem.problem";
+
+    /** The handler threw (see {@link #FAILED}): its answer is sent, nothing stored. */
+    private static final class Discarded extends Exception {
+        private static final long serialVersionUID = 1L;
+        final transient Answer answer;
+
+        Discarded(Answer answer) {
+            super(null, null, false, false);
+            this.answer = answer;
+        }
     }
 
     private Answer handle(HttpServletRequest request, HttpServletResponse response, FilterChain chain,
@@ -143,18 +166,20 @@ public final class IdempotencyFilter implements Filter {
         String body = raw.length == 0 ? "null" : utf8(raw);
         String fingerprinted = match.route().request() == null ? body
             : match.route().request().select(body, match.params());
-        try (Connection c = settings.dataSource.getConnection()) {
-            c.setAutoCommit(false);
+        try {
+            Settings.Transaction tx = settings.transactions.begin(request);
+            Answer a;
             try {
-                Answer a = execute(c, request, response, chain, match, key, owner, fingerprinted, raw);
-                c.commit();
-                return a;
+                a = execute(tx, request, response, chain, match, key, owner, fingerprinted, raw);
+            } catch (Discarded d) {
+                tx.rollback();
+                return d.answer;
             } catch (Problem | RuntimeException | SQLException | IOException | ServletException e) {
-                c.rollback();
+                tx.rollback();
                 throw e;
-            } finally {
-                c.setAutoCommit(true);
             }
+            tx.commit();
+            return a;
         } catch (SQLException e) {
             throw problemOf(e, true);
         } catch (IOException | ServletException | RuntimeException e) {
@@ -170,9 +195,10 @@ public final class IdempotencyFilter implements Filter {
         }
     }
 
-    private Answer execute(Connection c, HttpServletRequest request, HttpServletResponse response, FilterChain chain,
-                           Settings.Match match, String key, long owner, String fingerprinted, byte[] raw)
-        throws Problem, SQLException, IOException, ServletException {
+    private Answer execute(Settings.Transaction tx, HttpServletRequest request, HttpServletResponse response,
+                           FilterChain chain, Settings.Match match, String key, long owner, String fingerprinted,
+                           byte[] raw) throws Problem, Discarded, SQLException, IOException, ServletException {
+        Connection c = tx.connection();
         String operation = (String) request.getAttribute(OPERATION);
         Idem.Outcome o;
         try {
@@ -198,6 +224,9 @@ public final class IdempotencyFilter implements Filter {
         chain.doFilter(new Capture.Request(request, raw), captured);
         int status = captured.status;
         byte[] out = captured.bytes();
+        if (request.getAttribute(FAILED) != null) {
+            throw new Discarded(finished(null, false, status, captured.headers, out));
+        }
         if (status < 200 || status > 499) {
             Problem p = new Problem(status >= 500 && status <= 599 ? status : 500, "internal",
                 "the request could not be completed; nothing was done: retry it");
@@ -206,6 +235,7 @@ public final class IdempotencyFilter implements Filter {
             }
             throw p;
         }
+        tx.flush();
         try {
             idem.finish(c, owner, operation, key, status, out.length == 0 ? null : new String(out, StandardCharsets.UTF_8),
                 ctx.resourceId, stored(captured.headers));

@@ -1,6 +1,7 @@
 package idem.servlet;
 
 import java.sql.Connection;
+import java.sql.SQLException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -71,9 +72,54 @@ public final class Settings {
     public record Match(Route route, Map<String, String> params) {
     }
 
+    /**
+     * Which requests go through idem, by other means than {@link #route}: a framework's own
+     * handler mapping (the Spring Boot starter reads {@code @Idempotent}). Returns null for a
+     * request that runs without idem.
+     */
+    @FunctionalInterface
+    public interface RouteMatcher {
+        Match match(HttpServletRequest request);
+    }
+
+    /**
+     * The transaction a claim, the servlet's work and the stored answer share. By default a
+     * connection of the DataSource with auto-commit off; the Spring Boot starter opens one on the
+     * application's {@code PlatformTransactionManager}, which its services then join.
+     */
+    @FunctionalInterface
+    public interface Transactions {
+        Transaction begin(HttpServletRequest request) throws SQLException;
+    }
+
+    /** One transaction: its connection; flushed before the answer is stored; committed or rolled back once. */
+    public interface Transaction {
+        Connection connection();
+
+        /** Write what the servlet's work holds back (an ORM's session) before the answer is stored. */
+        default void flush() throws SQLException {
+        }
+
+        void commit() throws SQLException;
+
+        void rollback() throws SQLException;
+    }
+
+    /**
+     * Told of each answer of an idempotent route (metrics): the operation, the status sent,
+     * whether it was a replay, the problem's slug (null when the handler answered), the time taken.
+     */
+    @FunctionalInterface
+    public interface Observer {
+        void answered(String operation, int status, boolean replayed, String problem, long nanos);
+    }
+
     final DataSource dataSource;
     final OwnerResolver owner;
     final List<Route> routes = new ArrayList<>();
+    RouteMatcher matcher;   // null: the routes
+    Transactions transactions;
+    Observer observer = (operation, status, replayed, problem, nanos) -> { };
     int conflictStatus = 409;
     long maxBodyBytes = 1024 * 1024;
     Duration ttl;
@@ -86,6 +132,44 @@ public final class Settings {
     public Settings(DataSource dataSource, OwnerResolver owner) {
         this.dataSource = dataSource;
         this.owner = owner;
+        this.transactions = request -> {
+            Connection c = dataSource.getConnection();
+            c.setAutoCommit(false);
+            return new Transaction() {
+                @Override public Connection connection() { return c; }
+                @Override public void commit() throws SQLException { end(c, true); }
+                @Override public void rollback() throws SQLException { end(c, false); }
+            };
+        };
+    }
+
+    private static void end(Connection c, boolean commit) throws SQLException {
+        try (c) {
+            if (commit) {
+                c.commit();
+            } else {
+                c.rollback();
+            }
+            c.setAutoCommit(true);
+        }
+    }
+
+    /** Match requests by this instead of the routes. */
+    public Settings matcher(RouteMatcher m) {
+        matcher = m;
+        return this;
+    }
+
+    /** Run each idempotent request in transactions of this kind. */
+    public Settings transactions(Transactions t) {
+        transactions = t;
+        return this;
+    }
+
+    /** Tell this of each answer. */
+    public Settings observer(Observer o) {
+        observer = o;
+        return this;
     }
 
     public Settings route(String method, String template, String operation) {
@@ -163,6 +247,13 @@ public final class Settings {
     public Settings serverPrepare(boolean prepare) {
         serverPrepare = prepare;
         return this;
+    }
+
+    Match match(HttpServletRequest request) {
+        if (matcher != null) {
+            return matcher.match(request);
+        }
+        return match(request.getMethod(), request.getRequestURI().substring(request.getContextPath().length()));
     }
 
     Match match(String method, String path) {
