@@ -78,7 +78,8 @@ start_service() {
 	(exec env PGUSER="$SERVICE_USER" PORT="$port" "${envs[@]}" "$@") >>"$IDEM_TMP/$name-$port.log" 2>&1 &
 	service_pids+=($!)
 	local _
-	for _ in $(seq 1 150); do
+	# a generous cap (IDEM_SERVICE_WAIT tenths of a second: a JVM's start on a busy machine)
+	for _ in $(seq 1 "${IDEM_SERVICE_WAIT:-150}"); do
 		/usr/bin/python3 -c "import socket; socket.create_connection(('127.0.0.1', $port), 1)" 2>/dev/null && return 0
 		sleep 0.1
 	done
@@ -134,6 +135,51 @@ keys_not_logged() {
 	local hits
 	hits=$(cat "$IDEM_TMP/$1"-*.log 2>/dev/null | grep -c -- "$IDEM_RUN" || true)
 	check "$1: no log line of the service holds an idempotency key ($(cat "$IDEM_TMP/$1"-*.log 2>/dev/null | wc -l) lines)" 0 "$hits"
+}
+
+# browser_double_click LABEL SERVICE COMMAND...: the example's order page
+# (examples/web/index.html) in headless Chromium: a double click, then an
+# edited order; checks named "LABEL: ..."
+browser_double_click() {
+	local label=$1 service=$2 port out k k2
+	shift 2
+	log "a double click, then an edited order, in headless Chromium ($service)"
+	(cd "$CLIENTS_TEST" && npm install --no-audit --no-fund --silent >/dev/null 2>&1) || log "npm install failed in test/clients"
+	SHOTS=${IDEM_SCREENSHOT_DIR:-$CLIENTS_TEST/screenshots}
+	mkdir -p "$SHOTS"
+	port=$(free_port)
+	if ! start_service "$service" "$port" -- "$@"; then
+		echo "not ok - $label: the $service service starts"
+		return
+	fi
+	out=$(cd "$CLIENTS_TEST" && node browser.mjs "http://127.0.0.1:$port/" "$SHOTS/double-click-$service.png" 2>"$IDEM_TMP/browser.err") ||
+		{ log "the browser test failed:"; cat "$IDEM_TMP/browser.err" >&2; }
+	echo "# $label: $out"
+	field() { printf '%s' "$out" | /usr/bin/python3 -c "import json, sys; d = json.load(sys.stdin); print($1)" 2>/dev/null; }
+	k=$(field 'd["key"]')
+	k2=$(field 'd["second"]')
+	check "$label: the double click sent two POSTs with one key, the edited order a third with a new key" "201 201 201 new" \
+		"$(field '" ".join(map(str, d["posts"])) + (" new" if d["key"] != d["second"] else " same")')"
+	check "$label: one order for the double click's key" 1 \
+		"$("$PG_BINDIR/psql" -X -At -c "SELECT count(*) FROM idem_internal.idempotency_record r JOIN shop_order o ON o.id = r.resource_id
+		                          WHERE r.owner_id = 7 AND r.idempotency_key = '$k'")"
+	check "$label: the edited order is a second order (quantity 3), not a 409" "1 3" \
+		"$("$PG_BINDIR/psql" -X -At -F ' ' -c "SELECT count(*), max(o.quantity) FROM idem_internal.idempotency_record r
+		     JOIN shop_order o ON o.id = r.resource_id WHERE r.owner_id = 7 AND r.idempotency_key = '$k2'")"
+	# the page lists the answers as they arrive: the replay, woken by the
+	# original's commit, may come in first
+	check "$label: the page shows the first answer and the replayed one (the same order), then the new order" yes \
+		"$(printf '%s' "$out" | /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+first = [l for l in d["lines"] if l["key"] == d["key"]]
+by = {l["cls"]: l["text"] for l in first}
+last = [l for l in d["lines"] if l["key"] == d["second"]]
+ok = (len(first) == 2 and sorted(by) == ["fresh", "replayed"]
+      and by["replayed"] == by["fresh"].replace("201 ", "201 (replayed) ", 1)
+      and len(last) == 1 and last[0]["cls"] == "fresh" and last[0]["text"].startswith("201 "))
+print("yes" if ok else "no: %r" % d["lines"])' 2>&1)"
+	check "$label: a screenshot was saved" yes "$([ -s "$SHOTS/double-click-$service.png" ] && echo yes || echo no)"
 }
 
 start_redis() {

@@ -83,41 +83,5 @@ stop_services
 kill "$bouncer_pid" 2>/dev/null || true
 bouncer_pid=
 
-log "a double click, then an edited order, in headless Chromium"
-(cd "$CLIENTS_TEST" && npm install --no-audit --no-fund --silent >/dev/null 2>&1) || log "npm install failed in test/clients"
-SHOTS=${IDEM_SCREENSHOT_DIR:-$CLIENTS_TEST/screenshots}
-mkdir -p "$SHOTS"
-port=$(free_port)
-if start_service python-page "$port" -- "$PY" "$EXAMPLES/python/flask_app.py"; then
-	out=$(cd "$CLIENTS_TEST" && node browser.mjs "http://127.0.0.1:$port/" "$SHOTS/double-click.png" 2>"$IDEM_TMP/browser.err") ||
-		{ log "the browser test failed:"; cat "$IDEM_TMP/browser.err" >&2; }
-	echo "# browser: $out"
-	field() { printf '%s' "$out" | /usr/bin/python3 -c "import json, sys; d = json.load(sys.stdin); print($1)" 2>/dev/null; }
-	k=$(field 'd["key"]')
-	k2=$(field 'd["second"]')
-	check "browser: the double click sent two POSTs with one key, the edited order a third with a new key" "201 201 201 new" \
-		"$(field '" ".join(map(str, d["posts"])) + (" new" if d["key"] != d["second"] else " same")')"
-	check "browser: one order for the double click's key" 1 \
-		"$("$PG_BINDIR/psql" -X -At -c "SELECT count(*) FROM idem_internal.idempotency_record r JOIN shop_order o ON o.id = r.resource_id
-		                          WHERE r.owner_id = 7 AND r.idempotency_key = '$k'")"
-	check "browser: the edited order is a second order (quantity 3), not a 409" "1 3" \
-		"$("$PG_BINDIR/psql" -X -At -F ' ' -c "SELECT count(*), max(o.quantity) FROM idem_internal.idempotency_record r
-		     JOIN shop_order o ON o.id = r.resource_id WHERE r.owner_id = 7 AND r.idempotency_key = '$k2'")"
-	# the page lists the answers as they arrive: the replay, woken by the
-	# original's commit, may come in first
-	check "browser: the page shows the first answer and the replayed one (the same order), then the new order" yes \
-		"$(printf '%s' "$out" | /usr/bin/python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-first = [l for l in d["lines"] if l["key"] == d["key"]]
-by = {l["cls"]: l["text"] for l in first}
-last = [l for l in d["lines"] if l["key"] == d["second"]]
-ok = (len(first) == 2 and sorted(by) == ["fresh", "replayed"]
-      and by["replayed"] == by["fresh"].replace("201 ", "201 (replayed) ", 1)
-      and len(last) == 1 and last[0]["cls"] == "fresh" and last[0]["text"].startswith("201 "))
-print("yes" if ok else "no: %r" % d["lines"])' 2>&1)"
-	check "browser: a screenshot was saved" yes "$([ -s "$SHOTS/double-click.png" ] && echo yes || echo no)"
-else
-	echo "not ok - browser: the python service starts"
-fi
+browser_double_click browser python-page "$PY" "$EXAMPLES/python/flask_app.py"
 stop_services

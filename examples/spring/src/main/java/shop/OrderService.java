@@ -17,6 +17,17 @@ public class OrderService {
         this.jdbc = jdbc;
     }
 
+    /** A debit's answer (examples/schema.sql's debit_account). */
+    public record Debit(long debitId, java.math.BigDecimal balance) {
+    }
+
+    /** The debit, or null for insufficient funds; an unknown account raises (nothing is stored). */
+    @Transactional
+    public Debit debit(long account, java.math.BigDecimal amount) {
+        return jdbc.queryForObject("SELECT debit_id, balance FROM debit_account(?, ?)",
+            (rs, n) -> rs.getObject(1) == null ? null : new Debit(rs.getLong(1), rs.getBigDecimal(2)), account, amount);
+    }
+
     @Transactional
     public OrderResponse create(long owner, CreateOrderRequest request) {
         Long id = jdbc.queryForObject(

@@ -92,7 +92,7 @@ public class IdemAutoConfiguration {
         if (properties.getTtl() != null) {
             settings.ttl(properties.getTtl());
         }
-        if (properties.getErrorsUrl() != null) {
+        if (properties.getErrorsUrl() != null && !properties.getErrorsUrl().isBlank()) {
             settings.errorsUrl(properties.getErrorsUrl());
         }
         IdemMetrics m = metrics.getIfAvailable();
@@ -156,6 +156,28 @@ public class IdemAutoConfiguration {
         @ConditionalOnMissingBean(name = "idemHealthIndicator")
         IdemHealthIndicator idemHealthIndicator(DataSource dataSource) {
             return new IdemHealthIndicator(dataSource);
+        }
+    }
+
+    /**
+     * Embedded Tomcat (Spring Boot 3's API): a request its parser refuses is answered 400
+     * problem+json ({@link TomcatProblemValve}); the parser's own log line, which quotes the
+     * refused header (an idempotency key, maybe), is kept to warnings: keys are never logged.
+     */
+    @Configuration(proxyBeanMethods = false)
+    @ConditionalOnClass(name = {"org.apache.catalina.valves.ErrorReportValve",
+        "org.springframework.boot.web.embedded.tomcat.TomcatServletWebServerFactory"})
+    static class Tomcat {
+        @Bean
+        org.springframework.boot.web.server.WebServerFactoryCustomizer<
+            org.springframework.boot.web.embedded.tomcat.TomcatServletWebServerFactory> idemTomcatCustomizer(
+            IdemProperties properties) {
+            return factory -> {
+                TomcatProblemValve.errorsUrl = properties.getErrorsUrl();
+                TomcatProblemValve.PARSER_LOG.setLevel(java.util.logging.Level.WARNING);
+                factory.addContextCustomizers(context -> ((org.apache.catalina.core.StandardHost) context.getParent())
+                    .setErrorReportValveClass(TomcatProblemValve.class.getName()));
+            };
         }
     }
 

@@ -1,0 +1,55 @@
+package idem.spring;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+
+import org.apache.catalina.connector.Request;
+import org.apache.catalina.connector.Response;
+import org.apache.catalina.valves.ErrorReportValve;
+
+/**
+ * Embedded Tomcat's error report for what never reached the application: a request its HTTP
+ * parser refuses (a control character in a header, an Idempotency-Key among them) is answered
+ * 400 problem+json, as the filter answers a bad request (clients/CONTRACT.md), not Tomcat's HTML
+ * page; other errors keep Tomcat's report, without its version.
+ */
+public class TomcatProblemValve extends ErrorReportValve {
+    /**
+     * Tomcat's HTTP parser logs the first request it refuses with the header it refused, which may
+     * be an idempotency key: keys are never logged (clients/CONTRACT.md), so it logs warnings
+     * only. Held here: java.util.logging keeps only weak references to its loggers.
+     */
+    static final java.util.logging.Logger PARSER_LOG =
+        java.util.logging.Logger.getLogger("org.apache.coyote.http11.Http11Processor");
+
+    /** The errors URL (idem.errors-url) for the Link header; set by the auto-configuration. */
+    static volatile String errorsUrl;
+
+    public TomcatProblemValve() {
+        setShowReport(false);
+        setShowServerInfo(false);
+    }
+
+    @Override
+    protected void report(Request request, Response response, Throwable throwable) {
+        if (response.getStatus() != 400 || response.getContentWritten() > 0 || !response.setErrorReported()) {
+            super.report(request, response, throwable);
+            return;
+        }
+        try {
+            byte[] body = ("{\"type\":\"urn:idem:error:invalid-request\",\"title\":\"Invalid request\",\"status\":400,"
+                + "\"detail\":\"the request could not be parsed: a header or the request line is malformed\"}")
+                .getBytes(StandardCharsets.UTF_8);
+            response.setContentType("application/problem+json");
+            response.setContentLength(body.length);
+            String docs = errorsUrl;
+            if (docs != null && !docs.isBlank()) {
+                response.setHeader("Link", "<" + docs + "#invalid-request>; rel=\"describedby\"");
+            }
+            response.getOutputStream().write(body);
+            response.finishResponse();
+        } catch (IOException | IllegalStateException e) {
+            // the connection is gone: nothing to answer
+        }
+    }
+}
