@@ -9,6 +9,7 @@
 # the bare handler, and the medians of the per-repetition ratios.
 #
 #   IDEM_BENCH_SECONDS=3 IDEM_BENCH_REPS=3 IDEM_BENCH_PROCS=4 bash test/bench/clients_bench.sh
+#   IDEM_BENCH_STACKS="java-tomcat spring-boot" bash test/bench/clients_bench.sh   # some services only
 source "$(dirname "$0")/../clients/common.sh"
 
 SECONDS_EACH=${IDEM_BENCH_SECONDS:-3}
@@ -16,15 +17,19 @@ REPS=${IDEM_BENCH_REPS:-3}
 PROCS=${IDEM_BENCH_PROCS:-4}
 ensure_client_packages python3-build python3-venv python3-pip python3-psycopg python3-psycopg-pool python3-flask \
 	python3-fastapi python3-uvicorn python3-django python3-psycopg2 nodejs npm default-jdk-headless \
-	libpostgresql-jdbc-java libtomcat10-embed-java libjakarta-annotation-api-java
+	maven libtomcat10-embed-java libjakarta-annotation-api-java
 start_clients_server
 build_python_client "flask>=3,<4" "fastapi>=0.110,<1" "uvicorn>=0.29,<1" "django>=5.1,<6" >/dev/null
 build_node_client >/dev/null
 build_java_client >/dev/null
+# the Spring Boot starter and examples/spring's jar (POST /bare/orders with IDEM_BENCH=1)
+(cd "$CLIENTS/java/spring" && mvn -B -ntp -q -DskipTests install && cd "$IDEM_ROOT/examples/spring" &&
+	mvn -B -ntp -q -DskipTests package) >"$IDEM_TMP/mvn-spring.log" 2>&1 || { cat "$IDEM_TMP/mvn-spring.log" >&2; exit 1; }
 
 bench() {	# bench NAME COMMAND...
 	local name=$1 port fresh=() replay=() bare=() r b f p
 	shift
+	[ -z "${IDEM_BENCH_STACKS:-}" ] || [[ " $IDEM_BENCH_STACKS " == *" $name "* ]] || return 0
 	port=$(free_port)
 	start_service "$name" "$port" IDEM_BENCH=1 -- "$@" || return 0
 	for r in $(seq 1 "$REPS"); do
@@ -48,3 +53,4 @@ bench python-django "$PY" "$EXAMPLES/python/django_app.py"
 bench node-express node "$NODE_APP/server.js"
 bench node-http node "$NODE_APP/plain.js"
 bench java-tomcat java -cp "$JAVA_APPCP" OrderServer
+IDEM_SERVICE_WAIT=600 bench spring-boot java -Djava.io.tmpdir="$TMPDIR" -jar "$IDEM_ROOT/examples/spring/target/spring-orders-1.13.0.jar"

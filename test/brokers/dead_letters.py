@@ -326,10 +326,17 @@ def broker_down(procs):
     topic = "%s.py.skip" % RUN
     before = scalar("SELECT count(*) FROM idem_internal.idem_outbox_dead")
     failed_before = scalar("SELECT count(*) FROM idem_internal.idem_inbox_failure")
-    restart = subprocess.Popen(RESTART)
-    time.sleep(1)                   # the broker stopping, then down for seconds (longer than the 2 s lease)
+    # the restart command touches the flag once the broker is down, then keeps it down 6 s (run.sh)
+    flag = os.path.join(os.environ.get("TMPDIR", "/tmp"), "broker-down-%s-%d" % (RUN, os.getpid()))
+    if os.path.exists(flag):
+        os.unlink(flag)
+    restart = subprocess.Popen(RESTART, env=dict(os.environ, IDEM_BROKER_DOWN_FLAG=flag))
+    wait_for("the broker stopped", lambda: os.path.exists(flag))
     for seq in range(6, 9):
         emit(topic, "k0", seq)
+    # as a relay that took the key's head and went silent would: a lease of 1 s, never acked (the
+    # relay's own fetches, if it makes any while the broker is down, lapse as well)
+    scalar("SELECT count(*) FROM idem_outbox_fetch(%s, 100, interval '1 second')", topic)
     lapses = 0
     while restart.poll() is None:   # idem_health() meanwhile: the leases that lapsed
         lapses = max(lapses, scalar("SELECT outbox_lease_lapses FROM idem_health()"))

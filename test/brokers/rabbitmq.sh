@@ -82,5 +82,10 @@ if [ "${1:-}" = "restart" ]; then
 	ensure_service_packages() { :; }	# installed by the run that started the node
 	# the node stopped and started again: a broker restart
 	as_rabbit timeout 60 /usr/lib/rabbitmq/bin/rabbitmqctl -q stop >/dev/null 2>&1
+	# dead_letters.py: say the node is down, and keep it down 6 s (longer than the relays' lease)
+	if [ -n "${IDEM_BROKER_DOWN_FLAG:-}" ]; then
+		touch "$IDEM_BROKER_DOWN_FLAG"
+		sleep 6
+	fi
 	rabbit_start
 fi

@@ -49,7 +49,9 @@ log "Redis Streams on 127.0.0.1:$redis_port"
 "$PY" "$here/pipeline.py" redis "redis://127.0.0.1:$redis_port/0" bash -c 'redis_stop && redis_start' ||
 	echo "not ok - redis: the pipeline ran to its end"
 # dead letters: the broker stopped for longer than the relays' 2 s lease
-"$PY" "$here/dead_letters.py" redis "redis://127.0.0.1:$redis_port/0" bash -c 'redis_stop && sleep 4 && redis_start' ||
+# (the broker down: the flag touched, then 6 s more, longer than the 2 s lease)
+"$PY" "$here/dead_letters.py" redis "redis://127.0.0.1:$redis_port/0" \
+	bash -c 'redis_stop && touch "$IDEM_BROKER_DOWN_FLAG" && sleep 6 && redis_start' ||
 	echo "not ok - redis: the dead-letter checks ran to their end"
 redis_stop
 
