@@ -6,17 +6,15 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 
 import org.apache.catalina.Context;
-import org.apache.catalina.connector.Request;
-import org.apache.catalina.connector.Response;
 import org.apache.catalina.core.StandardHost;
 import org.apache.catalina.startup.Tomcat;
-import org.apache.catalina.valves.ErrorReportValve;
 import org.apache.tomcat.util.descriptor.web.FilterDef;
 import org.apache.tomcat.util.descriptor.web.FilterMap;
 import org.postgresql.ds.PGSimpleDataSource;
 
 import idem.servlet.IdempotencyFilter;
 import idem.servlet.Settings;
+import idem.servlet.TomcatProblemValve;
 import jakarta.servlet.http.Cookie;
 import jakarta.servlet.http.HttpServlet;
 import jakarta.servlet.http.HttpServletRequest;
@@ -35,8 +33,6 @@ import jakarta.servlet.http.HttpServletResponse;
  */
 public final class OrderServer {
     /** Tomcat's HTTP parser's logger, held so that its level stays set (JUL keeps loggers weakly). */
-    private static final java.util.logging.Logger PARSER_LOG =
-        java.util.logging.Logger.getLogger("org.apache.coyote.http11.Http11Processor");
 
     static String env(String name, String dflt) {
         String v = System.getenv(name);
@@ -170,11 +166,12 @@ public final class OrderServer {
 
         // Tomcat logs the first request its parser refuses with the header it refused, which may be an
         // idempotency key: keys are never logged (clients/CONTRACT.md), so its parser logs warnings only
-        PARSER_LOG.setLevel(java.util.logging.Level.WARNING);
+        TomcatProblemValve.quietParser();
+        TomcatProblemValve.errorsUrl(System.getenv("IDEM_ERRORS_URL"));
         Tomcat tomcat = new Tomcat();
         // a request Tomcat's parser refuses (a control character in a header) is answered
         // 400 problem+json, as the filter answers a bad request, not Tomcat's HTML report
-        ((StandardHost) tomcat.getHost()).setErrorReportValveClass(ProblemValve.class.getName());
+        ((StandardHost) tomcat.getHost()).setErrorReportValveClass(TomcatProblemValve.class.getName());
         tomcat.setBaseDir(System.getProperty("java.io.tmpdir") + "/idem-tomcat-" + env("PORT", "8080"));
         tomcat.setPort(Integer.parseInt(env("PORT", "8080")));
         tomcat.getConnector().setProperty("address", "127.0.0.1");
@@ -194,40 +191,5 @@ public final class OrderServer {
         ctx.addFilterMap(map);
         tomcat.start();
         tomcat.getServer().await();
-    }
-
-    /**
-     * Tomcat's error report for what never reached the application: a 400 of its HTTP parser is answered
-     * as the contract answers a bad request (problem+json, nothing of the request echoed); any other error
-     * gets Tomcat's report without the exception or the server's version.
-     */
-    public static class ProblemValve extends ErrorReportValve {
-        public ProblemValve() {
-            setShowReport(false);
-            setShowServerInfo(false);
-        }
-
-        @Override
-        protected void report(Request request, Response response, Throwable throwable) {
-            if (response.getStatus() != 400 || response.getContentWritten() > 0 || !response.setErrorReported()) {
-                super.report(request, response, throwable);
-                return;
-            }
-            try {
-                byte[] body = ("{\"type\":\"urn:idem:error:invalid-request\",\"title\":\"Invalid request\",\"status\":400,"
-                    + "\"detail\":\"the request could not be parsed: a header or the request line is malformed\"}")
-                    .getBytes(StandardCharsets.UTF_8);
-                response.setContentType("application/problem+json");
-                response.setContentLength(body.length);
-                String docs = System.getenv("IDEM_ERRORS_URL");
-                if (docs != null) {
-                    response.setHeader("Link", "<" + docs + "#invalid-request>; rel=\"describedby\"");
-                }
-                response.getOutputStream().write(body);
-                response.finishResponse();
-            } catch (IOException | IllegalStateException e) {
-                // the connection is gone: nothing to answer
-            }
-        }
     }
 }

@@ -428,7 +428,8 @@ public final class IdempotencyFilter implements Filter {
         return new Answer(p.status, h, body.getBytes(StandardCharsets.UTF_8));
     }
 
-    static String jsonString(String s) {
+    /** A JSON string of s (the escapes JSON requires). */
+    public static String jsonString(String s) {
         StringBuilder b = new StringBuilder("\"");
         for (char ch : s.toCharArray()) {
             switch (ch) {

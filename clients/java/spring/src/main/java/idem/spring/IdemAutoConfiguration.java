@@ -161,7 +161,7 @@ public class IdemAutoConfiguration {
 
     /**
      * Embedded Tomcat (Spring Boot 3's API): a request its parser refuses is answered 400
-     * problem+json ({@link TomcatProblemValve}); the parser's own log line, which quotes the
+     * problem+json ({@link idem.servlet.TomcatProblemValve}); the parser's own log line, which quotes the
      * refused header (an idempotency key, maybe), is kept to warnings: keys are never logged.
      */
     @Configuration(proxyBeanMethods = false)
@@ -173,10 +173,10 @@ public class IdemAutoConfiguration {
             org.springframework.boot.web.embedded.tomcat.TomcatServletWebServerFactory> idemTomcatCustomizer(
             IdemProperties properties) {
             return factory -> {
-                TomcatProblemValve.errorsUrl = properties.getErrorsUrl();
-                TomcatProblemValve.PARSER_LOG.setLevel(java.util.logging.Level.WARNING);
+                idem.servlet.TomcatProblemValve.errorsUrl(properties.getErrorsUrl());
+                idem.servlet.TomcatProblemValve.quietParser();
                 factory.addContextCustomizers(context -> ((org.apache.catalina.core.StandardHost) context.getParent())
-                    .setErrorReportValveClass(TomcatProblemValve.class.getName()));
+                    .setErrorReportValveClass(idem.servlet.TomcatProblemValve.class.getName()));
             };
         }
     }

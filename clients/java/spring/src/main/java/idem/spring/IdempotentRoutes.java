@@ -4,6 +4,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 
+import idem.servlet.IdempotencyFilter;
 import idem.servlet.Settings;
 import jakarta.servlet.http.HttpServletRequest;
 import org.springframework.web.method.HandlerMethod;
@@ -83,23 +84,6 @@ final class IdempotentRoutes implements Settings.RouteMatcher {
 
     /** A JSON string (null for a variable the path lacks). */
     static String quote(String s) {
-        if (s == null) {
-            return "null";
-        }
-        StringBuilder q = new StringBuilder("\"");
-        for (char ch : s.toCharArray()) {
-            switch (ch) {
-                case '"' -> q.append("\\\"");
-                case '\\' -> q.append("\\\\");
-                default -> {
-                    if (ch < 0x20) {
-                        q.append(String.format("\\u%04x", (int) ch));
-                    } else {
-                        q.append(ch);
-                    }
-                }
-            }
-        }
-        return q.append('"').toString();
+        return s == null ? "null" : IdempotencyFilter.jsonString(s);
     }
 }

@@ -1,4 +1,4 @@
-package idem.spring;
+package idem.servlet;
 
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -11,7 +11,9 @@ import org.apache.catalina.valves.ErrorReportValve;
  * Embedded Tomcat's error report for what never reached the application: a request its HTTP
  * parser refuses (a control character in a header, an Idempotency-Key among them) is answered
  * 400 problem+json, as the filter answers a bad request (clients/CONTRACT.md), not Tomcat's HTML
- * page; other errors keep Tomcat's report, without its version.
+ * page; other errors keep Tomcat's report, without its version. Install it on the host
+ * ({@code StandardHost.setErrorReportValveClass(TomcatProblemValve.class.getName())}) and call
+ * {@link #quietParser()}; the Spring Boot starter does both.
  */
 public class TomcatProblemValve extends ErrorReportValve {
     /**
@@ -19,11 +21,20 @@ public class TomcatProblemValve extends ErrorReportValve {
      * be an idempotency key: keys are never logged (clients/CONTRACT.md), so it logs warnings
      * only. Held here: java.util.logging keeps only weak references to its loggers.
      */
-    static final java.util.logging.Logger PARSER_LOG =
+    private static final java.util.logging.Logger PARSER_LOG =
         java.util.logging.Logger.getLogger("org.apache.coyote.http11.Http11Processor");
 
-    /** The errors URL (idem.errors-url) for the Link header; set by the auto-configuration. */
-    static volatile String errorsUrl;
+    private static volatile String errorsUrl;
+
+    /** The errors URL of the Link header ({@link Settings#errorsUrl}); null: none. */
+    public static void errorsUrl(String url) {
+        errorsUrl = url;
+    }
+
+    /** Tomcat's HTTP parser logs warnings only (its refused header is never logged). */
+    public static void quietParser() {
+        PARSER_LOG.setLevel(java.util.logging.Level.WARNING);
+    }
 
     public TomcatProblemValve() {
         setShowReport(false);
