@@ -272,33 +272,16 @@ jcs_append_numeric(StringInfo out, Numeric num)
 {
 	char	   *text;
 	double		d;
-	int			ndigits = 0;
-	const char *p;
 
+	/*
+	 * An integer below 2^53 (every one jsonb stores in numeric's short form)
+	 * is printed from its digits; anything else is read as a double, as
+	 * RFC 8785 says, and printed as ECMAScript does (an integer below 2^53
+	 * that reached here would still print as its digits).
+	 */
 	if (jcs_append_small_integer(out, num))
 		return;
 	text = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(num)));
-	p = text;
-
-	/*
-	 * An integer of at most 15 digits (below 2^53) is exact as a double and
-	 * ECMAScript prints it as its digits: numeric_out's text already is the
-	 * canonical form (it writes no leading zeros and no "-0").
-	 */
-	if (*p == '-')
-		p++;
-	while (*p >= '0' && *p <= '9')
-	{
-		p++;
-		ndigits++;
-	}
-	if (*p == '\0' && ndigits > 0 && ndigits <= 15)
-	{
-		appendStringInfoString(out, text);
-		pfree(text);
-		return;
-	}
-
 	errno = 0;
 	d = strtod(text, NULL);
 	if (isinf(d) || isnan(d))

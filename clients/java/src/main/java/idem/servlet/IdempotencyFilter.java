@@ -115,6 +115,7 @@ public final class IdempotencyFilter implements Filter {
         long started = System.nanoTime();
         request.setAttribute(OPERATION, operation);
         Answer answer;
+        String problem = null;          // the slug of the filter's own answer
         try {
             String key = parseKey(Collections.list(request.getHeaders("Idempotency-Key")));
             if (key == null) {
@@ -127,15 +128,13 @@ public final class IdempotencyFilter implements Filter {
             answer = handle(request, response, chain, match, key);
         } catch (Problem p) {
             answer = problem(p);
-            request.setAttribute(PROBLEM, p.slug);
+            problem = p.slug;
         }
         send(response, answer);
         settings.observer.answered(operation, answer.status(),
             answer.headers().getOrDefault("idempotent-replayed", List.of("false")).get(0).equals("true"),
-            (String) request.getAttribute(PROBLEM), System.nanoTime() - started);
+            problem, System.nanoTime() - started);
     }
-
-    private static final String PROBLEM = "idem.problem";
 
     /** The handler threw (see {@link #FAILED}): its answer is sent, nothing stored. */
     private static final class Discarded extends Exception {

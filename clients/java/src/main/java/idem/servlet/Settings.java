@@ -114,7 +114,6 @@ public final class Settings {
         void answered(String operation, int status, boolean replayed, String problem, long nanos);
     }
 
-    final DataSource dataSource;
     final OwnerResolver owner;
     final List<Route> routes = new ArrayList<>();
     RouteMatcher matcher;   // null: the routes
@@ -129,8 +128,8 @@ public final class Settings {
     String errorsUrl;       // null: no Link
     boolean serverPrepare = true;
 
+    /** The routes' transactions on connections of dataSource (null with {@link #transactions}). */
     public Settings(DataSource dataSource, OwnerResolver owner) {
-        this.dataSource = dataSource;
         this.owner = owner;
         this.transactions = request -> {
             Connection c = dataSource.getConnection();

@@ -113,7 +113,8 @@ public class IdemAutoConfiguration {
         return () -> {
             for (HandlerMethod handler : requestMappingHandlerMapping.getHandlerMethods().values()) {
                 Method method = handler.getMethod();
-                if (handler.getMethodAnnotation(Idempotent.class) == null) {
+                Idempotent idempotent = handler.getMethodAnnotation(Idempotent.class);
+                if (idempotent == null) {
                     continue;
                 }
                 Class<?> type = method.getReturnType();
@@ -125,8 +126,7 @@ public class IdemAutoConfiguration {
                         + "method returned cannot be stored in the request's transaction; return the value or a "
                         + "ResponseEntity");
                 }
-                if (handler.getMethodAnnotation(Idempotent.class).fields().length > 0
-                    && handler.getMethodAnnotation(Idempotent.class).pathVariables().length > 0) {
+                if (idempotent.fields().length > 0 && idempotent.pathVariables().length > 0) {
                     throw new IllegalStateException("idem: @Idempotent " + method.getDeclaringClass().getName() + "."
                         + method.getName() + " names fields and pathVariables: name one of them (with pathVariables "
                         + "the request is the variables and the whole body)");
