@@ -413,8 +413,20 @@ public final class IdempotencyFilter implements Filter {
     }
 
     private Answer problem(Problem p) {
-        String body = "{\"type\":\"urn:idem:error:" + p.slug + "\",\"title\":\"" + TITLES.get(p.slug)
-            + "\",\"status\":" + p.status + ",\"detail\":" + jsonString(p.getMessage()) + "}";
+        String type = "urn:idem:error:" + p.slug;
+        byte[] body = null;
+        if (settings.problemBody != null) {
+            try {
+                body = settings.problemBody.write(p.status, type, TITLES.get(p.slug), p.getMessage());
+            } catch (IOException | RuntimeException e) {
+                LOG.warning("idem: the problem body could not be written (" + e + "); idem's own is sent");
+            }
+        }
+        if (body == null) {
+            body = ("{\"type\":" + jsonString(type) + ",\"title\":" + jsonString(TITLES.get(p.slug))
+                + ",\"status\":" + p.status + ",\"detail\":" + jsonString(p.getMessage()) + "}")
+                .getBytes(StandardCharsets.UTF_8);
+        }
         Map<String, List<String>> h = new LinkedHashMap<>();
         h.put("content-type", List.of("application/problem+json"));
         if (settings.errorsUrl != null) {        // a Link only to documentation the application names
@@ -424,7 +436,7 @@ public final class IdempotencyFilter implements Filter {
         if (p.status == 413) {
             h.put("connection", List.of("close"));
         }
-        return new Answer(p.status, h, body.getBytes(StandardCharsets.UTF_8));
+        return new Answer(p.status, h, body);
     }
 
     /** A JSON string of s (the escapes JSON requires). */

@@ -1,5 +1,6 @@
 package idem.servlet;
 
+import java.io.IOException;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.time.Duration;
@@ -114,11 +115,22 @@ public final class Settings {
         void answered(String operation, int status, boolean replayed, String problem, long nanos);
     }
 
+    /**
+     * The body of the filter's own answers, an RFC 9457 problem (application/problem+json) of these
+     * members: a framework's own problem type written by its own serializer (the Spring Boot
+     * starters: Spring's ProblemDetail through the application's message converters).
+     */
+    @FunctionalInterface
+    public interface ProblemBody {
+        byte[] write(int status, String type, String title, String detail) throws IOException;
+    }
+
     final OwnerResolver owner;
     final List<Route> routes = new ArrayList<>();
     RouteMatcher matcher;   // null: the routes
     Transactions transactions;
     Observer observer = (operation, status, replayed, problem, nanos) -> { };
+    ProblemBody problemBody;    // null: the filter's own JSON
     int conflictStatus = 409;
     long maxBodyBytes = 1024 * 1024;
     Duration ttl;
@@ -168,6 +180,12 @@ public final class Settings {
     /** Tell this of each answer. */
     public Settings observer(Observer o) {
         observer = o;
+        return this;
+    }
+
+    /** Write the filter's own answers' bodies with this. */
+    public Settings problemBody(ProblemBody b) {
+        problemBody = b;
         return this;
     }
 

@@ -3,17 +3,18 @@ package idem.servlet;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 
+import org.apache.catalina.Container;
 import org.apache.catalina.connector.Request;
 import org.apache.catalina.connector.Response;
+import org.apache.catalina.core.StandardHost;
 import org.apache.catalina.valves.ErrorReportValve;
 
 /**
  * Embedded Tomcat's error report for what never reached the application: a request its HTTP
  * parser refuses (a control character in a header, an Idempotency-Key among them) is answered
  * 400 problem+json, as the filter answers a bad request (clients/CONTRACT.md), not Tomcat's HTML
- * page; other errors keep Tomcat's report, without its version. Install it on the host
- * ({@code StandardHost.setErrorReportValveClass(TomcatProblemValve.class.getName())}) and call
- * {@link #quietParser()}; the Spring Boot starter does both.
+ * page; other errors keep Tomcat's report, without its version. {@link #install} puts it on a
+ * host; the Spring Boot starters do that on the embedded Tomcat.
  */
 public class TomcatProblemValve extends ErrorReportValve {
     /**
@@ -34,6 +35,16 @@ public class TomcatProblemValve extends ErrorReportValve {
     /** Tomcat's HTTP parser logs warnings only (its refused header is never logged). */
     public static void quietParser() {
         PARSER_LOG.setLevel(java.util.logging.Level.WARNING);
+    }
+
+    /**
+     * The valve as the host's error report, with the errors URL of its Link header (null: none),
+     * and Tomcat's parser logging warnings only ({@link #quietParser()}).
+     */
+    public static void install(Container host, String errorsUrl) {
+        errorsUrl(errorsUrl);
+        quietParser();
+        ((StandardHost) host).setErrorReportValveClass(TomcatProblemValve.class.getName());
     }
 
     public TomcatProblemValve() {
