@@ -6,7 +6,6 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 
 import org.apache.catalina.Context;
-import org.apache.catalina.core.StandardHost;
 import org.apache.catalina.startup.Tomcat;
 import org.apache.tomcat.util.descriptor.web.FilterDef;
 import org.apache.tomcat.util.descriptor.web.FilterMap;
@@ -47,7 +46,7 @@ public final class OrderServer {
                 + " AND jsonb_typeof(j->'quantity') = 'number' AND (j->>'quantity')::numeric BETWEEN 1 AND 100"
                 + " AND (j->>'quantity')::numeric % 1 = 0 AND (j->>'skuId')::numeric % 1 = 0),"
                 + " o AS (INSERT INTO shop_order (owner_id, sku_id, quantity)"
-                + " SELECT ?, (j->>'skuId')::bigint, (j->>'quantity')::int FROM ok RETURNING *)"
+                + " SELECT ?, (j->>'skuId')::numeric::bigint, (j->>'quantity')::numeric::int FROM ok RETURNING *)"
                 + " SELECT id, json_build_object('orderId', id, 'skuId', sku_id, 'quantity', quantity,"
                 + " 'status', 'CREATED')::text FROM o")) {
             ps.setString(1, body);
@@ -164,14 +163,11 @@ public final class OrderServer {
             .errorsUrl(System.getenv("IDEM_ERRORS_URL"))
             .serverPrepare(prepare);
 
-        // Tomcat logs the first request its parser refuses with the header it refused, which may be an
-        // idempotency key: keys are never logged (clients/CONTRACT.md), so its parser logs warnings only
-        TomcatProblemValve.quietParser();
-        TomcatProblemValve.errorsUrl(System.getenv("IDEM_ERRORS_URL"));
         Tomcat tomcat = new Tomcat();
-        // a request Tomcat's parser refuses (a control character in a header) is answered
-        // 400 problem+json, as the filter answers a bad request, not Tomcat's HTML report
-        ((StandardHost) tomcat.getHost()).setErrorReportValveClass(TomcatProblemValve.class.getName());
+        // a request Tomcat's parser refuses (a control character in a header) is answered 400
+        // problem+json, as the filter answers a bad request, not Tomcat's HTML report; its parser logs
+        // warnings only (the line of a refused request quotes the header: keys are never logged)
+        TomcatProblemValve.install(tomcat.getHost(), System.getenv("IDEM_ERRORS_URL"));
         tomcat.setBaseDir(System.getProperty("java.io.tmpdir") + "/idem-tomcat-" + env("PORT", "8080"));
         tomcat.setPort(Integer.parseInt(env("PORT", "8080")));
         tomcat.getConnector().setProperty("address", "127.0.0.1");

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # test/clients/common.sh: what the client libraries' stages share (sourced
-# by python.sh, node.sh and java.sh).  A throwaway server on loopback TCP
+# by python.sh, node.sh, java.sh and spring.sh).  A throwaway server on loopback TCP
 # with the examples' database (examples/schema.sql), the role the example
 # services connect as (shop_app: idem_grant's app kind, bound to owners
 # 1-999999), services started on free ports and stopped with the script.
@@ -9,6 +9,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 CLIENTS_TEST=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 EXAMPLES=$IDEM_ROOT/examples
 CLIENTS=$IDEM_ROOT/clients
+# contract.py leaves each stack's fingerprints here; spring.sh, the last
+# client stage, compares them (one directory for the whole test command)
+export IDEM_FINGERPRINTS=$IDEM_RUN_DIR/fingerprints
 
 ensure_client_packages() {	# ensure_client_packages PACKAGE...: the Debian packages a stage needs
 	local missing=() p

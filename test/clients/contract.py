@@ -587,6 +587,51 @@ def fast_tests(plain_url, redis_port):
           % (NAME, with_redis, without, with_redis / max(without, 1)))
 
 
+# The same bodies through every stack (issue 39): POST /api/orders's request
+# is its skuId and quantity as sent (clients/CONTRACT.md), never a
+# deserialised object.  Bodies of one group are one request: other key
+# orders, unknown fields, 1.0, 2e0, 0.2e1, 2.000; the groups differ.
+FINGERPRINT_BODIES = [
+    ("a", '{"skuId": 1001, "quantity": 2}'),
+    ("a", '{"quantity": 2, "skuId": 1001}'),
+    ("a", '{"skuId": 1001.0, "quantity": 2e0, "gift": "wrap"}'),
+    ("a", '{"gift": {"note": "x", "skuId": 7}, "quantity": 0.2e1, "skuId": 1001}'),
+    ("b", '{"skuId": 1e2, "quantity": 2}'),
+    ("b", '{"skuId": 100, "quantity": 2.000}'),
+    ("c", '{"skuId": 1001, "quantity": 3}'),
+]
+
+
+def fingerprint_tests():
+    """Each body's stored request_hash is idem_request_hash of its skuId
+    and quantity as PostgreSQL reads the raw body; written to
+    $IDEM_FINGERPRINTS/NAME.json for fingerprints.py to compare stacks."""
+    owner = OWNER_BASE + 20
+    stored = {}
+    for i, (group, raw) in enumerate(FINGERPRINT_BODIES):
+        k = key("fp%d" % i)
+        answer = post("/api/orders", None, k, owner, raw=raw)
+        got = scalar("SELECT max(request_hash) FROM idem_internal.idempotency_record"
+                     " WHERE owner_id = %s AND idempotency_key = %s", owner, k)
+        want = scalar("SELECT idem_request_hash(jsonb_build_object('skuId', b -> 'skuId', 'quantity', b -> 'quantity'))"
+                      " FROM (SELECT %s::jsonb) AS t (b)", raw)
+        check("fingerprint: %s is stored (%d) with idem_request_hash of its skuId and quantity" % (raw, answer[0]),
+              got == want, (answer, got, want))
+        stored[raw] = got
+    by_group = {}
+    for group, raw in FINGERPRINT_BODIES:
+        by_group.setdefault(group, set()).add(stored[raw])
+    check("fingerprint: key order, unknown fields and number forms (1.0, 2e0, 0.2e1, 2.000) do not change it",
+          all(len(h) == 1 for h in by_group.values()), by_group)
+    check("fingerprint: other values do (1001, 100; quantity 2, 3)",
+          len(set().union(*by_group.values())) == len(by_group), by_group)
+    out = os.environ.get("IDEM_FINGERPRINTS")
+    if out:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, NAME + ".json"), "w") as f:
+            json.dump(stored, f, indent=1, sort_keys=True)
+
+
 def main():
     mode = sys.argv[4] if len(sys.argv) > 4 else ""
     if mode == "--variant":
@@ -598,6 +643,7 @@ def main():
     else:
         article_tests()
         mapping_tests()
+        fingerprint_tests()
 
 
 if __name__ == "__main__":
