@@ -228,7 +228,7 @@ run_shell_check clients_node "$IDEM_ROOT/test/clients/node.sh" \
 run_shell_check clients_java "$IDEM_ROOT/test/clients/java.sh" \
 	"the Java library as mvn install builds it: its JUnit tests, the HTTP contract in a servlet Filter on embedded Tomcat 10.1"
 run_shell_check clients_spring "$IDEM_ROOT/test/clients/spring.sh" \
-	"Spring Boot 3.5: idem-spring-boot-starter from mvn install; examples/spring under @SpringBootTest (JdbcTemplate and JPA, 20 threads, failures that store nothing, Actuator), then through the HTTP contract and a double click in Chromium"
+	"Spring Boot 3.5 and 4.1: the starters from mvn install; examples/spring on each under @SpringBootTest (JdbcTemplate and JPA, 20 threads, failures that store nothing, ProblemDetail, Actuator), then through the HTTP contract, a double click in Chromium, a newer JDK; the fingerprints of every stack compared"
 run_shell_check brokers "$IDEM_ROOT/test/brokers/run.sh" \
 	"the outbox through Redis Streams and RabbitMQ: idem_pg.relay and idem_pg.consumer, 10,000 transactions, relays killed, the broker restarted, a consumer exiting between its commit and its ack"
 run_shell_check citus "$IDEM_ROOT/test/citus/run.sh" \

@@ -3,7 +3,6 @@ package shop;
 import java.net.URI;
 import java.util.Map;
 
-import com.fasterxml.jackson.databind.JsonNode;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
 import org.springframework.http.ResponseEntity;
 import org.springframework.web.bind.annotation.PostMapping;
@@ -25,7 +24,7 @@ public class BareOrderController {
     }
 
     @PostMapping("/bare/orders")
-    public ResponseEntity<?> create(@RequestHeader("X-Owner-Id") long owner, @RequestBody JsonNode body) {
+    public ResponseEntity<?> create(@RequestHeader("X-Owner-Id") long owner, @RequestBody Map<String, Object> body) {
         CreateOrderRequest request = CreateOrderRequest.of(body);
         if (request == null) {
             return ResponseEntity.badRequest().body(

@@ -4,7 +4,6 @@ import java.math.BigDecimal;
 import java.net.URI;
 import java.util.Map;
 
-import com.fasterxml.jackson.databind.JsonNode;
 import idem.spring.IdemRequests;
 import idem.spring.Idempotent;
 import jakarta.servlet.http.Cookie;
@@ -35,7 +34,7 @@ public class OrderController {
 
     @PostMapping("/orders")
     @Idempotent(value = "CREATE_ORDER", fields = {"skuId", "quantity"})
-    public ResponseEntity<?> create(@RequestBody JsonNode body, HttpServletResponse response) {
+    public ResponseEntity<?> create(@RequestBody Map<String, Object> body, HttpServletResponse response) {
         CreateOrderRequest request = CreateOrderRequest.of(body);
         if (request == null) {              // a 400 the handler returns is an answer: stored and replayed
             return ResponseEntity.badRequest().body(
@@ -50,7 +49,7 @@ public class OrderController {
     @PostMapping("/jpa/orders")
     @Idempotent(value = "CREATE_ORDER_JPA", fields = {"skuId", "quantity"})
     @Transactional
-    public ResponseEntity<?> createWithJpa(@RequestBody JsonNode body) {
+    public ResponseEntity<?> createWithJpa(@RequestBody Map<String, Object> body) {
         CreateOrderRequest request = CreateOrderRequest.of(body);
         if (request == null) {
             return ResponseEntity.badRequest().body(
@@ -62,14 +61,17 @@ public class OrderController {
             .body(new OrderResponse(order.getId(), order.getSkuId(), order.getQuantity(), "CREATED"));
     }
 
+    /** The body of a debit: its amount, exactly as sent (never through a double). */
+    public record DebitRequest(BigDecimal amount) {
+    }
+
     @PostMapping("/accounts/{id}/debit")
     @Idempotent(value = "DEBIT", pathVariables = "id")
-    public ResponseEntity<?> debit(@PathVariable long id, @RequestBody JsonNode body) {
-        JsonNode amount = body.get("amount");
-        if (amount == null || !amount.isNumber()) {
+    public ResponseEntity<?> debit(@PathVariable long id, @RequestBody DebitRequest body) {
+        if (body.amount() == null) {
             return ResponseEntity.badRequest().body(Map.of("error", "amount must be a number"));
         }
-        OrderService.Debit d = orders.debit(id, new BigDecimal(amount.asText()));
+        OrderService.Debit d = orders.debit(id, body.amount());
         if (d == null) {
             return ResponseEntity.unprocessableEntity().body(Map.of("error", "insufficient funds"));
         }

@@ -31,6 +31,7 @@ import org.springframework.core.Ordered;
 import org.springframework.web.context.request.async.DeferredResult;
 import org.springframework.web.context.request.async.WebAsyncTask;
 import org.springframework.web.method.HandlerMethod;
+import org.springframework.web.servlet.mvc.method.annotation.RequestMappingHandlerAdapter;
 import org.springframework.web.servlet.mvc.method.annotation.RequestMappingHandlerMapping;
 import org.springframework.web.servlet.mvc.method.annotation.ResponseBodyEmitter;
 import org.springframework.web.servlet.mvc.method.annotation.StreamingResponseBody;
@@ -75,7 +76,8 @@ public class IdemAutoConfiguration {
     @Bean
     public IdemFilter idemFilter(IdemProperties properties, ObjectProvider<IdemOwnerResolver> owners,
                                  BeanFactory beans, RequestMappingHandlerMapping requestMappingHandlerMapping,
-                                 ObjectProvider<IdemMetrics> metrics) {
+                                 ObjectProvider<IdemMetrics> metrics,
+                                 ObjectProvider<RequestMappingHandlerAdapter> adapters) {
         IdemOwnerResolver owner = owners.getIfAvailable();
         if (owner == null) {
             throw new IllegalStateException("idem: define a bean of type idem.spring.IdemOwnerResolver: the owner "
@@ -85,6 +87,7 @@ public class IdemAutoConfiguration {
         Settings settings = new Settings(null, owner::ownerOf)
             .matcher(new IdempotentRoutes(requestMappingHandlerMapping))
             .transactions(new SpringTransactions(beans))
+            .problemBody(new SpringProblems(adapters))
             .conflictStatus(properties.getConflictStatus())
             .maxBodyBytes(properties.getMaxBodyBytes())
             .replaySetCookie(properties.isReplaySetCookie())
@@ -142,42 +145,6 @@ public class IdemAutoConfiguration {
         @Bean
         IdemMetrics idemMetrics(ObjectProvider<io.micrometer.core.instrument.MeterRegistry> registries) {
             return new IdemMetrics(registries);
-        }
-    }
-
-    /**
-     * Actuator's health (Spring Boot 3's API): is idem installed in the database? One catalog
-     * lookup, never idem_health(), which counts whole tables.
-     */
-    @Configuration(proxyBeanMethods = false)
-    @ConditionalOnClass(name = "org.springframework.boot.actuate.health.HealthIndicator")
-    static class Health {
-        @Bean(name = "idemHealthIndicator")
-        @ConditionalOnMissingBean(name = "idemHealthIndicator")
-        IdemHealthIndicator idemHealthIndicator(DataSource dataSource) {
-            return new IdemHealthIndicator(dataSource);
-        }
-    }
-
-    /**
-     * Embedded Tomcat (Spring Boot 3's API): a request its parser refuses is answered 400
-     * problem+json ({@link idem.servlet.TomcatProblemValve}); the parser's own log line, which quotes the
-     * refused header (an idempotency key, maybe), is kept to warnings: keys are never logged.
-     */
-    @Configuration(proxyBeanMethods = false)
-    @ConditionalOnClass(name = {"org.apache.catalina.valves.ErrorReportValve",
-        "org.springframework.boot.web.embedded.tomcat.TomcatServletWebServerFactory"})
-    static class Tomcat {
-        @Bean
-        org.springframework.boot.web.server.WebServerFactoryCustomizer<
-            org.springframework.boot.web.embedded.tomcat.TomcatServletWebServerFactory> idemTomcatCustomizer(
-            IdemProperties properties) {
-            return factory -> {
-                idem.servlet.TomcatProblemValve.errorsUrl(properties.getErrorsUrl());
-                idem.servlet.TomcatProblemValve.quietParser();
-                factory.addContextCustomizers(context -> ((org.apache.catalina.core.StandardHost) context.getParent())
-                    .setErrorReportValveClass(idem.servlet.TomcatProblemValve.class.getName()));
-            };
         }
     }
 

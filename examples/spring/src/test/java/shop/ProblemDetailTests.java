@@ -1,0 +1,45 @@
+package shop;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.util.regex.Pattern;
+
+import org.junit.jupiter.api.DisplayName;
+import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.annotation.Value;
+import org.springframework.boot.test.context.SpringBootTest;
+
+/**
+ * The starter's own answers are Spring's ProblemDetail written by the application's JSON mapper:
+ * this application indents its JSON (spring.jackson.serialization.indent-output), and so are they.
+ */
+@SpringBootTest(webEnvironment = SpringBootTest.WebEnvironment.RANDOM_PORT,
+    properties = "spring.jackson.serialization.indent-output=true")
+class ProblemDetailTests {
+    @Value("${local.server.port}")
+    int port;
+
+    @Test
+    @DisplayName("the starter's 400 key-missing is Spring's ProblemDetail through the application's converters")
+    void problemDetail() throws Exception {
+        HttpResponse<String> r = HttpClient.newHttpClient().send(HttpRequest.newBuilder(
+                URI.create("http://127.0.0.1:" + port + "/api/orders"))
+            .header("Content-Type", "application/json").header("X-Owner-Id", "77")
+            .POST(HttpRequest.BodyPublishers.ofString("{\"skuId\": 1, \"quantity\": 1}")).build(),
+            HttpResponse.BodyHandlers.ofString());
+        String body = r.body();
+        assertEquals(400, r.statusCode(), body);
+        assertEquals("application/problem+json", r.headers().firstValue("Content-Type").orElse(""));
+        // RFC 9457's members, and only these (one per indented line: the application's mapper wrote them)
+        assertEquals(4, Pattern.compile("(?m)^  \"").matcher(body).results().count(), body);
+        assertTrue(Pattern.compile("\"type\"\\s*:\\s*\"urn:idem:error:key-missing\"").matcher(body).find(), body);
+        assertTrue(Pattern.compile("\"status\"\\s*:\\s*400\\b").matcher(body).find(), body);
+        assertTrue(Pattern.compile("\"title\"\\s*:\\s*\"[^\"]+\"").matcher(body).find(), body);
+        assertTrue(Pattern.compile("\"detail\"\\s*:\\s*\"[^\"]*Idempotency-Key[^\"]*\"").matcher(body).find(), body);
+    }
+}
