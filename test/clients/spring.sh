@@ -18,6 +18,9 @@ source "$(dirname "$0")/common.sh"
 ensure_client_packages default-jdk-headless maven python3-psycopg chromium nodejs npm
 every_stage_ran=${IDEM_PG_ORIGIN:+--all}	# under test/run_all.sh: the other client stages ran before
 start_clients_server
+# the IdemTemplate tests consume messages as the service's role does in an
+# application that both answers requests and consumes: the consumer's grant too
+"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -c "SELECT count(*) FROM idem_grant('shop_app', 'consumer')" >/dev/null
 SPRING_BUILD=$IDEM_TMP/spring
 mkdir -p "$SPRING_BUILD"
 APP=$IDEM_ROOT/examples/spring

@@ -45,8 +45,9 @@ export class Problem extends Error {
       status: this.status, detail: this.detail }));
     // a Link only to documentation the application names: an absolute URL
     const link = settings.errorsUrl ? [['link', `<${settings.errorsUrl}#${this.slug}>; rel="describedby"`]] : [];
-    return { status: this.status, body, headers: [['content-type', 'application/problem+json'], ...link,
-      ...Object.entries(this.headers)] };
+    // Idempotent-Replayed on every answer (the article's flag): nothing here was replayed
+    return { status: this.status, body, headers: [['content-type', 'application/problem+json'],
+      ['idempotent-replayed', 'false'], ...link, ...Object.entries(this.headers)] };
   }
 }
 

@@ -63,7 +63,8 @@ class Problem(Exception):
         body = json.dumps({"type": "urn:idem:error:" + self.slug, "title": self.TITLES[self.slug],
                            "status": self.status, "detail": self.detail}).encode()
         # a Link only to documentation the application names: an absolute URL
-        headers = [("Content-Type", "application/problem+json")] + (
+        # Idempotent-Replayed on every answer (the article's flag): nothing here was replayed
+        headers = [("Content-Type", "application/problem+json"), ("Idempotent-Replayed", "false")] + (
             [("Link", '<%s#%s>; rel="describedby"' % (settings.errors_url, self.slug))] if settings.errors_url else []
         ) + self.headers
         return Answer(self.status, headers, body)

@@ -146,6 +146,26 @@ class OrderApplicationTests {
         assertEquals(1, orders(owner));
     }
 
+    @ParameterizedTest(name = "{0} on an @Idempotent route: the same key twice, one order, the second replayed")
+    @ValueSource(strings = {"PUT", "PATCH"})
+    void putAndPatch(String method) throws Exception {
+        long owner = owner();
+        String k = key();
+        List<HttpResponse<byte[]>> answers = new ArrayList<>();
+        for (int i = 0; i < 2; i++) {
+            answers.add(HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + "/api/test/carts/9/order"))
+                .header("Content-Type", "application/json").header("X-Owner-Id", Long.toString(owner))
+                .header("Idempotency-Key", k)
+                .method(method, HttpRequest.BodyPublishers.ofString("{\"skuId\": 3, \"quantity\": 1}")).build(),
+                HttpResponse.BodyHandlers.ofByteArray()));
+        }
+        assertEquals(200, answers.get(0).statusCode(), text(answers.get(0)));
+        assertEquals("false", answers.get(0).headers().firstValue("Idempotent-Replayed").orElse(null));
+        assertEquals("true", answers.get(1).headers().firstValue("Idempotent-Replayed").orElse(null));
+        assertArrayEquals(answers.get(0).body(), answers.get(1).body());
+        assertEquals(1, orders(owner));
+    }
+
     @Test
     @DisplayName("test 3: the same key with another body is 409 key-reused, nothing more written")
     void keyReused() throws Exception {

@@ -35,6 +35,7 @@ class ProblemDetailTests {
         String body = r.body();
         assertEquals(400, r.statusCode(), body);
         assertEquals("application/problem+json", r.headers().firstValue("Content-Type").orElse(""));
+        assertEquals("false", r.headers().firstValue("Idempotent-Replayed").orElse(null), body);
         // RFC 9457's members, and only these (one per indented line: the application's mapper wrote them)
         assertEquals(4, Pattern.compile("(?m)^  \"").matcher(body).results().count(), body);
         assertTrue(Pattern.compile("\"type\"\\s*:\\s*\"urn:idem:error:key-missing\"").matcher(body).find(), body);

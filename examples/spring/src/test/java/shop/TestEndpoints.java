@@ -11,7 +11,10 @@ import org.springframework.stereotype.Service;
 import org.springframework.transaction.annotation.Propagation;
 import org.springframework.transaction.annotation.Transactional;
 import org.springframework.web.bind.annotation.ExceptionHandler;
+import org.springframework.web.bind.annotation.PatchMapping;
+import org.springframework.web.bind.annotation.PathVariable;
 import org.springframework.web.bind.annotation.PostMapping;
+import org.springframework.web.bind.annotation.PutMapping;
 import org.springframework.web.bind.annotation.RequestBody;
 import org.springframework.web.bind.annotation.RestController;
 import org.springframework.web.bind.annotation.RestControllerAdvice;
@@ -70,6 +73,19 @@ class TestEndpoints {
         ShopOrder order = repository.save(new ShopOrder(IdemRequests.owner(), request.skuId(), request.quantity()));
         order.setQuantity(500);                 // shop_order's CHECK: 1 to 100
         return new OrderResponse(order.getId(), order.getSkuId(), request.quantity(), "CREATED");
+    }
+
+    /** PUT and PATCH routes: the order of the path's cart, one per key. */
+    @PutMapping("/api/test/carts/{cart}/order")
+    @Idempotent(value = "PUT_ORDER", pathVariables = "cart")
+    OrderResponse put(@PathVariable long cart, @RequestBody CreateOrderRequest request) {
+        return orders.create(IdemRequests.owner(), request);
+    }
+
+    @PatchMapping("/api/test/carts/{cart}/order")
+    @Idempotent(value = "PATCH_ORDER", pathVariables = "cart")
+    OrderResponse patch(@PathVariable long cart, @RequestBody CreateOrderRequest request) {
+        return orders.create(IdemRequests.owner(), request);
     }
 
     /** A REQUIRES_NEW write commits apart: it stays when the request fails. */

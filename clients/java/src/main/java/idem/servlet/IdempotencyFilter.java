@@ -429,6 +429,7 @@ public final class IdempotencyFilter implements Filter {
         }
         Map<String, List<String>> h = new LinkedHashMap<>();
         h.put("content-type", List.of("application/problem+json"));
+        h.put("idempotent-replayed", List.of("false"));     // on every answer (the article's flag): none replayed
         if (settings.errorsUrl != null) {        // a Link only to documentation the application names
             h.put("link", List.of("<" + settings.errorsUrl + "#" + p.slug + ">; rel=\"describedby\""));
         }
