@@ -34,8 +34,8 @@ import org.springframework.boot.test.context.SpringBootTest;
 
 /**
  * The article's tests against the running application (a real port, a real PostgreSQL with idem:
- * the test command's), once through JdbcTemplate (/api/orders) and once through JPA
- * (/api/jpa/orders); counts are read by a superuser connection of their own.
+ * the test command's), through JdbcTemplate (/api/orders), JPA (/api/jpa/orders) and Spring Data
+ * JDBC (a test route); counts are read by a superuser connection of their own.
  */
 @SpringBootTest(webEnvironment = SpringBootTest.WebEnvironment.RANDOM_PORT, properties = {
     // Boot 3's tests export no metrics unless told (Boot 4's, without spring-boot-micrometer-metrics-test,
@@ -97,7 +97,7 @@ class OrderApplicationTests {
     }
 
     @ParameterizedTest(name = "test 1 ({0}): the same key and body twice, one order")
-    @ValueSource(strings = {"/api/orders", "/api/jpa/orders"})
+    @ValueSource(strings = {"/api/orders", "/api/jpa/orders", "/api/test/data-jdbc/orders"})
     void sameKeyTwice(String path) throws Exception {
         long owner = owner();
         String k = key();
@@ -111,7 +111,7 @@ class OrderApplicationTests {
     }
 
     @ParameterizedTest(name = "test 2 ({0}): 20 threads, one key, one body: one order, every caller the same order id")
-    @ValueSource(strings = {"/api/orders", "/api/jpa/orders"})
+    @ValueSource(strings = {"/api/orders", "/api/jpa/orders", "/api/test/data-jdbc/orders"})
     void twentyThreads(String path) throws Exception {
         long owner = owner();
         String k = key();
@@ -246,6 +246,20 @@ class OrderApplicationTests {
         assertEquals("true", again.headers().firstValue("Idempotent-Replayed").orElse(null));
         assertEquals(1, orders(owner));
         assertEquals(1, records(owner, k));
+    }
+
+    @Test
+    @DisplayName("a Spring Data JDBC write rolls back with the request: no order, no record, the retry executes")
+    void dataJdbcRollsBack() throws Exception {
+        long owner = owner();
+        String k = key();
+        HttpResponse<byte[]> failed = post("/api/test/data-jdbc/orders", k, owner, "{\"skuId\": 4, \"quantity\": 99}");
+        assertEquals(500, failed.statusCode(), text(failed));
+        assertEquals(0, orders(owner));
+        assertEquals(0, records(owner, k));
+        HttpResponse<byte[]> other = post("/api/test/data-jdbc/orders", k, owner, "{\"skuId\": 4, \"quantity\": 98}");
+        assertEquals(201, other.statusCode(), text(other));
+        assertEquals(1, orders(owner));
     }
 
     @Test

@@ -31,11 +31,26 @@ class TestEndpoints {
     private final OrderService orders;
     private final ShopOrderRepository repository;
     private final Audit audit;
+    private final OrderRows rows;
 
-    TestEndpoints(OrderService orders, ShopOrderRepository repository, Audit audit) {
+    TestEndpoints(OrderService orders, ShopOrderRepository repository, Audit audit, OrderRows rows) {
         this.orders = orders;
         this.repository = repository;
         this.audit = audit;
+        this.rows = rows;
+    }
+
+    /** The order through Spring Data JDBC; a quantity of 99 throws after the write (it must roll back). */
+    @PostMapping("/api/test/data-jdbc/orders")
+    @Idempotent(value = "CREATE_ORDER_DATA_JDBC", fields = {"skuId", "quantity"})
+    ResponseEntity<OrderResponse> dataJdbc(@RequestBody CreateOrderRequest request) {
+        OrderRow row = rows.save(new OrderRow(null, IdemRequests.owner(), request.skuId(), request.quantity()));
+        if (request.quantity() == 99) {
+            throw new IllegalStateException("failed after the Spring Data JDBC write");
+        }
+        IdemRequests.resourceId(row.id());
+        return ResponseEntity.status(HttpStatus.CREATED)
+            .body(new OrderResponse(row.id(), row.skuId(), row.quantity(), "CREATED"));
     }
 
     /** Writes the order, then throws when told to: the retry must execute. */

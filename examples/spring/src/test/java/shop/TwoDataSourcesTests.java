@@ -1,0 +1,150 @@
+package shop;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.util.UUID;
+import javax.sql.DataSource;
+
+import idem.spring.IdemRequests;
+import idem.spring.Idempotent;
+import jakarta.persistence.EntityManagerFactory;
+import org.junit.jupiter.api.DisplayName;
+import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.annotation.Qualifier;
+import org.springframework.beans.factory.annotation.Value;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.boot.test.context.TestConfiguration;
+import org.springframework.context.annotation.Bean;
+import org.springframework.context.annotation.Primary;
+import org.springframework.http.HttpStatus;
+import org.springframework.http.ResponseEntity;
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.jdbc.datasource.DataSourceTransactionManager;
+import org.springframework.jdbc.datasource.DriverManagerDataSource;
+import org.springframework.orm.jpa.JpaTransactionManager;
+import org.springframework.web.bind.annotation.PostMapping;
+import org.springframework.web.bind.annotation.RequestBody;
+import org.springframework.web.bind.annotation.RestController;
+
+/**
+ * An application with two DataSources and two transaction managers: the route names the ledger's
+ * ({@code @Idempotent(dataSource, transactionManager)}), and the record and the handler's ledger
+ * writes commit or roll back together. Were the record on the primary's transaction, the ledger
+ * write of a failed request would have committed on its own.
+ */
+@SpringBootTest(webEnvironment = SpringBootTest.WebEnvironment.RANDOM_PORT)
+class TwoDataSourcesTests {
+    @Value("${local.server.port}")
+    int port;
+    @Value("${spring.datasource.url}")
+    String url;
+    @Value("${idem.test.admin-user:postgres}")
+    String admin;
+
+    @TestConfiguration(proxyBeanMethods = false)
+    static class Ledger {
+        static DataSource connecting(String url, String user) {
+            DriverManagerDataSource ds = new DriverManagerDataSource(url);
+            ds.setUsername(user);
+            return ds;
+        }
+
+        @Bean
+        @Primary
+        DataSource dataSource(@Value("${spring.datasource.url}") String url,
+                              @Value("${spring.datasource.username}") String user) {
+            return connecting(url, user);
+        }
+
+        @Bean
+        DataSource ledgerDataSource(@Value("${spring.datasource.url}") String url,
+                                    @Value("${spring.datasource.username}") String user) {
+            return connecting(url, user);
+        }
+
+        @Bean
+        @Primary
+        JpaTransactionManager transactionManager(EntityManagerFactory emf) {
+            return new JpaTransactionManager(emf);
+        }
+
+        @Bean
+        DataSourceTransactionManager ledgerTransactionManager(@Qualifier("ledgerDataSource") DataSource ledger) {
+            return new DataSourceTransactionManager(ledger);
+        }
+
+        /** A bean of this test's context only (component scanning leaves test classes out). */
+        @Bean
+        LedgerEndpoint ledgerEndpoint(@Qualifier("ledgerDataSource") DataSource ledger) {
+            return new LedgerEndpoint(ledger);
+        }
+    }
+
+    /** The ledger's order; a quantity of 99 throws after the write. */
+    @RestController
+    static class LedgerEndpoint {
+        private final JdbcTemplate ledger;
+
+        LedgerEndpoint(@Qualifier("ledgerDataSource") DataSource ledger) {
+            this.ledger = new JdbcTemplate(ledger);
+        }
+
+        @PostMapping("/api/test/ledger/orders")
+        @Idempotent(value = "LEDGER_ORDER", fields = {"skuId", "quantity"},
+            dataSource = "ledgerDataSource", transactionManager = "ledgerTransactionManager")
+        ResponseEntity<String> order(@RequestBody CreateOrderRequest request) {
+            Long id = ledger.queryForObject("INSERT INTO shop_order (owner_id, sku_id, quantity) VALUES (?, ?, ?) RETURNING id",
+                Long.class, IdemRequests.owner(), request.skuId(), request.quantity());
+            if (request.quantity() == 99) {
+                throw new IllegalStateException("failed after the ledger's write");
+            }
+            return ResponseEntity.status(HttpStatus.CREATED).body("{\"orderId\": " + id + "}");
+        }
+    }
+
+    long count(String sql, Object... args) throws Exception {
+        try (Connection c = DriverManager.getConnection(url, admin, null);
+             PreparedStatement ps = c.prepareStatement(sql)) {
+            for (int i = 0; i < args.length; i++) {
+                ps.setObject(i + 1, args[i]);
+            }
+            try (ResultSet rs = ps.executeQuery()) {
+                rs.next();
+                return rs.getLong(1);
+            }
+        }
+    }
+
+    HttpResponse<String> post(String key, long owner, String body) throws Exception {
+        return HttpClient.newHttpClient().send(HttpRequest.newBuilder(
+                URI.create("http://127.0.0.1:" + port + "/api/test/ledger/orders"))
+            .header("Content-Type", "application/json").header("X-Owner-Id", Long.toString(owner))
+            .header("Idempotency-Key", key).POST(HttpRequest.BodyPublishers.ofString(body)).build(),
+            HttpResponse.BodyHandlers.ofString());
+    }
+
+    @Test
+    @DisplayName("two DataSources: @Idempotent(dataSource, transactionManager) keeps the record and the writes on the one it names")
+    void namedDataSource() throws Exception {
+        long owner = OrderApplicationTests.owner();
+        String k = "ledger-" + UUID.randomUUID();
+        HttpResponse<String> failed = post(k, owner, "{\"skuId\": 8, \"quantity\": 99}");
+        assertEquals(500, failed.statusCode(), failed.body());
+        assertEquals(0, count("SELECT count(*) FROM shop_order WHERE owner_id = ?", owner), "the ledger's write rolled back");
+        HttpResponse<String> first = post(k, owner, "{\"skuId\": 8, \"quantity\": 2}");
+        HttpResponse<String> again = post(k, owner, "{\"skuId\": 8, \"quantity\": 2}");
+        assertEquals(201, first.statusCode(), first.body());
+        assertEquals("true", again.headers().firstValue("Idempotent-Replayed").orElse(null), again.body());
+        assertEquals(1, count("SELECT count(*) FROM shop_order WHERE owner_id = ?", owner));
+        assertEquals(1, count("SELECT count(*) FROM idem_internal.idempotency_record WHERE owner_id = ? AND idempotency_key = ?",
+            owner, k));
+    }
+}
