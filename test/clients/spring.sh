@@ -52,14 +52,16 @@ boot_line() {
 	cp "$APP/target/spring-orders-1.13.0.jar" "$SPRING_BUILD/${name// /-}.jar"
 }
 
+java_major() { "$1" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p'; }
+
 # the newest JDK under /usr/lib/jvm (Debian's place for JDKs) whose major is
 # above the default java's: its java, or nothing
 newer_java() {
 	local best='' best_major j major
-	best_major=$(java -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')
+	best_major=$(java_major java)
 	for j in /usr/lib/jvm/*/bin/java; do
 		[ -x "$j" ] || continue
-		major=$("$j" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')
+		major=$(java_major "$j")
 		if [[ $major =~ ^[0-9]+$ ]] && [ "$major" -gt "${best_major:-0}" ]; then
 			best=$j
 			best_major=$major
@@ -93,7 +95,7 @@ if boot_line "spring boot 4.1" -Pboot4; then
 	if [ -z "$newer" ]; then
 		echo "skip - spring: no JDK newer than the default's under /usr/lib/jvm for the smoke test"
 	else
-		major=$("$newer" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')
+		major=$(java_major "$newer")
 		port=$(free_port)
 		if start_service "spring-jdk$major" "$port" -- "$newer" -Djava.io.tmpdir="$TMPDIR" -jar "$SPRING_BUILD/spring-boot-4.1.jar"; then
 			IDEM_RUN=$(new_run) contract "spring-boot4-java$major" "http://127.0.0.1:$port" 9700 --quick
@@ -103,5 +105,5 @@ if boot_line "spring boot 4.1" -Pboot4; then
 		stop_services
 	fi
 fi
-/usr/bin/python3 "$CLIENTS_TEST/fingerprints.py" "$IDEM_FINGERPRINTS" $every_stage_ran \
+/usr/bin/python3 "$CLIENTS_TEST/fingerprints.py" "$IDEM_FINGERPRINTS" ${every_stage_ran:+"$every_stage_ran"} \
 	python-flask python-fastapi python-django node-express node-http java-tomcat spring-boot spring-boot4 || true

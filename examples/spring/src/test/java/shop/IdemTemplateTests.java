@@ -6,10 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.sql.Connection;
-import java.sql.DriverManager;
-import java.sql.PreparedStatement;
-import java.sql.ResultSet;
 import java.util.Map;
 import java.util.UUID;
 
@@ -19,7 +15,6 @@ import idem.spring.IdemTemplate;
 import org.junit.jupiter.api.DisplayName;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
-import org.springframework.beans.factory.annotation.Value;
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.transaction.support.TransactionTemplate;
@@ -31,30 +26,13 @@ import org.springframework.transaction.support.TransactionTemplate;
  */
 @SpringBootTest(webEnvironment = SpringBootTest.WebEnvironment.RANDOM_PORT, properties = {
     "spring.test.observability.auto-configure=true"})
-class IdemTemplateTests {
+class IdemTemplateTests extends ServiceTests {
     @Autowired
     IdemTemplate idem;
     @Autowired
     TransactionTemplate tx;
     @Autowired
     JdbcTemplate jdbc;
-    @Value("${spring.datasource.url}")
-    String url;
-    @Value("${idem.test.admin-user:postgres}")
-    String admin;
-
-    long count(String sql, Object... args) throws Exception {
-        try (Connection c = DriverManager.getConnection(url, admin, null);
-             PreparedStatement ps = c.prepareStatement(sql)) {
-            for (int i = 0; i < args.length; i++) {
-                ps.setObject(i + 1, args[i]);
-            }
-            try (ResultSet rs = ps.executeQuery()) {
-                rs.next();
-                return rs.getLong(1);
-            }
-        }
-    }
 
     /** begin; the order unless replayed; finish: one transaction. */
     Idem.Outcome order(long owner, String key, String request, boolean rollback) {
@@ -75,18 +53,18 @@ class IdemTemplateTests {
     @Test
     @DisplayName("IdemTemplate: begin, the service's write and finish commit together; the next begin replays")
     void beginFinish() throws Exception {
-        long owner = OrderApplicationTests.owner();
-        String k = OrderApplicationTests.key();
+        long owner = owner();
+        String k = key();
         Idem.Outcome rolledBack = order(owner, k, "{\"skuId\": 5, \"quantity\": 1}", true);
         assertFalse(rolledBack.replayed());
-        assertEquals(0, count("SELECT count(*) FROM shop_order WHERE owner_id = ?", owner), "a rollback keeps nothing");
+        assertEquals(0, orders(owner), "a rollback keeps nothing");
         Idem.Outcome first = order(owner, k, "{\"skuId\": 5, \"quantity\": 1}", false);
         Idem.Outcome again = order(owner, k, "{\"quantity\": 1.0, \"skuId\": 5}", false);
         assertFalse(first.replayed(), "the rolled-back claim left no record: this one executes");
         assertTrue(again.replayed());
         assertEquals(201, again.httpStatus());
         assertTrue(again.body().contains("orderId"), again.body());
-        assertEquals(1, count("SELECT count(*) FROM shop_order WHERE owner_id = ?", owner));
+        assertEquals(1, orders(owner));
         IdemTemplate.IdemFailure reused = assertThrows(IdemTemplate.IdemFailure.class,
             () -> order(owner, k, "{\"skuId\": 6, \"quantity\": 1}", false));
         assertEquals("IK001", reused.sqlState());
@@ -97,16 +75,16 @@ class IdemTemplateTests {
     @DisplayName("IdemTemplate refuses to run outside a transaction (its record would commit apart)")
     void outsideTransaction() {
         assertThrows(IllegalStateException.class, () -> idem.begin(1, "TEMPLATE_ORDER",
-            OrderApplicationTests.key(), "{}", null));
+            key(), "{}", null));
     }
 
     @Test
     @DisplayName("IdemTemplate.run: the handler once per key; submit: a long flow's claim, replayed")
     void runAndSubmit() throws Exception {
-        long owner = OrderApplicationTests.owner();
+        long owner = owner();
         long account = 5_000_000 + owner;      // beside the contract's accounts, never on them
         jdbc.update("INSERT INTO account VALUES (?, 100)", account);
-        String k = OrderApplicationTests.key();
+        String k = key();
         String request = "{\"account\": " + account + ", \"amount\": 30}";
         Idem.Outcome r1 = tx.execute(s -> idem.run(owner, "TEMPLATE_DEBIT", k, request, "debit_handler(jsonb)", null));
         Idem.Outcome r2 = tx.execute(s -> idem.run(owner, "TEMPLATE_DEBIT", k, request, "debit_handler(jsonb)", null));
@@ -115,7 +93,7 @@ class IdemTemplateTests {
         assertEquals(r1.body(), r2.body());
         assertEquals(70, count("SELECT balance FROM account WHERE id = ?", account));
         String op = "TEMPLATE_SHIP";
-        String tk = OrderApplicationTests.key();
+        String tk = key();
         Idem.Submission s1 = tx.execute(s -> idem.submit(owner, op, tk, "{\"order\": 7}", "{\"priority\": \"high\"}", null));
         Idem.Submission s2 = tx.execute(s -> idem.submit(owner, op, tk, "{\"order\": 7}", null, null));
         assertFalse(s1.replayed());

@@ -9,15 +9,10 @@ import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
-import java.sql.Connection;
-import java.sql.DriverManager;
-import java.sql.PreparedStatement;
-import java.sql.ResultSet;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Set;
-import java.util.UUID;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -29,7 +24,6 @@ import org.junit.jupiter.api.DisplayName;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 import org.junit.jupiter.api.Test;
-import org.springframework.beans.factory.annotation.Value;
 import org.springframework.boot.test.context.SpringBootTest;
 
 /**
@@ -41,20 +35,9 @@ import org.springframework.boot.test.context.SpringBootTest;
     // Boot 3's tests export no metrics unless told (Boot 4's, without spring-boot-micrometer-metrics-test,
     // do): Prometheus's endpoint as in production
     "spring.test.observability.auto-configure=true"})
-class OrderApplicationTests {
+class OrderApplicationTests extends ServiceTests {
     private static final HttpClient HTTP = HttpClient.newHttpClient();
     private static final Pattern ORDER_ID = Pattern.compile("\"orderId\":(\\d+)");
-
-    @Value("${local.server.port}")
-    int port;
-    @Value("${spring.datasource.url}")
-    String url;
-    @Value("${idem.test.admin-user:postgres}")
-    String admin;
-
-    static String key() {
-        return "spring-" + UUID.randomUUID().toString().replace("-", "");
-    }
 
     HttpResponse<byte[]> post(String path, String key, long owner, String body) throws Exception {
         HttpRequest.Builder r = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path))
@@ -66,30 +49,9 @@ class OrderApplicationTests {
         return HTTP.send(r.build(), HttpResponse.BodyHandlers.ofByteArray());
     }
 
-    long count(String sql, Object... args) throws Exception {
-        try (Connection c = DriverManager.getConnection(url, admin, null);
-             PreparedStatement ps = c.prepareStatement(sql)) {
-            for (int i = 0; i < args.length; i++) {
-                ps.setObject(i + 1, args[i]);
-            }
-            try (ResultSet rs = ps.executeQuery()) {
-                rs.next();
-                return rs.getLong(1);
-            }
-        }
-    }
-
-    long orders(long owner) throws Exception {
-        return count("SELECT count(*) FROM shop_order WHERE owner_id = ?", owner);
-    }
-
     long records(long owner, String key) throws Exception {
         return count("SELECT count(*) FROM idem_internal.idempotency_record WHERE owner_id = ? AND idempotency_key = ?",
             owner, key);
-    }
-
-    static long owner() {
-        return 1000 + (long) (Math.random() * 900000);
     }
 
     static String text(HttpResponse<byte[]> r) {

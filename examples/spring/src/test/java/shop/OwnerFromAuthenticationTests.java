@@ -8,10 +8,6 @@ import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
-import java.sql.Connection;
-import java.sql.DriverManager;
-import java.sql.PreparedStatement;
-import java.sql.ResultSet;
 import java.util.Base64;
 import java.util.Map;
 import java.util.UUID;
@@ -19,7 +15,6 @@ import java.util.UUID;
 import idem.spring.IdemOwnerResolver;
 import org.junit.jupiter.api.DisplayName;
 import org.junit.jupiter.api.Test;
-import org.springframework.beans.factory.annotation.Value;
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.boot.test.context.TestConfiguration;
 import org.springframework.context.annotation.Bean;
@@ -31,17 +26,11 @@ import org.springframework.context.annotation.Primary;
  * without credentials is 401 no-owner — whatever X-Owner-Id it claims.
  */
 @SpringBootTest(webEnvironment = SpringBootTest.WebEnvironment.RANDOM_PORT)
-class OwnerFromAuthenticationTests {
+class OwnerFromAuthenticationTests extends ServiceTests {
     /** Each user's owner id (a directory lookup in a real service). */
     static final long BASE = 1000 + (long) (Math.random() * 800000);
     static final Map<String, Long> OWNERS = Map.of("alice", BASE, "bob", BASE + 1);
 
-    @Value("${local.server.port}")
-    int port;
-    @Value("${spring.datasource.url}")
-    String url;
-    @Value("${idem.test.admin-user:postgres}")
-    String admin;
 
     @TestConfiguration(proxyBeanMethods = false)
     static class Owners {
@@ -64,17 +53,6 @@ class OwnerFromAuthenticationTests {
             r.header("X-Owner-Id", claimedOwner);
         }
         return HttpClient.newHttpClient().send(r.build(), HttpResponse.BodyHandlers.ofString());
-    }
-
-    long orders(long owner) throws Exception {
-        try (Connection c = DriverManager.getConnection(url, admin, null);
-             PreparedStatement ps = c.prepareStatement("SELECT count(*) FROM shop_order WHERE owner_id = ?")) {
-            ps.setLong(1, owner);
-            try (ResultSet rs = ps.executeQuery()) {
-                rs.next();
-                return rs.getLong(1);
-            }
-        }
     }
 
     @Test

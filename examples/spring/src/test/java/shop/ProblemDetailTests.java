@@ -11,7 +11,6 @@ import java.util.regex.Pattern;
 
 import org.junit.jupiter.api.DisplayName;
 import org.junit.jupiter.api.Test;
-import org.springframework.beans.factory.annotation.Value;
 import org.springframework.boot.test.context.SpringBootTest;
 
 /**
@@ -20,10 +19,7 @@ import org.springframework.boot.test.context.SpringBootTest;
  */
 @SpringBootTest(webEnvironment = SpringBootTest.WebEnvironment.RANDOM_PORT,
     properties = "spring.jackson.serialization.indent-output=true")
-class ProblemDetailTests {
-    @Value("${local.server.port}")
-    int port;
-
+class ProblemDetailTests extends ServiceTests {
     @Test
     @DisplayName("the starter's 400 key-missing is Spring's ProblemDetail through the application's converters")
     void problemDetail() throws Exception {

@@ -6,10 +6,6 @@ import java.net.URI;
 import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
-import java.sql.Connection;
-import java.sql.DriverManager;
-import java.sql.PreparedStatement;
-import java.sql.ResultSet;
 import java.util.UUID;
 import javax.sql.DataSource;
 
@@ -41,13 +37,7 @@ import org.springframework.web.bind.annotation.RestController;
  * write of a failed request would have committed on its own.
  */
 @SpringBootTest(webEnvironment = SpringBootTest.WebEnvironment.RANDOM_PORT)
-class TwoDataSourcesTests {
-    @Value("${local.server.port}")
-    int port;
-    @Value("${spring.datasource.url}")
-    String url;
-    @Value("${idem.test.admin-user:postgres}")
-    String admin;
+class TwoDataSourcesTests extends ServiceTests {
 
     @TestConfiguration(proxyBeanMethods = false)
     static class Ledger {
@@ -110,19 +100,6 @@ class TwoDataSourcesTests {
         }
     }
 
-    long count(String sql, Object... args) throws Exception {
-        try (Connection c = DriverManager.getConnection(url, admin, null);
-             PreparedStatement ps = c.prepareStatement(sql)) {
-            for (int i = 0; i < args.length; i++) {
-                ps.setObject(i + 1, args[i]);
-            }
-            try (ResultSet rs = ps.executeQuery()) {
-                rs.next();
-                return rs.getLong(1);
-            }
-        }
-    }
-
     HttpResponse<String> post(String key, long owner, String body) throws Exception {
         return HttpClient.newHttpClient().send(HttpRequest.newBuilder(
                 URI.create("http://127.0.0.1:" + port + "/api/test/ledger/orders"))
@@ -134,16 +111,16 @@ class TwoDataSourcesTests {
     @Test
     @DisplayName("two DataSources: @Idempotent(dataSource, transactionManager) keeps the record and the writes on the one it names")
     void namedDataSource() throws Exception {
-        long owner = OrderApplicationTests.owner();
+        long owner = owner();
         String k = "ledger-" + UUID.randomUUID();
         HttpResponse<String> failed = post(k, owner, "{\"skuId\": 8, \"quantity\": 99}");
         assertEquals(500, failed.statusCode(), failed.body());
-        assertEquals(0, count("SELECT count(*) FROM shop_order WHERE owner_id = ?", owner), "the ledger's write rolled back");
+        assertEquals(0, orders(owner), "the ledger's write rolled back");
         HttpResponse<String> first = post(k, owner, "{\"skuId\": 8, \"quantity\": 2}");
         HttpResponse<String> again = post(k, owner, "{\"skuId\": 8, \"quantity\": 2}");
         assertEquals(201, first.statusCode(), first.body());
         assertEquals("true", again.headers().firstValue("Idempotent-Replayed").orElse(null), again.body());
-        assertEquals(1, count("SELECT count(*) FROM shop_order WHERE owner_id = ?", owner));
+        assertEquals(1, orders(owner));
         assertEquals(1, count("SELECT count(*) FROM idem_internal.idempotency_record WHERE owner_id = ? AND idempotency_key = ?",
             owner, k));
     }
