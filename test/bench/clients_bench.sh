@@ -10,7 +10,7 @@
 # the bare handler, and the medians of the per-repetition ratios.
 #
 #   IDEM_BENCH_SECONDS=3 IDEM_BENCH_REPS=3 IDEM_BENCH_PROCS=4 bash test/bench/clients_bench.sh
-#   IDEM_BENCH_STACKS="java-tomcat spring-boot" bash test/bench/clients_bench.sh   # some services only
+#   IDEM_BENCH_STACKS="java-tomcat spring-boot spring-boot4" bash test/bench/clients_bench.sh   # some services only
 source "$(dirname "$0")/../clients/common.sh"
 
 SECONDS_EACH=${IDEM_BENCH_SECONDS:-3}
@@ -23,9 +23,12 @@ start_clients_server
 build_python_client "flask>=3,<4" "fastapi>=0.110,<1" "uvicorn>=0.29,<1" "django>=5.1,<6" >/dev/null
 build_node_client >/dev/null
 build_java_client >/dev/null
-# the Spring Boot starter and examples/spring's jar (POST /bare/orders with IDEM_BENCH=1)
+# the Spring Boot starters and examples/spring's jar on each line (POST
+# /bare/orders with IDEM_BENCH=1)
 (cd "$CLIENTS/java/spring" && mvn -B -ntp -q -DskipTests install && cd "$IDEM_ROOT/examples/spring" &&
-	mvn -B -ntp -q -DskipTests package) >"$IDEM_TMP/mvn-spring.log" 2>&1 || { cat "$IDEM_TMP/mvn-spring.log" >&2; exit 1; }
+	mvn -B -ntp -q -DskipTests clean package && cp target/spring-orders-1.13.0.jar "$IDEM_TMP/spring-boot-3.5.jar" &&
+	mvn -B -ntp -q -DskipTests -Pboot4 clean package && cp target/spring-orders-1.13.0.jar "$IDEM_TMP/spring-boot-4.1.jar") \
+	>"$IDEM_TMP/mvn-spring.log" 2>&1 || { cat "$IDEM_TMP/mvn-spring.log" >&2; exit 1; }
 
 bench() {	# bench NAME COMMAND...
 	local name=$1 port fresh=() replay=() bare=() r b f p m
@@ -59,4 +62,5 @@ bench python-django "$PY" "$EXAMPLES/python/django_app.py"
 bench node-express node "$NODE_APP/server.js"
 bench node-http node "$NODE_APP/plain.js"
 bench java-tomcat java -cp "$JAVA_APPCP" OrderServer
-IDEM_SERVICE_WAIT=600 bench spring-boot java -Djava.io.tmpdir="$TMPDIR" -jar "$IDEM_ROOT/examples/spring/target/spring-orders-1.13.0.jar"
+IDEM_SERVICE_WAIT=600 bench spring-boot java -Djava.io.tmpdir="$TMPDIR" -jar "$IDEM_TMP/spring-boot-3.5.jar"
+IDEM_SERVICE_WAIT=600 bench spring-boot4 java -Djava.io.tmpdir="$TMPDIR" -jar "$IDEM_TMP/spring-boot-4.1.jar"
