@@ -6,7 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.net.URI;
-import java.net.http.HttpClient;
 import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.util.ArrayList;
@@ -36,27 +35,7 @@ import org.springframework.boot.test.context.SpringBootTest;
     // do): Prometheus's endpoint as in production
     "spring.test.observability.auto-configure=true"})
 class OrderApplicationTests extends ServiceTests {
-    private static final HttpClient HTTP = HttpClient.newHttpClient();
     private static final Pattern ORDER_ID = Pattern.compile("\"orderId\":(\\d+)");
-
-    HttpResponse<byte[]> post(String path, String key, long owner, String body) throws Exception {
-        HttpRequest.Builder r = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port + path))
-            .header("Content-Type", "application/json").header("X-Owner-Id", Long.toString(owner))
-            .POST(HttpRequest.BodyPublishers.ofString(body));
-        if (key != null) {
-            r.header("Idempotency-Key", key);
-        }
-        return HTTP.send(r.build(), HttpResponse.BodyHandlers.ofByteArray());
-    }
-
-    long records(long owner, String key) throws Exception {
-        return count("SELECT count(*) FROM idem_internal.idempotency_record WHERE owner_id = ? AND idempotency_key = ?",
-            owner, key);
-    }
-
-    static String text(HttpResponse<byte[]> r) {
-        return new String(r.body(), java.nio.charset.StandardCharsets.UTF_8);
-    }
 
     @ParameterizedTest(name = "test 1 ({0}): the same key and body twice, one order")
     @ValueSource(strings = {"/api/orders", "/api/jpa/orders", "/api/test/data-jdbc/orders"})

@@ -3,9 +3,6 @@ package shop;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.util.regex.Pattern;
 
@@ -23,12 +20,8 @@ class ProblemDetailTests extends ServiceTests {
     @Test
     @DisplayName("the starter's 400 key-missing is Spring's ProblemDetail through the application's converters")
     void problemDetail() throws Exception {
-        HttpResponse<String> r = HttpClient.newHttpClient().send(HttpRequest.newBuilder(
-                URI.create("http://127.0.0.1:" + port + "/api/orders"))
-            .header("Content-Type", "application/json").header("X-Owner-Id", "77")
-            .POST(HttpRequest.BodyPublishers.ofString("{\"skuId\": 1, \"quantity\": 1}")).build(),
-            HttpResponse.BodyHandlers.ofString());
-        String body = r.body();
+        HttpResponse<byte[]> r = post("/api/orders", null, 77, "{\"skuId\": 1, \"quantity\": 1}");
+        String body = text(r);
         assertEquals(400, r.statusCode(), body);
         assertEquals("application/problem+json", r.headers().firstValue("Content-Type").orElse(""));
         assertEquals("false", r.headers().firstValue("Idempotent-Replayed").orElse(null), body);

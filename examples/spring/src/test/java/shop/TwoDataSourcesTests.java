@@ -2,9 +2,6 @@ package shop;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
-import java.net.URI;
-import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.util.UUID;
 import javax.sql.DataSource;
@@ -100,28 +97,21 @@ class TwoDataSourcesTests extends ServiceTests {
         }
     }
 
-    HttpResponse<String> post(String key, long owner, String body) throws Exception {
-        return HttpClient.newHttpClient().send(HttpRequest.newBuilder(
-                URI.create("http://127.0.0.1:" + port + "/api/test/ledger/orders"))
-            .header("Content-Type", "application/json").header("X-Owner-Id", Long.toString(owner))
-            .header("Idempotency-Key", key).POST(HttpRequest.BodyPublishers.ofString(body)).build(),
-            HttpResponse.BodyHandlers.ofString());
-    }
+    static final String LEDGER = "/api/test/ledger/orders";
 
     @Test
     @DisplayName("two DataSources: @Idempotent(dataSource, transactionManager) keeps the record and the writes on the one it names")
     void namedDataSource() throws Exception {
         long owner = owner();
         String k = "ledger-" + UUID.randomUUID();
-        HttpResponse<String> failed = post(k, owner, "{\"skuId\": 8, \"quantity\": 99}");
-        assertEquals(500, failed.statusCode(), failed.body());
+        HttpResponse<byte[]> failed = post(LEDGER, k, owner, "{\"skuId\": 8, \"quantity\": 99}");
+        assertEquals(500, failed.statusCode(), text(failed));
         assertEquals(0, orders(owner), "the ledger's write rolled back");
-        HttpResponse<String> first = post(k, owner, "{\"skuId\": 8, \"quantity\": 2}");
-        HttpResponse<String> again = post(k, owner, "{\"skuId\": 8, \"quantity\": 2}");
-        assertEquals(201, first.statusCode(), first.body());
-        assertEquals("true", again.headers().firstValue("Idempotent-Replayed").orElse(null), again.body());
+        HttpResponse<byte[]> first = post(LEDGER, k, owner, "{\"skuId\": 8, \"quantity\": 2}");
+        HttpResponse<byte[]> again = post(LEDGER, k, owner, "{\"skuId\": 8, \"quantity\": 2}");
+        assertEquals(201, first.statusCode(), text(first));
+        assertEquals("true", again.headers().firstValue("Idempotent-Replayed").orElse(null), text(again));
         assertEquals(1, orders(owner));
-        assertEquals(1, count("SELECT count(*) FROM idem_internal.idempotency_record WHERE owner_id = ? AND idempotency_key = ?",
-            owner, k));
+        assertEquals(1, records(owner, k));
     }
 }
