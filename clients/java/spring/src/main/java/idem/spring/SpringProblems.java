@@ -31,15 +31,15 @@ final class SpringProblems implements Settings.ProblemBody {
     @Override
     @SuppressWarnings("unchecked")
     public byte[] write(int status, String type, String title, String detail) throws IOException {
-        ProblemDetail problem = ProblemDetail.forStatusAndDetail(HttpStatusCode.valueOf(status), detail);
-        problem.setType(URI.create(type));
-        problem.setTitle(title);
         RequestMappingHandlerAdapter adapter = adapters.getIfAvailable();
         if (adapter == null) {
             return null;
         }
         for (HttpMessageConverter<?> converter : adapter.getMessageConverters()) {
             if (converter.canWrite(ProblemDetail.class, MediaType.APPLICATION_PROBLEM_JSON)) {
+                ProblemDetail problem = ProblemDetail.forStatusAndDetail(HttpStatusCode.valueOf(status), detail);
+                problem.setType(URI.create(type));
+                problem.setTitle(title);
                 Buffer out = new Buffer();
                 ((HttpMessageConverter<ProblemDetail>) converter).write(problem, MediaType.APPLICATION_PROBLEM_JSON, out);
                 return out.body.toByteArray();
