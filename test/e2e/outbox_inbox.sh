@@ -8,7 +8,10 @@
 # afterwards.  While the producers run, a chaos loop kills a random
 # publisher or consumer with kill -9 and restarts it.  Passes when every
 # message was acknowledged, none was lost, each took effect exactly once,
-# per-key (per-account) order held, and the kills did cause redeliveries.
+# per-key (per-account) order held, and the kills did cause redeliveries
+# (one publisher and one consumer also exit once in the window between
+# their two commits, E2E_CRASH_DIR: redeliveries whatever the random kills
+# hit; a role that exited is restarted).
 # Needs a server (PGHOST/PGPORT/PGUSER) with idem, and python3-psycopg.
 #
 # Prints one "ok - ..." or "not ok - ..." line per check.
@@ -20,6 +23,7 @@ DRAIN_TIMEOUT=${DRAIN_TIMEOUT:-180}
 export E2E_DB=idem_e2e
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d -t idem-e2e.XXXXXX)
+export E2E_CRASH_DIR=$work
 psql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$E2E_DB" -At "$@"; }
 # exec: $! of "py ... &" is then the python process itself, for kill -9
 py() { exec /usr/bin/python3 "$here/pipeline.py" "$@"; }
@@ -83,8 +87,16 @@ producing() {
 	return 1
 }
 extra=10
+# restart_exited: the roles that exited on their own (E2E_CRASH_DIR) run again
+restart_exited() {
+	local i
+	for i in "${!roles[@]}"; do
+		kill -0 "${pids[$i]}" 2>/dev/null || { wait "${pids[$i]}" 2>/dev/null || true; start_role "$i"; }
+	done
+}
 while producing || [ "$extra" -gt 0 ]; do
 	producing || extra=$((extra - 1))
+	restart_exited
 	sleep "0.$((RANDOM % 6 + 2))"
 	i=$((RANDOM % ${#roles[@]}))
 	if { kill -9 "${pids[$i]}" && wait "${pids[$i]}"; } 2>/dev/null; then :; fi
@@ -92,6 +104,7 @@ while producing || [ "$extra" -gt 0 ]; do
 	sleep 0.1
 	start_role "$i"
 done
+restart_exited
 producer_failures=0
 for pid in "${producer_pids[@]}"; do
 	wait "$pid" || producer_failures=$((producer_failures + 1))
@@ -104,6 +117,7 @@ while [ $SECONDS -lt $deadline ]; do
 	                     + (SELECT count(*) FROM e2e_broker b JOIN e2e_offsets o USING (partition)
 	                        WHERE b.log_offset > o.committed)")
 	[ "$left" = 0 ] && break
+	restart_exited
 	sleep 0.5
 done
 for pid in "${pids[@]}"; do
@@ -137,6 +151,8 @@ check "per-key order: every account's messages applied in commit order" 0 \
 	"$(psql -c "SELECT count(*) FROM e2e_violation")"
 check "every account's last applied message is its last order" 0 \
 	"$(psql -c "SELECT count(*) FROM e2e_account a JOIN e2e_state s ON s.account = a.id WHERE s.last_seq <> a.seq")"
+check "a publisher and a consumer exited once between their two commits" "crashed-consumer crashed-publisher" \
+	"$(cd "$work" && echo crashed-*)"
 check "the kills happened and caused redeliveries or duplicate pushes" yes \
 	"$([ "$kills" -ge 5 ] && [ $((redeliveries + pushed)) -gt 0 ] && echo yes || echo "no ($kills kills)")"
 for f in "$work"/producer-*.log; do

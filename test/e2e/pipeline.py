@@ -15,6 +15,11 @@ Every step commits on its own, so a kill between two of them leaves work
 to be redone: a message pushed but not acknowledged is pushed again, an
 entry consumed but not past the offset is delivered again.  idem_consume
 makes the effect happen once; per-key order is checked by the effect.
+
+With E2E_CRASH_DIR set, the first publisher and the first consumer to reach
+that window exit there (os._exit, as a kill -9 would leave it) once each, so
+that a pushed message is pushed again and a consumed entry delivered again
+whatever the random kills hit.
 """
 import os
 import random
@@ -30,6 +35,18 @@ PARTITIONS = 2
 
 def connect():
     return psycopg.connect(dbname=os.environ.get("E2E_DB", "idem_e2e"), autocommit=True)
+
+
+def crash_once(kind):
+    """Exit here the first time any process of this kind gets here (E2E_CRASH_DIR)."""
+    folder = os.environ.get("E2E_CRASH_DIR")
+    if not folder:
+        return
+    try:
+        os.close(os.open(os.path.join(folder, "crashed-" + kind), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    os._exit(3)
 
 
 def request_of(j):
@@ -82,6 +99,7 @@ def publisher():
                     [((payload["account"] % PARTITIONS), mid, key, psycopg.types.json.Jsonb(payload))
                      for mid, key, payload in rows])
         # a kill here: pushed, not acknowledged -> pushed again after the lease
+        crash_once("publisher")
         time.sleep(random.random() * 0.1)
         conn.execute("SELECT idem_outbox_ack(%s)", ([r[0] for r in rows],))
 
@@ -117,6 +135,7 @@ def consumer(part):
                 conn.execute("UPDATE e2e_offsets SET redeliveries = redeliveries + 1"
                              " WHERE partition = %s", (part,))
             # a kill here: consumed, offset not committed -> delivered again
+            crash_once("consumer")
             if random.random() < 0.2:
                 conn.execute("UPDATE e2e_offsets SET committed = %s WHERE partition = %s",
                              (log_offset, part))
