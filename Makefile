@@ -2,10 +2,10 @@
 
 MODULE_big = idem
 OBJS = src/shared_library_init.o \
-	src/storage/util.o src/storage/identity.o src/storage/sequence.o src/storage/rowwrite.o src/storage/citus_meta.o src/storage/catalog.o src/storage/catalog_row.o \
+	src/storage/util.o src/storage/identity.o src/storage/sequence.o src/storage/rowwrite.o src/storage/citus_meta.o src/storage/catalog.o src/storage/catalog_row.o src/storage/catalog_secret.o \
 	src/citus/citus.o \
 	src/shmem/stats.o src/shmem/keycheck.o src/shmem/notify.o \
-	src/core/policy.o src/core/redact.o src/core/jcs.o src/core/jcs_number.o src/core/sha256.o src/core/fingerprint.o src/core/binding.o src/core/key.o src/core/key_spelling.o src/core/key_log.o src/core/record.o src/core/record_result.o src/core/history.o \
+	src/core/policy.o src/core/redact.o src/core/jcs.o src/core/jcs_number.o src/core/sha256.o src/core/siphash.o src/core/fingerprint.o src/core/binding.o src/core/key.o src/core/key_spelling.o src/core/key_log.o src/core/record.o src/core/record_result.o src/core/history.o \
 	src/core/claim.o src/core/pending.o src/core/call.o \
 	src/process/cleanup.o src/process/worker.o src/process/launcher.o \
 	src/api/order.o src/api/api.o src/api/outbox.o src/api/outbox_emit.o src/api/outbox_ack.o src/api/inbox.o \
@@ -32,7 +32,7 @@ PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter
 # test/expected (pg_regress), test/specs (isolation; their expected output
 # in test/expected too), test/t (TAP).  The lists are in the order the
 # suites run; test/layers.sh fails if a test file is missing from them.
-REGRESS = jcs jcs_numbers encoding order cleanup writes api policy key_spellings redact task_lapses erasure retention headers tasks distribute outbox dead_letters inbox health stats owners operations grant hijack scripts rename tempschema security upgrade
+REGRESS = jcs jcs_numbers encoding order cleanup writes api digest policy key_spellings redact task_lapses erasure retention headers tasks distribute outbox dead_letters inbox health stats owners operations grant hijack scripts rename tempschema security upgrade
 REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=idem --load-extension=pgcrypto
 
 ISOLATION = claim-race-2 claim-race-3 in-flight-timeout policy-invalidation key-spelling-race repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint bypass-writer api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race outbox-nack-emit-race outbox-ack-share inbox-race stats-waits task-lease-race task-submit-race task-takeover refuse-cleanup-race

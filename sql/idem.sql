@@ -1380,6 +1380,30 @@ ALTER TABLE idem_internal.idempotency_record ADD COLUMN task_lapses integer;
 COMMENT ON COLUMN idem_internal.idempotency_record.task_lapses IS
     'idem: how many of the task''s attempts ended by their lease lapsing (or their bound session ending), not by idem_complete or idem_fail';
 
+-- The request's digest (1.13): SipHash-2-4-128 of its jsonb bytes, keyed
+-- with idem_digest_secret (or, for a record keyed by a file secret, with a
+-- key derived from that secret).  A replay that sends the very same bytes
+-- is recognised by it without the canonical text and SHA-256; any other
+-- request is compared by request_hash, as before.  NULL: not recorded
+-- (idem_create_order, records from before 1.13); request_hash decides.
+ALTER TABLE idem_internal.idempotency_record ADD COLUMN request_digest bytea;
+COMMENT ON COLUMN idem_internal.idempotency_record.request_digest IS
+    'idem: SipHash-2-4-128 of the request''s jsonb bytes under idem_digest_secret (or fingerprint_version''s file secret); a replay of the same bytes matches it without the canonical text; NULL: request_hash decides';
+
+-- The key of request digests (1.13): 16 random bytes (gen_random_uuid, from
+-- the server's strong random source), one row, never changed.  Only idem's
+-- owner reads it.  Not dumped: a database restored from a dump draws a
+-- secret of its own, and its restored records are compared by request_hash.
+CREATE TABLE idem_internal.idem_digest_secret (
+    secret bytea NOT NULL
+        CHECK (pg_catalog.length(secret) OPERATOR(pg_catalog.=) 16)
+);
+INSERT INTO idem_internal.idem_digest_secret (secret)
+    SELECT pg_catalog.uuid_send(pg_catalog.gen_random_uuid());
+REVOKE ALL ON TABLE idem_internal.idem_digest_secret FROM PUBLIC;
+COMMENT ON TABLE idem_internal.idem_digest_secret IS
+    'idem: the key of request digests (idempotency_record.request_digest); one row, never changed';
+
 -- idem_finish, returning what idem stored: the answer as a replay returns
 -- it, after the operation's policy redacted it (for a copy kept elsewhere,
 -- such as a fast layer in Redis, that must hold the same bytes).

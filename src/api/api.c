@@ -111,7 +111,7 @@ finish_claim(const IdemCatalog *cat, const IdemScope *scope, IdemPendingClaim *p
 
 	idem_become_owner(&identity, cat->owner);
 	idem_use_safe_search_path(&identity);
-	idem_record_insert(cat, scope, p->fingerprint, status, res, now, expires, NULL, NULL);
+	idem_record_insert(cat, scope, &p->print, status, res, now, expires, NULL, NULL);
 	idem_restore_caller(&identity);
 	if (p->subid == GetCurrentSubTransactionId())
 	{
@@ -186,12 +186,12 @@ idem_begin(PG_FUNCTION_ARGS)
 
 	if (!idem_call_begin(&call, fcinfo, -1, NULL, 4))
 		return idem_citus_redispatch(fcinfo);
-	outcome = idem_claim(&claim, &call.cat, &call.scope, call.fingerprint, call.now, &identity);
+	outcome = idem_claim(&claim, &call.cat, &call.scope, &call.print, call.now, &identity);
 	idem_restore_caller(&identity);
 
 	if (outcome == IDEM_EXECUTE)
 	{
-		idem_pending_add(&call.scope, call.fingerprint, call.ttl);
+		idem_pending_add(&call.scope, &call.print, idem_catalog_digest_secret(&call.cat), call.ttl);
 		PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, false, NULL,
 									  idem_record_expiry(IDEM_STATUS_SUCCEEDED, call.now, call.ttl,
 														 call.scope.operation)));
@@ -472,7 +472,7 @@ idem_run(PG_FUNCTION_ARGS)
 		return idem_citus_redispatch(fcinfo);
 	hflinfo = handler_fmgr(PG_GETARG_OID(4), call.cat.result_type);
 
-	if (idem_claim(&claim, &call.cat, &call.scope, call.fingerprint, call.now, &identity) == IDEM_REPLAY)
+	if (idem_claim(&claim, &call.cat, &call.scope, &call.print, call.now, &identity) == IDEM_REPLAY)
 	{
 		idem_restore_caller(&identity);
 		PG_RETURN_DATUM(outcome_datum(&call.cat, fcinfo, true, &claim.rec.result,
@@ -481,7 +481,7 @@ idem_run(PG_FUNCTION_ARGS)
 	idem_restore_caller(&identity);
 
 	/* the handler runs as the caller; a nested call of the key is IK006 */
-	p = idem_pending_add(&call.scope, call.fingerprint, call.ttl);
+	p = idem_pending_add(&call.scope, &call.print, idem_catalog_digest_secret(&call.cat), call.ttl);
 	p->running = true;
 	status = call_handler(hflinfo, call.request, &res);
 	p->running = false;

@@ -2,7 +2,8 @@
  *
  * canonical.c
  *	  The canonical form of a request and its fingerprint, from SQL:
- *	  idem_canonical_json and idem_request_hash.
+ *	  idem_canonical_json and idem_request_hash (and the SipHash of request
+ *	  digests, for the regression suite's test vectors).
  *
  * What a client library computes to check its own canonicalisation
  * against the server's (clients/CONTRACT.md); the claims compute the same
@@ -20,9 +21,11 @@
 #include "util.h"
 #include "jcs.h"
 #include "fingerprint.h"
+#include "siphash.h"
 
 PG_FUNCTION_INFO_V1(idem_request_hash);
 PG_FUNCTION_INFO_V1(idem_canonical_json);
+PG_FUNCTION_INFO_V1(idem_test_siphash128);
 
 /* SQL: idem_canonical_json(jsonb) returns text */
 Datum
@@ -49,4 +52,27 @@ idem_request_hash(PG_FUNCTION_ARGS)
 	idem_check_not_null(fcinfo, 0, "request");
 	idem_fingerprint_jsonb(PG_GETARG_JSONB_P(0), hex);
 	PG_RETURN_TEXT_P(cstring_to_text(hex));
+}
+
+/*
+ * idem_test_siphash128(key bytea, data bytea) returns bytea: SipHash-2-4-128
+ * as request digests use it.  No function of the extension is declared on
+ * it: the regression suite declares one in pg_temp (a superuser may) to
+ * check siphash.c against the reference implementation's test vectors.
+ */
+Datum
+idem_test_siphash128(PG_FUNCTION_ARGS)
+{
+	bytea	   *key = PG_GETARG_BYTEA_PP(0);
+	bytea	   *data = PG_GETARG_BYTEA_PP(1);
+	bytea	   *out = palloc(VARHDRSZ + IDEM_SIPHASH_LEN);
+
+	if (VARSIZE_ANY_EXHDR(key) != IDEM_SIPHASH_KEY_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a SipHash key has 16 bytes, not %d", (int) VARSIZE_ANY_EXHDR(key))));
+	SET_VARSIZE(out, VARHDRSZ + IDEM_SIPHASH_LEN);
+	idem_siphash128((const uint8 *) VARDATA_ANY(key), VARDATA_ANY(data), VARSIZE_ANY_EXHDR(data),
+					(uint8 *) VARDATA(out));
+	PG_RETURN_BYTEA_P(out);
 }

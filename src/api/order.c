@@ -216,7 +216,7 @@ order_write(IdemRows *rows, void *arg, IdemResult *res)
 
 /* Execute: draw the order id, write record and order. */
 static void
-order_execute(OrderCall *call, const IdemScope *scope, const char *fingerprint)
+order_execute(OrderCall *call, const IdemScope *scope, IdemRequestPrint *print)
 {
 	const IdemTableLayout *t = &call->cat->tables[order_table_index];
 	IdemResult	res = {0};
@@ -231,7 +231,7 @@ order_execute(OrderCall *call, const IdemScope *scope, const char *fingerprint)
 	res.http_status = ORDER_HTTP_CREATED;
 	res.body_isnull = true;
 	res.headers_isnull = true;
-	idem_record_insert(call->cat, scope, fingerprint, IDEM_STATUS_SUCCEEDED, &res,
+	idem_record_insert(call->cat, scope, print, IDEM_STATUS_SUCCEEDED, &res,
 					   call->now, idem_record_expiry(IDEM_STATUS_SUCCEEDED, call->now, NULL, scope->operation),
 					   &biz, NULL);
 	call->values[RES_HTTP] = Int32GetDatum(ORDER_HTTP_CREATED);
@@ -360,6 +360,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 	IdemCatalog cat;
 	IdemScope	scope;
 	IdemFingerprint fingerprint;
+	IdemRequestPrint print;
 	IdemIdentity identity = {0};
 	OrderCall	call = {0};
 	IdemClaim	claim = {0};
@@ -376,12 +377,14 @@ idem_create_order(PG_FUNCTION_ARGS)
 	call.cat = &cat;
 	call.now = GetCurrentTransactionStartTimestamp();
 	order_fingerprint(call.sku, call.qty, fingerprint);
+	/* no request document: the fingerprint of its two numbers decides */
+	idem_print_of_fingerprint(&print, fingerprint);
 
-	outcome = idem_claim(&claim, &cat, &scope, fingerprint, call.now, &identity);
+	outcome = idem_claim(&claim, &cat, &scope, &print, call.now, &identity);
 	if (outcome == IDEM_EXECUTE)
 	{
 		idem_use_safe_search_path(&identity);
-		order_execute(&call, &scope, fingerprint);
+		order_execute(&call, &scope, &print);
 		idem_claim_written(&claim);
 	}
 	else

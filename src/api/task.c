@@ -340,7 +340,7 @@ submit_task(IdemCall *call, FunctionCallInfo fcinfo, IdemClaim *claim, IdemIdent
 	task.payload = PG_ARGISNULL(4) ? (Datum) 0 : PointerGetDatum(PG_GETARG_JSONB_P(4));
 	task.ttl = call->ttl;
 	idem_use_safe_search_path(identity);
-	task_id = idem_record_insert(&call->cat, &call->scope, call->fingerprint, IDEM_STATUS_PROCESSING,
+	task_id = idem_record_insert(&call->cat, &call->scope, &call->print, IDEM_STATUS_PROCESSING,
 								 &res, call->now, never, NULL, &task);
 	idem_claim_written(claim);
 	note_submitted(call->scope.operation);
@@ -391,7 +391,7 @@ idem_submit(PG_FUNCTION_ARGS)
 		return idem_citus_redispatch(fcinfo);
 	task_relations(&call.cat);
 	claim.accept_unfinished = true;
-	executed = idem_claim(&claim, &call.cat, &call.scope, call.fingerprint, call.now,
+	executed = idem_claim(&claim, &call.cat, &call.scope, &call.print, call.now,
 						  &identity) == IDEM_EXECUTE;
 	if (executed)
 		task_id = submit_task(&call, fcinfo, &claim, &identity);

@@ -3,7 +3,8 @@
  * call.c
  *	  The start of a call that claims a key: its scope from the arguments,
  *	  its copy of the catalog pointed at the owner's shard, counted, its
- *	  request fingerprinted, and the transaction's own claims asked first.
+ *	  request ready to be fingerprinted, and the transaction's own claims
+ *	  asked first.
  *
  * idem_begin, idem_run and idem_submit open alike; here once, so that they
  * check their arguments in the same order (owner, operation, key, request,
@@ -48,7 +49,7 @@ idem_call_begin(IdemCall *call, FunctionCallInfo fcinfo, int required_argno,
 	call->now = GetCurrentTransactionStartTimestamp();
 	call->ttl = idem_ttl_arg(fcinfo, ttl_argno, call->now);
 	call->request = PG_GETARG_JSONB_P(IDEM_CALL_REQUEST_ARG);
-	idem_fingerprint_jsonb(call->request, call->fingerprint);
-	idem_pending_check_unclaimed(&call->scope, call->fingerprint);
+	idem_print_of_request(&call->print, call->request);
+	idem_pending_check_unclaimed(&call->scope, &call->print);
 	return true;
 }

@@ -27,7 +27,7 @@ typedef struct IdemCall
 	TimestampTz now;			/* the transaction's start */
 	Interval   *ttl;			/* the ttl argument, or NULL for idem.ttl */
 	Jsonb	   *request;
-	IdemFingerprint fingerprint;
+	IdemRequestPrint print;		/* the request's fingerprint and digest, when asked */
 } IdemCall;
 
 extern bool idem_call_begin(IdemCall *call, FunctionCallInfo fcinfo, int required_argno,

@@ -182,7 +182,8 @@ claim_absent(IdemClaim *c, bool found)
 }
 
 /*
- * A live record of the key: replayed if it has the call's fingerprint and
+ * A live record of the key: replayed if it has the call's request (the same
+ * digest of its bytes, or else the same fingerprint, fingerprint.c) and
  * is finished (IK001 for another request; IK002 for one not finished, but
  * a task's when the caller accepts that).  A replay leaves the key to
  * others at once.
@@ -192,7 +193,8 @@ claim_replay(IdemClaim *c)
 {
 	IdemRecord *rec = &c->rec;
 
-	if (!idem_fingerprint_matches(rec->request_hash, rec->fp_version, c->fingerprint))
+	if (!idem_print_matches(c->print, idem_catalog_digest_secret(c->cat), rec->request_hash,
+							rec->fp_version, rec->has_digest ? rec->digest : NULL))
 		idem_report_key_reused(c->scope);
 	if (!replayable(rec->status) &&
 		!(c->accept_unfinished && rec->is_task &&
@@ -239,11 +241,11 @@ check_reuse(IdemClaim *c, bool found)
  */
 IdemOutcome
 idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
-		   const char *fingerprint, TimestampTz now, IdemIdentity *identity)
+		   IdemRequestPrint *print, TimestampTz now, IdemIdentity *identity)
 {
 	c->cat = cat;
 	c->scope = scope;
-	c->fingerprint = fingerprint;
+	c->print = print;
 	c->now = now;
 	c->identity = identity;
 	c->locked = false;

@@ -23,7 +23,7 @@ typedef struct IdemClaim
 {
 	const IdemCatalog *cat;
 	const IdemScope *scope;
-	const char *fingerprint;
+	IdemRequestPrint *print;	/* the call's request */
 	TimestampTz now;
 	IdemIdentity *identity;		/* switched to the owner by idem_claim */
 	LOCKTAG		tag;
@@ -37,7 +37,7 @@ typedef struct IdemClaim
 } IdemClaim;
 
 extern IdemOutcome idem_claim(IdemClaim *claim, const IdemCatalog *cat,
-							   const IdemScope *scope, const char *fingerprint,
+							   const IdemScope *scope, IdemRequestPrint *print,
 							   TimestampTz now, IdemIdentity *identity);
 extern void idem_claim_written(IdemClaim *claim);
 

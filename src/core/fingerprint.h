@@ -16,6 +16,23 @@
 /* A lowercase hex SHA-256 digest, NUL-terminated. */
 typedef char IdemFingerprint[IDEM_HASH_HEX_LEN + 1];
 
+/*
+ * A call's request as a claim compares it with a record (1.13): the
+ * fingerprint (SHA-256 of the canonical text), computed when first asked
+ * for, and the digest of the request's jsonb bytes under the secret of a
+ * record's fingerprint version, which a replay of the very same bytes
+ * compares instead.  Settled (idem_print_settle), it no longer needs the
+ * request: the fingerprint and the digest for new records are computed.
+ */
+typedef struct IdemRequestPrint
+{
+	Jsonb	   *request;		/* NULL: the fingerprint was given, or settled */
+	bool		has_fingerprint;
+	IdemFingerprint fingerprint;
+	int			digest_version; /* the secret version digest is keyed with; -1: none */
+	uint8		digest[IDEM_DIGEST_LEN];
+} IdemRequestPrint;
+
 extern void idem_sha256_hex(const char *data, size_t len, char *hex);
 extern void idem_fingerprint_jsonb(Jsonb *request, char *hex);
 extern bool idem_fingerprints_equal(const char *a, const char *b);
@@ -26,5 +43,14 @@ extern void idem_fingerprint_init(void);
 extern int	idem_fingerprint_sign_version(void);
 extern void idem_fingerprint_keyed(const char *plain, int version, char *out);
 extern bool idem_fingerprint_matches(const char *stored, int version, const char *plain);
+
+extern void idem_print_of_request(IdemRequestPrint *p, Jsonb *request);
+extern void idem_print_of_fingerprint(IdemRequestPrint *p, const char *fingerprint);
+extern const char *idem_print_fingerprint(IdemRequestPrint *p);
+extern bool idem_print_digest(IdemRequestPrint *p, const uint8 *db_secret, int version,
+							  uint8 *digest);
+extern void idem_print_settle(IdemRequestPrint *p, const uint8 *db_secret);
+extern bool idem_print_matches(IdemRequestPrint *p, const uint8 *db_secret, const char *stored,
+							   int version, const uint8 *stored_digest);
 
 #endif							/* IDEM_FINGERPRINT_H */

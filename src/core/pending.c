@@ -148,7 +148,7 @@ idem_pending_check_not_running(const IdemPendingClaim *p, const IdemScope *scope
  * (IK001).  (idem_submit asks too.)
  */
 void
-idem_pending_check_unclaimed(const IdemScope *scope, const char *fingerprint)
+idem_pending_check_unclaimed(const IdemScope *scope, IdemRequestPrint *print)
 {
 	IdemPendingClaim *p;
 
@@ -159,7 +159,7 @@ idem_pending_check_unclaimed(const IdemScope *scope, const char *fingerprint)
 
 	if (p == NULL || p->finished_subid != InvalidSubTransactionId)
 		return;
-	if (!idem_fingerprints_equal(p->fingerprint, fingerprint))
+	if (!idem_fingerprints_equal(p->print.fingerprint, idem_print_fingerprint(print)))
 		idem_report_key_reused(scope);
 	idem_report_in_flight(scope, IDEM_IN_FLIGHT_THIS_XACT);
 }
@@ -186,9 +186,14 @@ idem_pending_owner(int64 *owner)
 	return found;
 }
 
-/* Remember that this transaction claimed scope. */
+/*
+ * Remember that this transaction claimed scope for the request print, which
+ * is settled (its fingerprint and digest computed, under db_secret) for the
+ * record written later.
+ */
 IdemPendingClaim *
-idem_pending_add(const IdemScope *scope, const char *fingerprint, const Interval *ttl)
+idem_pending_add(const IdemScope *scope, IdemRequestPrint *print, const uint8 *db_secret,
+				 const Interval *ttl)
 {
 	MemoryContext oldcxt = MemoryContextSwitchTo(TopTransactionContext);
 	IdemPendingClaim *p = palloc0(sizeof(IdemPendingClaim));
@@ -196,7 +201,8 @@ idem_pending_add(const IdemScope *scope, const char *fingerprint, const Interval
 	p->owner = scope->owner;
 	p->operation = pstrdup(scope->operation);
 	p->key = pstrdup(scope->key);
-	strlcpy(p->fingerprint, fingerprint, sizeof(IdemFingerprint));
+	idem_print_settle(print, db_secret);
+	p->print = *print;
 	p->has_ttl = (ttl != NULL);
 	if (ttl)
 		p->ttl = *ttl;

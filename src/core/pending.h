@@ -20,7 +20,7 @@ typedef struct IdemPendingClaim
 	int64		owner;
 	char	   *operation;
 	char	   *key;
-	IdemFingerprint fingerprint;
+	IdemRequestPrint print;		/* settled: no request */
 	bool		has_ttl;
 	Interval	ttl;
 	SubTransactionId subid;		/* claimed in */
@@ -30,12 +30,12 @@ typedef struct IdemPendingClaim
 } IdemPendingClaim;
 
 extern void idem_pending_init(void);
-extern IdemPendingClaim *idem_pending_add(const IdemScope *scope, const char *fingerprint,
-										  const Interval *ttl);
+extern IdemPendingClaim *idem_pending_add(const IdemScope *scope, IdemRequestPrint *print,
+										  const uint8 *db_secret, const Interval *ttl);
 extern bool idem_pending_owner(int64 *owner);
 extern IdemPendingClaim *idem_pending_find(const IdemScope *scope);
 extern void idem_pending_forget(IdemPendingClaim *p);
 extern void idem_pending_check_not_running(const IdemPendingClaim *p, const IdemScope *scope);
-extern void idem_pending_check_unclaimed(const IdemScope *scope, const char *fingerprint);
+extern void idem_pending_check_unclaimed(const IdemScope *scope, IdemRequestPrint *print);
 
 #endif							/* IDEM_PENDING_H */

@@ -286,6 +286,16 @@ idem_record_read(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now
 			d = slot_getattr(slot, att[REC_FP_VERSION], &isnull);
 			rec->fp_version = isnull ? 0 : DatumGetInt16(d);
 		}
+		rec->has_digest = false;
+		if (att[REC_DIGEST] != InvalidAttrNumber)
+		{
+			d = slot_getattr(slot, att[REC_DIGEST], &isnull);
+			if (!isnull && VARSIZE_ANY_EXHDR(DatumGetPointer(d)) == IDEM_DIGEST_LEN)
+			{
+				memcpy(rec->digest, VARDATA_ANY(DatumGetPointer(d)), IDEM_DIGEST_LEN);
+				rec->has_digest = true;
+			}
+		}
 		rec->created_at = DatumGetTimestampTz(slot_getattr(slot, att[REC_CREATED], &isnull));
 		rec->updated_at = DatumGetTimestampTz(slot_getattr(slot, att[REC_UPDATED], &isnull));
 		status = TextDatumGetCString(slot_getattr(slot, att[REC_STATUS], &isnull));
@@ -402,7 +412,7 @@ set_result(IdemRow *record, const char *operation, IdemResult *res)
  */
 int64
 idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
-				   const char *fingerprint, IdemStatus status, IdemResult *res,
+				   IdemRequestPrint *print, IdemStatus status, IdemResult *res,
 				   TimestampTz now, TimestampTz expires, const IdemBusinessWrite *biz,
 				   const IdemTaskNew *task)
 {
@@ -414,6 +424,7 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	int64		id;
 	int			fp_version = 0;
 	IdemFingerprint stored;
+	bytea	   *digest = palloc(VARHDRSZ + IDEM_DIGEST_LEN);
 
 	relids[nrels++] = rt->relid;
 	if (biz)
@@ -440,10 +451,15 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	/* keyed where idem.fingerprint_keys_file has a secret (1.11) */
 	if (rt->att[REC_FP_VERSION] != InvalidAttrNumber)
 		fp_version = idem_fingerprint_sign_version();
-	idem_fingerprint_keyed(fingerprint, fp_version, stored);
+	idem_fingerprint_keyed(idem_print_fingerprint(print), fp_version, stored);
 	idem_row_set(&record, REC_HASH, CStringGetTextDatum(stored));
 	if (fp_version > 0)
 		idem_row_set(&record, REC_FP_VERSION, Int16GetDatum((int16) fp_version));
+	/* the digest of the request's bytes under the same version's secret (1.13) */
+	SET_VARSIZE(digest, VARHDRSZ + IDEM_DIGEST_LEN);
+	if (rt->att[REC_DIGEST] != InvalidAttrNumber &&
+		idem_print_digest(print, idem_catalog_digest_secret(cat), fp_version, (uint8 *) VARDATA(digest)))
+		idem_row_set(&record, REC_DIGEST, PointerGetDatum(digest));
 	idem_row_set(&record, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
 	set_result(&record, scope->operation, res);
 	idem_row_set(&record, REC_CREATED, TimestampTzGetDatum(now));

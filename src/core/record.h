@@ -45,6 +45,8 @@ typedef struct IdemRecord
 	bool		is_task;		/* written by idem_submit */
 	IdemFingerprint request_hash;
 	int			fp_version;		/* request_hash's secret; 0: plain SHA-256 */
+	bool		has_digest;		/* request_digest is set (1.13) */
+	uint8		digest[IDEM_DIGEST_LEN];	/* keyed with fp_version's secret */
 	IdemStatus	status;
 	bool		expired;		/* expires_at < now */
 	TimestampTz created_at;
@@ -109,7 +111,7 @@ extern IdemProbe idem_record_probe(const IdemCatalog *cat, const IdemScope *scop
 									TransactionId *busy);
 extern IdemRowDeletion idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec);
 extern int64 idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
-							   const char *fingerprint, IdemStatus status,
+							   IdemRequestPrint *print, IdemStatus status,
 							   IdemResult *res, TimestampTz now,
 							   TimestampTz expires, const IdemBusinessWrite *biz,
 							   const IdemTaskNew *task);

@@ -78,6 +78,7 @@ static const IdemColumnSpec record_columns[REC_NCOLS] = {
 	[REC_HEADER_LIST] = {"response_header_list", JSONOID, 0, false, true},
 	/* 1.13 */
 	[REC_TASK_LAPSES] = {"task_lapses", INT4OID, 0, false, true},
+	[REC_DIGEST] = {"request_digest", BYTEAOID, 0, false, true},
 };
 
 static const IdemTableSpec record_table = {
@@ -507,6 +508,7 @@ build_catalog(Oid owner, Oid apinspid, Oid nspid)
 	cat.result_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 									  CStringGetDatum("idem_result"),
 									  ObjectIdGetDatum(apinspid));
+	idem_catalog_load_digest_secret(&cat);
 	MemoryContextSwitchTo(oldcxt);
 
 	/*

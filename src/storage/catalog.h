@@ -15,6 +15,8 @@
 #include "fmgr.h"
 #include "nodes/primnodes.h"
 
+#include "idem.h"
+
 /*
  * A column idem writes, by name.  Columns are mapped to attribute numbers
  * once per backend, and a table altered so that idem's raw writes would no
@@ -73,7 +75,7 @@ typedef enum IdemRecordColumn
 	REC_TASK_REQUEST, REC_TASK_PAYLOAD, REC_TASK_ATTEMPTS, REC_TASK_TOKEN,
 	REC_TASK_DUE, REC_TASK_LEASE_EXPIRES, REC_TASK_WORKER, REC_TASK_HEARTBEAT,
 	REC_TASK_SESSION, REC_TASK_LAST_ERROR, REC_TASK_TTL,
-	REC_FP_VERSION, REC_HEADER_LIST, REC_TASK_LAPSES, REC_NCOLS
+	REC_FP_VERSION, REC_HEADER_LIST, REC_TASK_LAPSES, REC_DIGEST, REC_NCOLS
 } IdemRecordColumn;
 
 /* idempotency_record's other indexes: the lease's, and (on Citus) the holder's */
@@ -106,7 +108,16 @@ typedef struct IdemCatalog
 	int			nentries;
 	IdemEntryPoint entries[IDEM_MAX_ENTRY_POINTS];
 	uint64		generation;		/* tells one build from the next */
+	bool		has_digest_secret;	/* idem_digest_secret holds one (1.13) */
+	uint8		digest_secret[IDEM_DIGEST_SECRET_LEN];
 } IdemCatalog;
+
+/* The request digest secret of cat's database, or NULL (catalog_secret.c). */
+static inline const uint8 *
+idem_catalog_digest_secret(const IdemCatalog *cat)
+{
+	return cat->has_digest_secret ? cat->digest_secret : NULL;
+}
 
 /* A row of one of idem's tables being filled in: every column NULL at first. */
 typedef struct IdemRow
@@ -122,6 +133,7 @@ extern bool idem_catalog_current(const IdemCatalog *cat);
 extern void idem_catalog_invalidate(void);
 extern TupleDesc idem_catalog_result(const IdemCatalog *cat, FunctionCallInfo fcinfo);
 extern const IdemTableLayout *idem_catalog_table(const IdemCatalog *cat, int table);
+extern void idem_catalog_load_digest_secret(IdemCatalog *cat);
 
 extern void idem_catalog_shard_layout(IdemTableLayout *t, Oid *scopeid,
 									  const IdemCatalog *cat, int table, Oid shard);

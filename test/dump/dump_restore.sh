@@ -17,6 +17,8 @@ for db in $src $dst; do "$PG_BINDIR/dropdb" --if-exists "$db" 2>/dev/null; done
 q $src "CREATE EXTENSION idem"
 q $src "SELECT count(*) FROM (SELECT idem_create_order(9, 'dump-key-' || lpad(i::text, 10, '0'), i, 1)
         FROM generate_series(1, 25) i) s" >/dev/null
+# a generic record, with its request digest under the source's secret (1.13)
+q $src "SELECT idem_begin(9, 'DEBIT', 'dump-debit-key-000001', '{\"amount\": 100, \"account\": 1}'); SELECT idem_finish(9, 'DEBIT', 'dump-debit-key-000001', 201, '{\"debit\": 1}')" >/dev/null
 q $src "SELECT idem_set_policy('PAY', ttl => '30 days', max_attempts => 3, audit_ttl => '90 days', reuse_after_expiry => 'refuse')" >/dev/null
 # an expired payment, archived by the cleanup: its audit fields in idem_internal.idem_history
 q $src "SELECT idem_begin(9, 'PAY', 'dump-pay-key-archived', '{}'); SELECT idem_finish(9, 'PAY', 'dump-pay-key-archived', 201, '{}', header_list => '[[\"Set-Cookie\", \"a=1\"], [\"Set-Cookie\", \"b=2\"]]')" >/dev/null
@@ -46,6 +48,12 @@ check "a retry after the restore replays" "t" \
 	"$(q $dst "SELECT replayed FROM idem_create_order(9, 'dump-key-0000000007', 7, 1)")"
 check "a new key after the restore gets the next order id" "26" \
 	"$(q $dst "SELECT order_id FROM idem_create_order(9, 'dump-key-after-restore', 1, 1)")"
+# the digest secret is not dumped: the restored database drew its own, so
+# the restored record's digest no longer matches and its fingerprint decides
+check "the restored database has a digest secret of its own" "1|false" \
+	"$(q $dst "SELECT count(*) || '|' || bool_or(secret = '$(q $src "SELECT secret FROM idem_internal.idem_digest_secret")'::bytea) FROM idem_internal.idem_digest_secret")"
+check "a generic retry after the restore replays (its fingerprint decides), another request is IK001" "true|201|{\"debit\": 1}|IK001" \
+	"$(q $dst "SELECT replayed || '|' || http_status || '|' || body FROM idem_begin(9, 'DEBIT', 'dump-debit-key-000001', '{\"amount\": 100, \"account\": 1}')")|$("$PG_BINDIR/psql" -X -q -At -d $dst -v VERBOSITY=sqlstate -c "SELECT idem_begin(9, 'DEBIT', 'dump-debit-key-000001', '{\"amount\": 101, \"account\": 1}')" 2>&1 | grep -o IK001)"
 check "policies survive pg_dump and restore" "PAY|30 days|3|90 days|refuse" \
 	"$(q $dst "SELECT operation, ttl, max_attempts, audit_ttl, reuse_after_expiry FROM idem_policies")"
 check "history rows survive pg_dump and restore" "$history_before" \

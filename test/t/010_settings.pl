@@ -163,6 +163,32 @@ is($node->safe_psql('postgres', q{
 	SELECT fingerprint_version || ' ' || (request_hash <> idem_request_hash('{"qty": 1, "sku": 5}'))
 	  FROM idem_internal.idempotency_record WHERE idempotency_key = 'settings-key-0000001'}), '1 true',
 	'idem.fingerprint_keys_file: a new record is keyed with secret v1');
+# request digests under a file secret (1.13): a generic record keyed with v1
+# stores the digest of its request's bytes under a key derived from v1, and
+# a replay of the same bytes is recognised by it: with the stored
+# fingerprint spoiled, the same bytes still replay, other bytes of the same
+# request do not
+$node->safe_psql('postgres', q{
+	SET idem.allowed_operations = '';
+	BEGIN;
+	SELECT idem_begin(1, 'keyed', 'keyed-digest-key-00001', '{"n": 1}');
+	SELECT idem_finish(1, 'keyed', 'keyed-digest-key-00001', 201, '{}');
+	COMMIT;
+	UPDATE idem_internal.idempotency_record SET request_hash = repeat('0', 64)
+	 WHERE idempotency_key = 'keyed-digest-key-00001'});
+is($node->safe_psql('postgres', q{
+	SELECT fingerprint_version || ' ' || length(request_digest)
+	  FROM idem_internal.idempotency_record WHERE idempotency_key = 'keyed-digest-key-00001'}), '1 16',
+	'idem.fingerprint_keys_file: a generic record stores its request digest, keyed with v1 too');
+is($node->safe_psql('postgres', q{
+	SET idem.allowed_operations = '';
+	SELECT replayed FROM idem_begin(1, 'keyed', 'keyed-digest-key-00001', '{"n": 1}')}), 't',
+	'idem.fingerprint_keys_file: the same bytes replay by their digest under v1');
+($rc, $out, $err) = $node->psql('postgres', q{
+	SET idem.allowed_operations = '';
+	SELECT replayed FROM idem_begin(1, 'keyed', 'keyed-digest-key-00001', '{"n": 1.0}')});
+like($err, qr/already used with a different request/,
+	'idem.fingerprint_keys_file: other bytes are compared by the (spoiled) fingerprint');
 
 $node->stop;
 done_testing();
