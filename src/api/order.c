@@ -359,7 +359,6 @@ idem_create_order(PG_FUNCTION_ARGS)
 {
 	IdemCatalog cat;
 	IdemScope	scope;
-	IdemFingerprint fingerprint;
 	IdemRequestPrint print;
 	IdemIdentity identity = {0};
 	OrderCall	call = {0};
@@ -376,9 +375,8 @@ idem_create_order(PG_FUNCTION_ARGS)
 	check_order_request(call.sku, call.qty);
 	call.cat = &cat;
 	call.now = GetCurrentTransactionStartTimestamp();
-	order_fingerprint(call.sku, call.qty, fingerprint);
 	/* no request document: the fingerprint of its two numbers decides */
-	idem_print_of_fingerprint(&print, fingerprint);
+	order_fingerprint(call.sku, call.qty, idem_print_given(&print));
 
 	outcome = idem_claim(&claim, &cat, &scope, &print, call.now, &identity);
 	if (outcome == IDEM_EXECUTE)

@@ -476,14 +476,17 @@ idem_print_of_request(IdemRequestPrint *p, Jsonb *request)
 	p->digest_version = -1;
 }
 
-/* p is a request known by its fingerprint only (it has no digest). */
-void
-idem_print_of_fingerprint(IdemRequestPrint *p, const char *fingerprint)
+/*
+ * p is a request known by its fingerprint only (it has no digest), which
+ * the caller writes into the buffer returned.
+ */
+char *
+idem_print_given(IdemRequestPrint *p)
 {
 	p->request = NULL;
-	strlcpy(p->fingerprint, fingerprint, sizeof(IdemFingerprint));
 	p->has_fingerprint = true;
 	p->digest_version = -1;
+	return p->fingerprint;
 }
 
 /* p's fingerprint, computed the first time it is asked for. */

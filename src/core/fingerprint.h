@@ -45,7 +45,7 @@ extern void idem_fingerprint_keyed(const char *plain, int version, char *out);
 extern bool idem_fingerprint_matches(const char *stored, int version, const char *plain);
 
 extern void idem_print_of_request(IdemRequestPrint *p, Jsonb *request);
-extern void idem_print_of_fingerprint(IdemRequestPrint *p, const char *fingerprint);
+extern char *idem_print_given(IdemRequestPrint *p);
 extern const char *idem_print_fingerprint(IdemRequestPrint *p);
 extern bool idem_print_digest(IdemRequestPrint *p, const uint8 *db_secret, int version,
 							  uint8 *digest);

@@ -424,7 +424,7 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	int64		id;
 	int			fp_version = 0;
 	IdemFingerprint stored;
-	bytea	   *digest = palloc(VARHDRSZ + IDEM_DIGEST_LEN);
+	uint8		digest[IDEM_DIGEST_LEN];
 
 	relids[nrels++] = rt->relid;
 	if (biz)
@@ -456,10 +456,15 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	if (fp_version > 0)
 		idem_row_set(&record, REC_FP_VERSION, Int16GetDatum((int16) fp_version));
 	/* the digest of the request's bytes under the same version's secret (1.13) */
-	SET_VARSIZE(digest, VARHDRSZ + IDEM_DIGEST_LEN);
 	if (rt->att[REC_DIGEST] != InvalidAttrNumber &&
-		idem_print_digest(print, idem_catalog_digest_secret(cat), fp_version, (uint8 *) VARDATA(digest)))
-		idem_row_set(&record, REC_DIGEST, PointerGetDatum(digest));
+		idem_print_digest(print, idem_catalog_digest_secret(cat), fp_version, digest))
+	{
+		bytea	   *stored_digest = palloc(VARHDRSZ + IDEM_DIGEST_LEN);
+
+		SET_VARSIZE(stored_digest, VARHDRSZ + IDEM_DIGEST_LEN);
+		memcpy(VARDATA(stored_digest), digest, IDEM_DIGEST_LEN);
+		idem_row_set(&record, REC_DIGEST, PointerGetDatum(stored_digest));
+	}
 	idem_row_set(&record, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
 	set_result(&record, scope->operation, res);
 	idem_row_set(&record, REC_CREATED, TimestampTzGetDatum(now));
