@@ -422,13 +422,9 @@ idem_fingerprint_jsonb(Jsonb *request, char *hex)
 bool
 idem_fingerprints_equal(const char *a, const char *b)
 {
-	unsigned char diff = 0;
-
 	if (strlen(a) != IDEM_HASH_HEX_LEN || strlen(b) != IDEM_HASH_HEX_LEN)
 		return false;
-	for (int i = 0; i < IDEM_HASH_HEX_LEN; i++)
-		diff |= (unsigned char) (a[i] ^ b[i]);
-	return diff == 0;
+	return timingsafe_bcmp(a, b, IDEM_HASH_HEX_LEN) == 0;
 }
 
 /* ---------- a call's request: its fingerprint and its digest (1.13) ---------- */
@@ -503,24 +499,23 @@ idem_print_fingerprint(IdemRequestPrint *p)
 }
 
 /*
- * p's digest under secret version into digest (IDEM_DIGEST_LEN bytes);
- * false when there is none: no key for the version, or p settled under
- * another version or known by its fingerprint only.
+ * p's digest under secret version (IDEM_DIGEST_LEN bytes, p's own); NULL
+ * when there is none: no key for the version, or p settled under another
+ * version or known by its fingerprint only.
  */
-bool
-idem_print_digest(IdemRequestPrint *p, const uint8 *db_secret, int version, uint8 *digest)
+const uint8 *
+idem_print_digest(IdemRequestPrint *p, const uint8 *db_secret, int version)
 {
 	if (p->digest_version != version)
 	{
 		const uint8 *key;
 
 		if (p->request == NULL || (key = digest_key(db_secret, version)) == NULL)
-			return false;
+			return NULL;
 		idem_siphash128(key, VARDATA_ANY(p->request), VARSIZE_ANY_EXHDR(p->request), p->digest);
 		p->digest_version = version;
 	}
-	memcpy(digest, p->digest, IDEM_DIGEST_LEN);
-	return true;
+	return p->digest;
 }
 
 /*
@@ -531,11 +526,9 @@ idem_print_digest(IdemRequestPrint *p, const uint8 *db_secret, int version, uint
 void
 idem_print_settle(IdemRequestPrint *p, const uint8 *db_secret)
 {
-	uint8		digest[IDEM_DIGEST_LEN];
-
 	(void) idem_print_fingerprint(p);
 	if (p->request != NULL)
-		(void) idem_print_digest(p, db_secret, idem_fingerprint_sign_version(), digest);
+		(void) idem_print_digest(p, db_secret, idem_fingerprint_sign_version());
 	p->request = NULL;
 }
 
@@ -549,16 +542,10 @@ bool
 idem_print_matches(IdemRequestPrint *p, const uint8 *db_secret, const char *stored,
 				   int version, const uint8 *stored_digest)
 {
-	uint8		digest[IDEM_DIGEST_LEN];
+	const uint8 *digest;
 
-	if (stored_digest != NULL && idem_print_digest(p, db_secret, version, digest))
-	{
-		unsigned char diff = 0;
-
-		for (int i = 0; i < IDEM_DIGEST_LEN; i++)
-			diff |= (unsigned char) (digest[i] ^ stored_digest[i]);
-		if (diff == 0)
-			return true;
-	}
+	if (stored_digest != NULL && (digest = idem_print_digest(p, db_secret, version)) != NULL &&
+		timingsafe_bcmp(digest, stored_digest, IDEM_DIGEST_LEN) == 0)
+		return true;
 	return idem_fingerprint_matches(stored, version, idem_print_fingerprint(p));
 }

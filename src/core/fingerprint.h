@@ -47,8 +47,7 @@ extern bool idem_fingerprint_matches(const char *stored, int version, const char
 extern void idem_print_of_request(IdemRequestPrint *p, Jsonb *request);
 extern char *idem_print_given(IdemRequestPrint *p);
 extern const char *idem_print_fingerprint(IdemRequestPrint *p);
-extern bool idem_print_digest(IdemRequestPrint *p, const uint8 *db_secret, int version,
-							  uint8 *digest);
+extern const uint8 *idem_print_digest(IdemRequestPrint *p, const uint8 *db_secret, int version);
 extern void idem_print_settle(IdemRequestPrint *p, const uint8 *db_secret);
 extern bool idem_print_matches(IdemRequestPrint *p, const uint8 *db_secret, const char *stored,
 							   int version, const uint8 *stored_digest);

@@ -424,7 +424,7 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	int64		id;
 	int			fp_version = 0;
 	IdemFingerprint stored;
-	uint8		digest[IDEM_DIGEST_LEN];
+	const uint8 *digest;
 
 	relids[nrels++] = rt->relid;
 	if (biz)
@@ -457,7 +457,7 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 		idem_row_set(&record, REC_FP_VERSION, Int16GetDatum((int16) fp_version));
 	/* the digest of the request's bytes under the same version's secret (1.13) */
 	if (rt->att[REC_DIGEST] != InvalidAttrNumber &&
-		idem_print_digest(print, idem_catalog_digest_secret(cat), fp_version, digest))
+		(digest = idem_print_digest(print, idem_catalog_digest_secret(cat), fp_version)) != NULL)
 	{
 		bytea	   *stored_digest = palloc(VARHDRSZ + IDEM_DIGEST_LEN);
 
