@@ -70,6 +70,7 @@ BEGIN
     PERFORM idem_begin(1, 'BIG', 'cg-key-' || lpad(i::text, 12, '0'), big);
     PERFORM idem_finish(1, 'BIG', 'cg-key-' || lpad(i::text, 12, '0'), 201, '{"ok": true}');
     PERFORM idem_run(1, 'RUN', 'cg-key-' || lpad(i::text, 12, '0'), '{"amount": 5}', 'bench_handler(jsonb)');
+    PERFORM idem_run(1, 'RUNBIG', 'cg-key-' || lpad(i::text, 12, '0'), big, 'bench_handler(jsonb)');
   END LOOP;
 END $$;
 ANALYZE;
@@ -113,6 +114,8 @@ script order_replay "$replay" "SELECT order_id, order_no, status, http_status, r
 script select_order "$replay" "SELECT (response_json->>'orderId')::bigint, response_json->>'orderNo', response_json->>'status', http_status, true FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'CREATE_ORDER' AND idempotency_key = $ord AND :req::jsonb IS NOT NULL;"
 script run_replay "$replay" "SELECT replayed, http_status, body, resource_id FROM idem_run(1, 'RUN', $key, :amount, 'bench_handler(jsonb)');"
 script select_run "$replay" "SELECT true, http_status, response_body, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'RUN' AND idempotency_key = $key AND :amount::jsonb IS NOT NULL;"
+script run_replay_1k "$replay" "SELECT replayed, http_status, body, resource_id FROM idem_run(1, 'RUNBIG', $key, $bigreq, 'bench_handler(jsonb)');"
+script select_run_1k "$replay" "SELECT true, http_status, response_body, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'RUNBIG' AND idempotency_key = $key AND $bigreq::jsonb IS NOT NULL;"
 script order_new "$fresh" "SELECT order_id, order_no, status, http_status, replayed FROM idem_create_order(1, $new, 7, 1);"
 script write_both "$fresh" "WITH o AS (INSERT INTO idem_internal.purchase_order (order_no, owner_id, sku_id, quantity, status) VALUES ('W-' || :n, 1, 7, 1, 'CREATED') RETURNING id) INSERT INTO idem_internal.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, http_status, resource_id, expires_at) SELECT 1, 'W', $new, repeat('0', 64), 'SUCCEEDED', 201, o.id, now() + interval '1 day' FROM o RETURNING resource_id, idempotency_key, status, http_status, true;"
 script run_new "$fresh" "SELECT replayed, http_status, body, resource_id FROM idem_run(1, 'RUN', $new, :amount, 'bench_handler(jsonb)');"
@@ -155,7 +158,7 @@ run() {
 	echo "$best"
 }
 declare -A ir
-paths=(marker begin_replay select_answer begin_replay_1k select_answer_1k order_replay select_order run_replay select_run order_new write_both run_new handler_and_record emit bare_insert)
+paths=(marker begin_replay select_answer begin_replay_1k select_answer_1k order_replay select_order run_replay select_run run_replay_1k select_run_1k order_new write_both run_new handler_and_record emit bare_insert)
 [ -n "$smoke" ] && paths=(marker begin_replay select_answer order_new write_both)
 [ -n "${IDEM_INSTR_PATHS:-}" ] && read -ra paths <<<"marker ${IDEM_INSTR_PATHS//drain/}"
 for s in "${paths[@]}"; do
@@ -240,6 +243,7 @@ fi
 line "idem_begin replay (a 1 KB request)" begin_replay_1k select_answer_1k
 line "idem_create_order replay" order_replay select_order
 line "idem_run replay" run_replay select_run
+line "idem_run replay (a 1 KB request)" run_replay_1k select_run_1k
 line "idem_create_order, a new key" order_new write_both
 line "idem_run, a new key (a handler inserting a row)" run_new handler_and_record
 
