@@ -55,6 +55,28 @@ REVOKE ALL ON SCHEMA idem_internal FROM PUBLIC;
 COMMENT ON SCHEMA idem_internal IS
     'idem: its tables, sequences and internal functions (the API, views and types are in the extension''s schema)';
 
+-- The record's new columns, added before the move: on a Citus cluster the
+-- coordinator's ALTER TABLE reaches the shards on the workers by their
+-- names, which are in the extension's schema until each worker's own
+-- update moves them (IF NOT EXISTS: that update finds them added).
+--
+-- How often a task's lease lapsed, or its bound session ended, before its
+-- worker ended the attempt (1.13): each counts as an attempt, so that a
+-- task whose worker keeps dying ends FAILED_FINAL after max_attempts.
+ALTER TABLE @extschema@.idempotency_record ADD COLUMN IF NOT EXISTS task_lapses integer;
+COMMENT ON COLUMN @extschema@.idempotency_record.task_lapses IS
+    'idem: how many of the task''s attempts ended by their lease lapsing (or their bound session ending), not by idem_complete or idem_fail';
+
+-- The request's digest (1.13): SipHash-2-4-128 of its jsonb bytes, keyed
+-- with idem_digest_secret (or, for a record keyed by a file secret, with a
+-- key derived from that secret).  A replay that sends the very same bytes
+-- is recognised by it without the canonical text and SHA-256; any other
+-- request is compared by request_hash, as before.  NULL: not recorded
+-- (idem_create_order, records from before 1.13); request_hash decides.
+ALTER TABLE @extschema@.idempotency_record ADD COLUMN IF NOT EXISTS request_digest bytea;
+COMMENT ON COLUMN @extschema@.idempotency_record.request_digest IS
+    'idem: SipHash-2-4-128 of the request''s jsonb bytes under idem_digest_secret (or fingerprint_version''s file secret); a replay of the same bytes matches it without the canonical text; NULL: request_hash decides';
+
 -- The tables (their indexes, triggers and owned sequences go with them) and
 -- the other sequences; pg_dump's registrations (pg_extension_config_dump)
 -- are by OID and stay.  On a Citus cluster every node runs this script
@@ -123,23 +145,6 @@ REVOKE ALL ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) FROM PU
 
 COMMENT ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) IS
     'idem: idem_cleanup_expired on one Citus worker node (the coordinator''s cleanup calls it there)';
-
--- How often a task's lease lapsed, or its bound session ended, before its
--- worker ended the attempt (1.13): each counts as an attempt, so that a
--- task whose worker keeps dying ends FAILED_FINAL after max_attempts.
-ALTER TABLE idem_internal.idempotency_record ADD COLUMN task_lapses integer;
-COMMENT ON COLUMN idem_internal.idempotency_record.task_lapses IS
-    'idem: how many of the task''s attempts ended by their lease lapsing (or their bound session ending), not by idem_complete or idem_fail';
-
--- The request's digest (1.13): SipHash-2-4-128 of its jsonb bytes, keyed
--- with idem_digest_secret (or, for a record keyed by a file secret, with a
--- key derived from that secret).  A replay that sends the very same bytes
--- is recognised by it without the canonical text and SHA-256; any other
--- request is compared by request_hash, as before.  NULL: not recorded
--- (idem_create_order, records from before 1.13); request_hash decides.
-ALTER TABLE idem_internal.idempotency_record ADD COLUMN request_digest bytea;
-COMMENT ON COLUMN idem_internal.idempotency_record.request_digest IS
-    'idem: SipHash-2-4-128 of the request''s jsonb bytes under idem_digest_secret (or fingerprint_version''s file secret); a replay of the same bytes matches it without the canonical text; NULL: request_hash decides';
 
 -- The key of request digests (1.13): 16 random bytes (gen_random_uuid, from
 -- the server's strong random source), one row, never changed.  Only idem's

@@ -28,6 +28,9 @@ finished=0
 at_exit '[ "$finished" = 1 ] || echo "not ok - the Citus stage stopped before its end"' 
 
 c() { cq "$COORD_PORT" "$@"; }
+# The functions idem_distribute() delegates: those that take an owner first
+# (idem_consume: a consumer).
+delegated="idem_begin idem_consume idem_create_order idem_finish idem_finish_stored idem_run idem_submit"
 # The SQLSTATE of a statement run through the coordinator, or "ok".
 sqlstate() {
 	local out
@@ -91,12 +94,12 @@ check "idem_distribute: keys include owner_id; the scope constraint unchanged" \
 	          FROM pg_constraint WHERE contype IN ('p', 'u')
 	           AND conrelid IN ('idem_internal.idempotency_record'::regclass, 'idem_internal.purchase_order'::regclass)")"
 check "idem_distribute: the functions that take an owner are delegated by it" \
-	"idem_begin idem_consume idem_create_order idem_finish idem_run idem_submit" \
+	"$delegated" \
 	"$(c -c "SELECT string_agg(p.proname, ' ' ORDER BY p.proname) FROM pg_dist_object d JOIN pg_proc p ON p.oid = d.objid
 	          WHERE d.classid = 'pg_proc'::regclass AND d.distribution_argument_index = 0 AND d.force_delegation")"
 c -c "SELECT idem_distribute()" >/dev/null
 check "idem_distribute: a second run changes nothing" \
-	"6 5" "$(c -c "SELECT (SELECT count(*) FROM pg_dist_object WHERE classid = 'pg_proc'::regclass AND distribution_argument_index = 0),
+	"$(echo "$delegated" | wc -w) 5" "$(c -c "SELECT (SELECT count(*) FROM pg_dist_object WHERE classid = 'pg_proc'::regclass AND distribution_argument_index = 0),
 	                      (SELECT count(*) FROM pg_dist_partition WHERE logicalrelid::text <> 'ledger')" | tr '|' ' ')"
 check "owners $owner_w1 and $owner_w2 have their shards on different workers" \
 	"$w1 $w2" "$(node_of "$owner_w1") $(node_of "$owner_w2")"
@@ -364,38 +367,59 @@ cat "$CITUS_TMP/crash_load.out"
 check "worker stop mid-load: the load ran to its end (its 6 checks printed)" 6 \
 	"$(grep -c '^\(not \)\?ok - worker stop mid-load' "$CITUS_TMP/crash_load.out" || true)"
 
-# ---- a cluster distributed at 1.10, updated to the current version
-# (1.11's changes, and 1.12's outbox on each node): ALTER EXTENSION idem
-# UPDATE on the coordinator (Citus runs it on every node), then
-# idem_distribute() again ----
-citus_cluster_stop
-CITUS_WAIT_TIMEOUT=1s CITUS_IDEM_VERSION=1.10 citus_cluster_start
-c <<SQL >/dev/null
-BEGIN;
-SELECT replayed FROM idem_begin($owner_w1, 'PAY', 'citus-upgrade-$tag-1', '{}');
-SELECT idem_finish($owner_w1, 'PAY', 'citus-upgrade-$tag-1', 201, '{"v": "1.10"}', NULL, '{"X-A": "1"}');
-COMMIT;
-SQL
-c -c "ALTER EXTENSION idem UPDATE" -c "SELECT idem_distribute()" >/dev/null
+# ---- a cluster distributed at an earlier release, updated to the current
+# version: ALTER EXTENSION idem UPDATE on the coordinator (Citus runs it on
+# every node), then idem_distribute() again.  From 1.10 (1.11's columns,
+# 1.12's outbox on each node, the move to idem_internal) and from 1.12 (the
+# move, and the record's new columns added while the workers' shards are
+# still in the extension's schema) ----
 current=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/idem.control")
-check "update 1.10 -> $current on Citus: every node is at the new version" "$current $current $current" \
-	"$(c -c "SELECT extversion FROM pg_extension WHERE extname = 'idem'") $(c -c "SELECT string_agg(result, ' ') FROM run_command_on_workers('SELECT extversion FROM pg_extension WHERE extname = ''idem''')")"
-check "update on Citus: the new columns are on every shard of idem_internal.idempotency_record" "t" \
-	"$(c -c "SELECT bool_and(result::int = 2) FROM run_command_on_placements('idem_internal.idempotency_record',
-	          'SELECT count(*) FROM pg_attribute WHERE attrelid = ''%s''::regclass AND attname IN (''fingerprint_version'', ''response_header_list'')')")"
-check "update on Citus: idem_distribute() again distributes idem_history and idem_policy and delegates the new signatures" \
-	"idem_internal.idem_history:h idem_internal.idem_policy:n 6" \
-	"$(c -c "SELECT string_agg(logicalrelid::text || ':' || partmethod::text, ' ' ORDER BY 1) FROM pg_dist_partition WHERE logicalrelid::text IN ('idem_internal.idem_history', 'idem_internal.idem_policy')") $(c -c "SELECT count(*) FROM pg_dist_object d JOIN pg_proc p ON p.oid = d.objid WHERE d.classid = 'pg_proc'::regclass AND d.force_delegation")"
-check "update on Citus: the 1.10 record replays, its headers in both forms" "t|201|{\"X-A\": \"1\"}|{\"X-A\": \"1\"}" \
-	"$(c -c "SELECT replayed, http_status, headers, header_list FROM idem_begin($owner_w1, 'PAY', 'citus-upgrade-$tag-1', '{}')")"
-c -c "SELECT operation FROM idem_set_policy('PAY', ttl => '5 days')" >/dev/null
-c <<SQL >/dev/null
+# "same" when every shard of table $1 has the coordinator table's columns;
+# otherwise the column lists of the shards that differ.
+shard_columns() {
+	local cols
+	cols=$(c -c "SELECT string_agg(attname, ',' ORDER BY attname) FROM pg_attribute
+	             WHERE attrelid = '$1'::regclass AND attnum > 0 AND NOT attisdropped")
+	c -c "SELECT coalesce(string_agg(DISTINCT result, ' ') FILTER (WHERE result <> '$cols'), 'same')
+	        FROM run_command_on_placements('$1',
+	             'SELECT string_agg(attname, '','' ORDER BY attname) FROM pg_attribute
+	               WHERE attrelid = ''%s''::regclass AND attnum > 0 AND NOT attisdropped')"
+}
+update_from() {	# update_from VERSION
+	local from=$1 v=${1//./_} t
+	citus_cluster_stop
+	CITUS_WAIT_TIMEOUT=1s CITUS_IDEM_VERSION=$from citus_cluster_start
+	c <<SQL >/dev/null
 BEGIN;
-SELECT replayed FROM idem_begin($owner_w2, 'PAY', 'citus-upgrade-$tag-2', '{}');
-SELECT idem_finish($owner_w2, 'PAY', 'citus-upgrade-$tag-2', 201, '{}', header_list => '[["Set-Cookie", "a=1"], ["Set-Cookie", "b=2"]]');
+SELECT replayed FROM idem_begin($owner_w1, 'PAY', 'citus-upgrade-$tag-$v-1', '{}');
+SELECT idem_finish($owner_w1, 'PAY', 'citus-upgrade-$tag-$v-1', 201, '{"v": "$from"}', NULL, '{"X-A": "1"}');
 COMMIT;
 SQL
-check "update on Citus: a policy applies on the workers, headers in json form are kept" "5 days|[[\"Set-Cookie\", \"a=1\"], [\"Set-Cookie\", \"b=2\"]]" \
-	"$(c -c "SELECT expires_at - created_at, response_header_list FROM idem_internal.idempotency_record WHERE idempotency_key = 'citus-upgrade-$tag-2'")"
+	check "update $from -> $current on Citus: ALTER EXTENSION idem UPDATE and idem_distribute() succeed" "ok" \
+		"$(c -v ON_ERROR_STOP=1 -c "ALTER EXTENSION idem UPDATE" -c "SELECT idem_distribute()" 2>&1 >/dev/null | sed -n 's/^.*ERROR: *//p' | head -n 1 | grep . || echo ok)"
+	check "update $from -> $current on Citus: every node is at the new version" "$current $current $current" \
+		"$(c -c "SELECT extversion FROM pg_extension WHERE extname = 'idem'") $(c -c "SELECT string_agg(result, ' ') FROM run_command_on_workers('SELECT extversion FROM pg_extension WHERE extname = ''idem''')")"
+	for t in idempotency_record purchase_order idem_inbox idem_history; do
+		check "update $from -> $current on Citus: every shard of idem_internal.$t has the coordinator's columns" "same" \
+			"$(shard_columns "idem_internal.$t")"
+	done
+	check "update $from -> $current on Citus: idem_distribute() again distributes idem_history and idem_policy and delegates the new signatures" \
+		"idem_internal.idem_history:h idem_internal.idem_policy:n $delegated" \
+		"$(c -c "SELECT string_agg(logicalrelid::text || ':' || partmethod::text, ' ' ORDER BY 1) FROM pg_dist_partition WHERE logicalrelid::text IN ('idem_internal.idem_history', 'idem_internal.idem_policy')") $(c -c "SELECT string_agg(p.proname, ' ' ORDER BY p.proname) FROM pg_dist_object d JOIN pg_proc p ON p.oid = d.objid WHERE d.classid = 'pg_proc'::regclass AND d.force_delegation")"
+	check "update $from -> $current on Citus: the $from record replays, its headers in both forms" "t|201|{\"X-A\": \"1\"}|{\"X-A\": \"1\"}" \
+		"$(c -c "SELECT replayed, http_status, headers, header_list FROM idem_begin($owner_w1, 'PAY', 'citus-upgrade-$tag-$v-1', '{}')")"
+	c -c "SELECT operation FROM idem_set_policy('PAY', ttl => '5 days')" >/dev/null
+	c <<SQL >/dev/null
+BEGIN;
+SELECT replayed FROM idem_begin($owner_w2, 'PAY', 'citus-upgrade-$tag-$v-2', '{"n": 2}');
+SELECT idem_finish($owner_w2, 'PAY', 'citus-upgrade-$tag-$v-2', 201, '{}', header_list => '[["Set-Cookie", "a=1"], ["Set-Cookie", "b=2"]]');
+COMMIT;
+SQL
+	check "update $from -> $current on Citus: a policy applies on the workers, headers in json form are kept, the request's digest is stored" \
+		"5 days|[[\"Set-Cookie\", \"a=1\"], [\"Set-Cookie\", \"b=2\"]]|16" \
+		"$(c -c "SELECT expires_at - created_at, response_header_list, length(request_digest) FROM idem_internal.idempotency_record WHERE idempotency_key = 'citus-upgrade-$tag-$v-2'")"
+}
+update_from 1.10
+update_from 1.12
 # shellcheck disable=SC2034  # read by the at_exit handler above
 finished=1
