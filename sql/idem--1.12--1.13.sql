@@ -96,6 +96,9 @@ DECLARE
 BEGIN
     IF citus THEN
         PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+        -- Citus hides shards from queries of pg_class: the coordinator's
+        -- placement of idem_policy (a reference table) would stay behind
+        PERFORM pg_catalog.set_config('citus.override_table_visibility', 'off', true);
         EXECUTE
             'SELECT COALESCE(pg_catalog.array_agg(c.oid), ''{}'') FROM pg_catalog.pg_dist_shard s
                JOIN pg_catalog.pg_class l ON l.oid OPERATOR(pg_catalog.=) s.logicalrelid
