@@ -1,4 +1,4 @@
-/* idem--1.13.sql (built from sql/idem.sql): the install script of idem 1.13 */
+/* idem--1.14.sql (built from sql/idem.sql): the install script of idem 1.14 */
 \echo Use "CREATE EXTENSION idem" to load this file. \quit
 
 -- The current schema, readable: every object of the extension is defined
@@ -49,6 +49,116 @@ REVOKE ALL ON SCHEMA idem_internal FROM PUBLIC;
 
 COMMENT ON SCHEMA idem_internal IS
     'idem: its tables, sequences and internal functions (the API, views and types are in the extension''s schema)';
+
+-- ---------------------------------------------------------------------------
+-- Who may create in idem's schema.  A role that may create a function in
+-- it can overload an idem function there with one that a client's call
+-- matches better (a smallint, a varchar, an unknown parameter), and so run
+-- its code as every caller.  The schema's owner is trusted (it could drop
+-- the schema anyway), with the roles equal to it: the database's owner on a
+-- schema pg_database_owner owns (PostgreSQL 15's public), pg_database_owner
+-- on a schema the database's owner owns, and superusers.  CREATE EXTENSION
+-- refuses a schema that grants CREATE to anyone else; ALTER EXTENSION
+-- UPDATE warns; idem_health() reports it (a grant made later, a restore,
+-- pg_upgrade).
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION idem_internal.idem_schema_creators(nsp pg_catalog.oid)
+RETURNS text[]
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT pg_catalog.array_agg(CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                                     ELSE pg_catalog.quote_ident(r.rolname::pg_catalog.text) END
+                                ORDER BY a.grantee OPERATOR(pg_catalog.<>) 0, r.rolname)
+      FROM pg_catalog.pg_namespace n
+     CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) a
+      LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+      JOIN pg_catalog.pg_database d ON d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()
+     WHERE n.oid OPERATOR(pg_catalog.=) nsp
+       AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'
+       AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner
+       AND NOT (pg_catalog.pg_get_userbyid(n.nspowner) OPERATOR(pg_catalog.=) 'pg_database_owner'
+                AND a.grantee OPERATOR(pg_catalog.=) d.datdba)
+       AND NOT (r.rolname OPERATOR(pg_catalog.=) 'pg_database_owner'
+                AND n.nspowner OPERATOR(pg_catalog.=) d.datdba)
+       AND NOT COALESCE(r.rolsuper, false);
+END;
+
+COMMENT ON FUNCTION idem_internal.idem_schema_creators(pg_catalog.oid) IS
+    'idem: the roles besides its owner (PUBLIC included) that may create objects in a schema; NULL when none';
+
+REVOKE ALL ON FUNCTION idem_internal.idem_schema_creators(pg_catalog.oid) FROM PUBLIC;
+
+-- The error CREATE EXTENSION raises, or the warning an update gives.
+CREATE FUNCTION idem_internal.idem_check_schema(refuse boolean)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    nsp pg_catalog.oid;
+    nspname text;
+    creators text[];
+BEGIN
+    SELECT n.oid, n.nspname INTO nsp, nspname
+      FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+     WHERE e.extname OPERATOR(pg_catalog.=) 'idem';
+    creators := idem_internal.idem_schema_creators(nsp);
+    IF creators IS NULL THEN
+        RETURN;
+    END IF;
+    IF refuse THEN
+        RAISE EXCEPTION 'schema "%" lets other roles create objects in it', nspname
+            USING ERRCODE = '55000',
+                  DETAIL = pg_catalog.format('CREATE on the schema is granted to %s. Such a role could create a function there that overloads an idem function and runs as whoever calls it.',
+                                             pg_catalog.array_to_string(creators, ', ')),
+                  HINT = pg_catalog.format('Revoke it (REVOKE CREATE ON SCHEMA %s FROM %s), or install idem in a schema of its own (CREATE SCHEMA idem; CREATE EXTENSION idem SCHEMA idem).',
+                                           nsp::pg_catalog.regnamespace, pg_catalog.array_to_string(creators, ', '));
+    END IF;
+    RAISE WARNING 'schema "%" lets other roles create objects in it', nspname
+        USING DETAIL = pg_catalog.format('CREATE on the schema is granted to %s. Such a role could create a function there that overloads an idem function and runs as whoever calls it.',
+                                         pg_catalog.array_to_string(creators, ', ')),
+              HINT = pg_catalog.format('Revoke it (REVOKE CREATE ON SCHEMA %s FROM %s); idem_health() reports it until then.',
+                                       nsp::pg_catalog.regnamespace, pg_catalog.array_to_string(creators, ', '));
+END
+$$;
+
+COMMENT ON FUNCTION idem_internal.idem_check_schema(boolean) IS
+    'idem: refuse (CREATE EXTENSION) or warn (ALTER EXTENSION UPDATE) when other roles may create in idem''s schema';
+
+REVOKE ALL ON FUNCTION idem_internal.idem_check_schema(boolean) FROM PUBLIC;
+
+-- Functions in idem's schema named as one of idem's but not idem's: an
+-- overload a call may match instead (or, with a defaulted extra parameter,
+-- that makes every call ambiguous).
+CREATE FUNCTION idem_internal.idem_shadowing_functions(nsp pg_catalog.oid)
+RETURNS text[]
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+BEGIN ATOMIC
+    SELECT pg_catalog.array_agg(p.oid::pg_catalog.regprocedure::pg_catalog.text ORDER BY p.oid::pg_catalog.regprocedure::pg_catalog.text)
+      FROM pg_catalog.pg_proc p
+     WHERE p.pronamespace OPERATOR(pg_catalog.=) nsp
+       AND p.proname IN (SELECT m.proname FROM pg_catalog.pg_proc m
+                           JOIN pg_catalog.pg_depend d ON d.objid OPERATOR(pg_catalog.=) m.oid
+                          WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                            AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+                            AND d.deptype OPERATOR(pg_catalog.=) 'e'
+                            AND d.refobjid OPERATOR(pg_catalog.=) (SELECT e.oid FROM pg_catalog.pg_extension e
+                                                                   WHERE e.extname OPERATOR(pg_catalog.=) 'idem'))
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d
+                        WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                          AND d.objid OPERATOR(pg_catalog.=) p.oid
+                          AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass
+                          AND d.deptype OPERATOR(pg_catalog.=) 'e');
+END;
+
+COMMENT ON FUNCTION idem_internal.idem_shadowing_functions(pg_catalog.oid) IS
+    'idem: functions in a schema named as one of idem''s that are not idem''s; NULL when none';
+
+REVOKE ALL ON FUNCTION idem_internal.idem_shadowing_functions(pg_catalog.oid) FROM PUBLIC;
+
+SELECT idem_internal.idem_check_schema(true);
 
 -- ===========================================================================
 -- 1.0: the record, the order example, the fingerprint, the cleanup
@@ -2053,7 +2163,9 @@ CREATE FUNCTION @extschema@.idem_health(
     OUT worker_last_run_deleted bigint,
     OUT worker_last_error text,
     OUT worker_last_error_at timestamptz,
-    OUT refuse_without_audit text[])
+    OUT refuse_without_audit text[],
+    OUT schema_creators text[],
+    OUT shadowing_functions text[])
 RETURNS record
 LANGUAGE sql STABLE
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -2094,7 +2206,9 @@ SELECT
         UNION ALL
         SELECT '*' WHERE pg_catalog.current_setting('idem.reuse_after_expiry', true) OPERATOR(pg_catalog.=) 'refuse'
            AND COALESCE(pg_catalog.current_setting('idem.audit_ttl', true), '0')::pg_catalog.interval
-               OPERATOR(pg_catalog.<=) '0'::pg_catalog.interval) u)
+               OPERATOR(pg_catalog.<=) '0'::pg_catalog.interval) u),
+    idem_internal.idem_schema_creators('@extschema@'::pg_catalog.regnamespace::pg_catalog.oid),
+    idem_internal.idem_shadowing_functions('@extschema@'::pg_catalog.regnamespace::pg_catalog.oid)
 FROM (SELECT pg_catalog.sum(pg_catalog.pg_table_size(t.rel))::pg_catalog.int8 AS table_bytes,
              pg_catalog.sum(pg_catalog.pg_indexes_size(t.rel))::pg_catalog.int8 AS index_bytes
         FROM pg_catalog.unnest(ARRAY['idem_internal.idempotency_record'::pg_catalog.regclass,
@@ -2108,7 +2222,7 @@ LEFT JOIN @extschema@.idem_cleanup_status() w
                                           WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
 END;
 COMMENT ON FUNCTION @extschema@.idem_health() IS
-    'idem: backlog, PROCESSING records, outbox and inbox (lease lapses, dead letters), disk use, the cleanup worker''s last round, and operations refusing reuse without an audit period, for this database';
+    'idem: backlog, PROCESSING records, outbox and inbox (lease lapses, dead letters), disk use, the cleanup worker''s last round, operations refusing reuse without an audit period, and who could plant functions in idem''s schema, for this database';
 REVOKE ALL ON FUNCTION @extschema@.idem_health() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.idem_health() TO pg_monitor;
 

@@ -26,6 +26,8 @@ export PG_CONFIG
 debian_pg() { [ "${IDEM_PG_ORIGIN:-$PG_CONFIG}" = "$DEBIAN_PG_CONFIG" ]; }
 
 log() { printf '==> %s\n' "$*" >&2; }
+# The libraries' version: the extension's (idem.control) with a patch number.
+lib_version() { echo "$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/idem.control").0"; }
 
 # How long a test waits for progress before it calls it a failure:
 # PostgreSQL's suites' PG_TEST_TIMEOUT_DEFAULT (180 s unless set).  A wait

@@ -26,8 +26,8 @@ build_java_client >/dev/null
 # the Spring Boot starters and examples/spring's jar on each line (POST
 # /bare/orders with IDEM_BENCH=1)
 (cd "$CLIENTS/java/spring" && mvn -B -ntp -q -DskipTests install && cd "$IDEM_ROOT/examples/spring" &&
-	mvn -B -ntp -q -DskipTests clean package && cp target/spring-orders-1.13.0.jar "$IDEM_TMP/spring-boot-3.5.jar" &&
-	mvn -B -ntp -q -DskipTests -Pboot4 clean package && cp target/spring-orders-1.13.0.jar "$IDEM_TMP/spring-boot-4.1.jar") \
+	mvn -B -ntp -q -DskipTests clean package && cp "target/spring-orders-$(lib_version).jar" "$IDEM_TMP/spring-boot-3.5.jar" &&
+	mvn -B -ntp -q -DskipTests -Pboot4 clean package && cp "target/spring-orders-$(lib_version).jar" "$IDEM_TMP/spring-boot-4.1.jar") \
 	>"$IDEM_TMP/mvn-spring.log" 2>&1 || { cat "$IDEM_TMP/mvn-spring.log" >&2; exit 1; }
 
 bench() {	# bench NAME COMMAND...

@@ -19,7 +19,7 @@ check "node: the installed package is the tarball's (no path into the tree)" yes
 
 # as docs/clients.md says, from a checkout: npm install ./clients/node pg
 mkdir -p "$IDEM_TMP/node-checkout"
-check "node: npm install ./clients/node pg works in an empty folder, as the docs say" "1.13.0" \
+check "node: npm install ./clients/node pg works in an empty folder, as the docs say" "$(lib_version)" \
 	"$( (cd "$IDEM_TMP/node-checkout" && cp -r "$CLIENTS/node" ./idem-node &&
 		echo '{"name": "checkout-test", "private": true, "type": "module"}' >package.json &&
 		npm install --no-audit --no-fund --silent ./idem-node pg >/dev/null 2>&1 &&

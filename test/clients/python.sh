@@ -22,7 +22,7 @@ start_clients_server
 build_python_client "flask>=3,<4" "fastapi>=0.110,<1" "uvicorn>=0.29,<1" "django>=5.1,<6" "pytest>=8,<9" || exit 0
 # as docs/clients.md says, from a checkout: pip install ./clients/python in a venv
 /usr/bin/python3 -m venv "$IDEM_TMP/venv-checkout"
-check "python: pip install ./clients/python works in a fresh venv, as the docs say (psycopg from PyPI)" "1.13.0" \
+check "python: pip install ./clients/python works in a fresh venv, as the docs say (psycopg from PyPI)" "$(lib_version)" \
 	"$( (cd "$IDEM_TMP" && cp -r "$CLIENTS/python" checkout-python &&
 		"$IDEM_TMP/venv-checkout/bin/pip" install -q --disable-pip-version-check ./checkout-python >/dev/null 2>&1 &&
 		"$IDEM_TMP/venv-checkout/bin/python" -c 'import idem_pg, psycopg; print(idem_pg.__version__)') 2>&1 | tail -n 1)"

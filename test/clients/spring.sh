@@ -49,7 +49,7 @@ boot_line() {
 		{ tail -n 80 "$SPRING_BUILD/test-$name.log" >&2; echo "not ok - spring: mvn test runs examples/spring's tests on $name"; }
 	surefire_lines "$name" "$APP/target/surefire-reports"
 	mvn_step "mvn package makes examples/spring's jar on $name" "$APP" -q "$@" -DskipTests package || return 1
-	cp "$APP/target/spring-orders-1.13.0.jar" "$SPRING_BUILD/${name// /-}.jar"
+	cp "$APP/target/spring-orders-$(lib_version).jar" "$SPRING_BUILD/${name// /-}.jar"
 }
 
 java_major() { "$1" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p'; }

@@ -36,6 +36,10 @@ history_before=$(q $src "SELECT md5(string_agg(h::text, ',' ORDER BY h.record_id
 before=$(q $src "SELECT md5(string_agg(r::text, ',' ORDER BY r.id)) FROM idem_internal.idempotency_record r")
 orders_before=$(q $src "SELECT md5(string_agg(o::text, ',' ORDER BY o.id)) FROM idem_internal.purchase_order o")
 
+# CREATE granted on idem's schema after the install: pg_dump writes the
+# schema's privileges after CREATE EXTENSION, so the restore installs idem
+# and grants it again; idem_health() must say so (1.14)
+q $src "DROP ROLE IF EXISTS idem_dump_creator; CREATE ROLE idem_dump_creator; GRANT CREATE ON SCHEMA public TO idem_dump_creator"
 "$PG_BINDIR/pg_dump" -Fc -f "$dump" $src
 "$PG_BINDIR/createdb" $dst
 "$PG_BINDIR/pg_restore" -d $dst "$dump"
@@ -68,5 +72,9 @@ check "dead letters, topic settings and consumers' failures survive pg_dump and 
 check "the restored dead letter still holds its key, and its redrive delivers it" '|{"n": 1}' \
 	"$(q $dst "SELECT string_agg(payload::text, ',') FROM idem_outbox_fetch('dump.topic', 10)")|$(q $dst "SELECT idem_outbox_redrive(ARRAY(SELECT message_id FROM idem_internal.idem_outbox_dead))" >/dev/null; q $dst "SELECT string_agg(payload::text, ',') FROM idem_outbox_fetch('dump.topic', 10)")"
 
+check "a restored grant of CREATE on idem's schema is reported by idem_health()" "{idem_dump_creator}" \
+	"$(q $dst "SELECT schema_creators FROM idem_health()")"
+
 rm -f "$dump"
 for db in $src $dst; do "$PG_BINDIR/dropdb" "$db"; done
+q postgres "DROP ROLE idem_dump_creator"

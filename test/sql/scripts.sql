@@ -155,9 +155,11 @@ INSERT INTO plants VALUES
      CREATE FUNCTION clock_timestamp() RETURNS timestamptz LANGUAGE sql AS $$ SELECT CASE WHEN public.pwn() THEN pg_catalog.now() END $$$p$,
   'always');
 
--- Fresh installs, in a schema regress_evil owns and in public.
+-- Fresh installs, in a schema regress_evil owns.  (In public, where
+-- regress_evil has CREATE, CREATE EXTENSION refuses before anything is
+-- created: the cases below.)
 SELECT s AS schema, name, pg_temp.attempt(s, stmt) AS outcome
-FROM plants, (VALUES ('regress_evil_schema'), ('public')) v(s)
+FROM plants, (VALUES ('regress_evil_schema')) v(s)
 ORDER BY s, name;
 -- Updates from every released version: plant what a later script creates
 -- (or resolves), then ALTER EXTENSION idem UPDATE.
@@ -170,6 +172,63 @@ ORDER BY v.version, s, name;
 SELECT count(*) AS extensions FROM pg_extension WHERE extname = 'idem';
 SELECT rolsuper AS evil_is_superuser FROM pg_roles WHERE rolname = 'regress_evil';
 
+-- CREATE EXTENSION refuses a schema where a role other than its owner may
+-- create (55000, naming them), and writes nothing; ALTER EXTENSION UPDATE
+-- warns alike and goes on; idem_health() names them.  The owner's equals
+-- may: the database's owner in a schema pg_database_owner owns, and a
+-- superuser.
+CREATE ROLE regress_db_owner;
+CREATE ROLE regress_app;
+CREATE ROLE regress_super SUPERUSER;
+ALTER DATABASE regress_idem_scripts OWNER TO regress_db_owner;
+\set VERBOSITY default
+CREATE SCHEMA regress_shared;
+GRANT CREATE ON SCHEMA regress_shared TO PUBLIC;
+CREATE EXTENSION idem SCHEMA regress_shared;
+GRANT CREATE ON SCHEMA regress_shared TO regress_app;
+CREATE EXTENSION idem SCHEMA regress_shared;
+REVOKE CREATE ON SCHEMA regress_shared FROM PUBLIC;
+CREATE EXTENSION idem SCHEMA regress_shared;
+SELECT count(*) AS extensions, to_regnamespace('idem_internal') AS internal_schema
+FROM pg_extension WHERE extname = 'idem';
+\set VERBOSITY terse
+-- public belongs to pg_database_owner: CREATE for the database's owner and
+-- a superuser is no reason to refuse; for another role it is
+GRANT CREATE ON SCHEMA public TO regress_db_owner, regress_super;
+REVOKE CREATE ON SCHEMA public FROM regress_evil;
+CREATE EXTENSION idem SCHEMA public;
+SELECT schema_creators, shadowing_functions FROM public.idem_health();
+DROP EXTENSION idem;
+-- a schema the database's owner owns, CREATE granted to pg_database_owner
+ALTER SCHEMA regress_shared OWNER TO regress_db_owner;
+REVOKE CREATE ON SCHEMA regress_shared FROM regress_app;
+GRANT CREATE ON SCHEMA regress_shared TO pg_database_owner;
+CREATE EXTENSION idem SCHEMA regress_shared;
+DROP EXTENSION idem;
+-- an update warns and updates
+GRANT CREATE ON SCHEMA public TO regress_app;
+CREATE EXTENSION idem VERSION '1.13' SCHEMA public;
+ALTER EXTENSION idem UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'idem';
+SELECT schema_creators, shadowing_functions FROM public.idem_health();
+-- a grant made after the install, and an overload planted through it (one
+-- with an extra defaulted parameter makes every call ambiguous)
+GRANT CREATE ON SCHEMA public TO PUBLIC;
+SET ROLE regress_app;
+CREATE FUNCTION public.idem_begin(smallint, text, text, jsonb, interval) RETURNS boolean
+LANGUAGE sql AS $$ SELECT false $$;
+CREATE FUNCTION public.idem_consume(text, text, interval DEFAULT NULL, bigint DEFAULT NULL, x int DEFAULT 0)
+RETURNS boolean LANGUAGE sql AS $$ SELECT false $$;
+RESET ROLE;
+SELECT schema_creators, shadowing_functions FROM public.idem_health();
+SELECT public.idem_consume('c', 'm');
+DROP FUNCTION public.idem_begin(smallint, text, text, jsonb, interval);
+DROP FUNCTION public.idem_consume(text, text, interval, bigint, int);
+REVOKE CREATE ON SCHEMA public FROM PUBLIC, regress_app, regress_db_owner, regress_super;
+SELECT schema_creators, shadowing_functions FROM public.idem_health();
+DROP EXTENSION idem;
+DROP SCHEMA regress_shared;
+
 \c :regress_db :su
 DROP DATABASE regress_idem_scripts;
-DROP ROLE regress_evil;
+DROP ROLE regress_evil, regress_db_owner, regress_app, regress_super;

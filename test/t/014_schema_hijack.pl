@@ -538,6 +538,18 @@ $node->safe_psql('h_mitigated', q{SELECT public.idem_outbox_emit('orders', '{}',
 $node->psql('h_mitigated', q{SELECT * FROM public.idem_outbox_fetch('orders', 1, interval '1 minute')},
 	extra_params => [ '-U', 'h_publisher' ]);
 is(hits('h_mitigated'), '', 'mitigation: its plants in public do not run');
+# the update to the current version warns of the CREATE that mitigation
+# left to the database's owner, and idem_health() reports it until revoked
+($rc, $out, $err) = $node->psql('h_mitigated', 'ALTER EXTENSION idem UPDATE');
+is($rc, 0, 'mitigation: ALTER EXTENSION idem UPDATE from 1.12 succeeds') or diag $err;
+like($err, qr/WARNING:  schema "public" lets other roles create objects in it\nDETAIL:  CREATE on the schema is granted to evil_owner\./,
+	'... and warns that the database\'s owner may create in public');
+is($node->safe_psql('h_mitigated', 'SELECT schema_creators FROM public.idem_health()'), '{evil_owner}',
+	'... which idem_health() reports');
+$node->safe_psql('h_mitigated', 'REVOKE CREATE ON SCHEMA public FROM evil_owner');
+is($node->safe_psql('h_mitigated', 'SELECT schema_creators IS NULL FROM public.idem_health()'), 't',
+	'... until it is revoked');
+is(hits('h_mitigated'), '', 'mitigation: the update ran none of the plants');
 
 is($node->safe_psql('postgres', $rights_query), $rights_before, 'no role gained a right');
 
