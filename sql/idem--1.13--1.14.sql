@@ -277,3 +277,178 @@ END;
 COMMENT ON FUNCTION @extschema@.idem_privileges(text) IS
     'idem: the privileges idem_grant gives one kind of user (app, worker, publisher, consumer, monitor)';
 
+
+-- idem_consume_check and idem_consume_failed check their consumer, message
+-- id and owner as idem_consume does (before 1.14 they took any consumer
+-- name and message id, and ignored idem.allowed_owners).
+-- idem_consume's rules for the arguments idem_consume_check and
+-- idem_consume_failed share with it (22004, 22023), and the caller's
+-- idem.allowed_owners for the owner (42501).
+CREATE FUNCTION idem_internal.idem_consume_args(consumer text, message_id text, owner bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_consume_args'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idem_internal.idem_consume_args(text, text, bigint) IS
+    'idem: check a consumer''s arguments as idem_consume does (for idem_consume_check and idem_consume_failed)';
+REVOKE ALL ON FUNCTION idem_internal.idem_consume_args(text, text, bigint) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION @extschema@.idem_consume_check(
+    consumer text, message_id text, msg_key text DEFAULT NULL, owner bigint DEFAULT NULL,
+    OUT verdict text, OUT blocked_by text, OUT attempts integer)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    r record;
+BEGIN
+    PERFORM idem_internal.idem_consume_args(idem_consume_check.consumer, idem_consume_check.message_id, owner);
+    attempts := 0;
+    SELECT f.* INTO r FROM idem_internal.idem_inbox_failure f
+     WHERE f.consumer OPERATOR(pg_catalog.=) idem_consume_check.consumer
+       AND f.message_id OPERATOR(pg_catalog.=) idem_consume_check.message_id
+       FOR UPDATE;
+    IF FOUND THEN
+        attempts := r.attempts;
+        IF r.dead_at IS NOT NULL AND NOT r.redriven THEN
+            verdict := 'dead';
+            blocked_by := r.behind;
+            RETURN;
+        END IF;
+        DELETE FROM idem_internal.idem_inbox_failure f
+         WHERE f.consumer OPERATOR(pg_catalog.=) idem_consume_check.consumer
+           AND f.message_id OPERATOR(pg_catalog.=) idem_consume_check.message_id;
+        IF r.redriven THEN
+            verdict := 'apply';     -- redriven: in the order the operator delivers them again
+            RETURN;
+        END IF;
+    END IF;
+    IF idem_consume_check.msg_key IS NOT NULL THEN
+        SELECT f.message_id INTO blocked_by FROM idem_internal.idem_inbox_failure f
+         WHERE f.consumer OPERATOR(pg_catalog.=) idem_consume_check.consumer
+           AND f.msg_key OPERATOR(pg_catalog.=) idem_consume_check.msg_key
+           AND f.dead_at IS NOT NULL AND f.blocks
+           AND f.message_id OPERATOR(pg_catalog.<>) idem_consume_check.message_id
+         ORDER BY f.dead_at, f.message_id LIMIT 1;
+        IF blocked_by IS NOT NULL THEN
+            INSERT INTO idem_internal.idem_inbox_failure AS f
+                (consumer, message_id, msg_key, owner_id, attempts, last_reason, first_failed_at,
+                 last_failed_at, dead_at, blocks, behind, redriven)
+            VALUES (idem_consume_check.consumer, idem_consume_check.message_id, idem_consume_check.msg_key,
+                    owner, 0, pg_catalog.format('set aside behind the dead letter %s of its key', blocked_by),
+                    pg_catalog.now(), pg_catalog.now(), pg_catalog.now(), true, blocked_by, false);
+            verdict := 'set_aside';
+            RETURN;
+        END IF;
+    END IF;
+    verdict := 'apply';
+END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.idem_consume_check(text, text, text, bigint) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.idem_consume_check(text, text, text, bigint) IS
+    'idem: before applying a message: ''apply'', ''dead'' (a dead letter) or ''set_aside'' (its key waits behind a dead letter); for consumers';
+
+-- idem_consume_failed, in a transaction of its own after the effect's
+-- rolled back: one more attempt; dead past the limit (max_attempts, else
+-- the topic's max_deliveries, else idem.outbox_max_deliveries).
+CREATE OR REPLACE FUNCTION @extschema@.idem_consume_failed(
+    consumer text, message_id text, reason text, msg_key text DEFAULT NULL, topic text DEFAULT NULL,
+    max_attempts integer DEFAULT NULL, owner bigint DEFAULT NULL,
+    OUT attempts integer, OUT dead boolean)
+RETURNS record
+LANGUAGE plpgsql VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    lim integer;
+    on_dead text;
+    holds boolean;
+BEGIN
+    PERFORM idem_internal.idem_consume_args(idem_consume_failed.consumer, idem_consume_failed.message_id, owner);
+    IF max_attempts OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION 'max_attempts must be at least 1, or NULL for the topic''s max_deliveries'
+            USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has max_attempts %s.', max_attempts);
+    END IF;
+    PERFORM idem_internal.idem_outbox_guard();      -- loads the library: its GUC
+    SELECT s.max_deliveries, s.on_dead INTO lim, on_dead
+      FROM idem_internal.idem_outbox_topic s WHERE s.topic OPERATOR(pg_catalog.=) idem_consume_failed.topic;
+    lim := COALESCE(max_attempts, lim,
+                    COALESCE(pg_catalog.current_setting('idem.outbox_max_deliveries', true), '5')::pg_catalog.int4);
+    holds := idem_consume_failed.msg_key IS NOT NULL AND COALESCE(on_dead, 'block') OPERATOR(pg_catalog.=) 'block';
+    INSERT INTO idem_internal.idem_inbox_failure AS f
+        (consumer, message_id, msg_key, owner_id, attempts, last_reason, first_failed_at, last_failed_at,
+         dead_at, blocks, behind, redriven)
+    VALUES (idem_consume_failed.consumer, idem_consume_failed.message_id, idem_consume_failed.msg_key, owner, 1,
+            pg_catalog.left(reason, 1000), pg_catalog.now(), pg_catalog.now(),
+            CASE WHEN lim OPERATOR(pg_catalog.<=) 1 THEN pg_catalog.now() END, holds, NULL, false)
+    ON CONFLICT ON CONSTRAINT pk_idem_inbox_failure DO UPDATE
+       SET attempts = f.attempts OPERATOR(pg_catalog.+) 1,
+           last_reason = excluded.last_reason,
+           last_failed_at = excluded.last_failed_at,
+           dead_at = CASE WHEN f.attempts OPERATOR(pg_catalog.+) 1 OPERATOR(pg_catalog.>=) lim
+                          THEN pg_catalog.now() END,
+           blocks = excluded.blocks, behind = NULL, redriven = false
+    RETURNING f.attempts, f.dead_at IS NOT NULL INTO attempts, dead;
+END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.idem_consume_failed(text, text, text, text, text, integer, bigint) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.idem_consume_failed(text, text, text, text, text, integer, bigint) IS
+    'idem: count a failed attempt to apply a message (outside the effect''s transaction); dead past the limit; for consumers';
+
+-- ---------------------------------------------------------------------------
+-- Nothing in idem_internal carries a privilege idem did not grant.  Default
+-- privileges (ALTER DEFAULT PRIVILEGES ... GRANT SELECT ON TABLES TO app)
+-- apply to what this script creates; idem grants nothing in idem_internal
+-- to a named role, and nothing on its tables, sequences or the schema to
+-- PUBLIC.  Run at the end of the install and of every update.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION idem_internal.idem_revoke_foreign_privileges()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN
+        SELECT 'SCHEMA' AS kind, 'idem_internal' AS object, a.grantee, a.privilege_type
+          FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+         WHERE n.nspname OPERATOR(pg_catalog.=) 'idem_internal'
+           AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner
+        UNION ALL
+        SELECT 'TABLE', c.oid::pg_catalog.regclass::pg_catalog.text, a.grantee, a.privilege_type
+          FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+         WHERE c.relnamespace OPERATOR(pg_catalog.=) 'idem_internal'::pg_catalog.regnamespace
+           AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+        UNION ALL
+        SELECT 'FUNCTION', p.oid::pg_catalog.regprocedure::pg_catalog.text, a.grantee, a.privilege_type
+          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+         WHERE p.pronamespace OPERATOR(pg_catalog.=) 'idem_internal'::pg_catalog.regnamespace
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+           AND a.grantee OPERATOR(pg_catalog.<>) 0
+        UNION ALL
+        SELECT 'TYPE', t.oid::pg_catalog.regtype::pg_catalog.text, a.grantee, a.privilege_type
+          FROM pg_catalog.pg_type t, pg_catalog.aclexplode(t.typacl) a
+         WHERE t.typnamespace OPERATOR(pg_catalog.=) 'idem_internal'::pg_catalog.regnamespace
+           AND a.grantee OPERATOR(pg_catalog.<>) t.typowner
+           AND a.grantee OPERATOR(pg_catalog.<>) 0
+    LOOP
+        -- TABLE covers sequences too (GRANT ... ON TABLE takes a sequence)
+        EXECUTE pg_catalog.format('REVOKE %s ON %s %s FROM %s', g.privilege_type,
+            CASE WHEN g.kind OPERATOR(pg_catalog.=) 'SCHEMA' THEN 'SCHEMA' WHEN g.kind OPERATOR(pg_catalog.=) 'TABLE' THEN 'TABLE'
+                 WHEN g.kind OPERATOR(pg_catalog.=) 'FUNCTION' THEN 'FUNCTION' ELSE 'TYPE' END,
+            g.object,
+            CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END);
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION idem_internal.idem_revoke_foreign_privileges() IS
+    'idem: revoke what default privileges granted on idem_internal and its objects (run by the install and every update)';
+
+REVOKE ALL ON FUNCTION idem_internal.idem_revoke_foreign_privileges() FROM PUBLIC;
+
+SELECT idem_internal.idem_revoke_foreign_privileges();

@@ -1954,6 +1954,17 @@ COMMENT ON FUNCTION @extschema@.idem_outbox_discard(bigint[]) IS
 --               'block' topic: recorded here, set it aside (commit, then the
 --               broker's dead-lettering).
 -- ---------------------------------------------------------------------------
+-- idem_consume's rules for the arguments idem_consume_check and
+-- idem_consume_failed share with it (22004, 22023), and the caller's
+-- idem.allowed_owners for the owner (42501).
+CREATE FUNCTION idem_internal.idem_consume_args(consumer text, message_id text, owner bigint)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_consume_args'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION idem_internal.idem_consume_args(text, text, bigint) IS
+    'idem: check a consumer''s arguments as idem_consume does (for idem_consume_check and idem_consume_failed)';
+REVOKE ALL ON FUNCTION idem_internal.idem_consume_args(text, text, bigint) FROM PUBLIC;
+
 CREATE FUNCTION @extschema@.idem_consume_check(
     consumer text, message_id text, msg_key text DEFAULT NULL, owner bigint DEFAULT NULL,
     OUT verdict text, OUT blocked_by text, OUT attempts integer)
@@ -1965,11 +1976,7 @@ AS $$
 DECLARE
     r record;
 BEGIN
-    IF idem_consume_check.consumer IS NULL OR idem_consume_check.message_id IS NULL THEN
-        RAISE EXCEPTION 'argument "%" must not be null',
-            CASE WHEN idem_consume_check.consumer IS NULL THEN 'consumer' ELSE 'message_id' END
-            USING ERRCODE = '22004';
-    END IF;
+    PERFORM idem_internal.idem_consume_args(idem_consume_check.consumer, idem_consume_check.message_id, owner);
     attempts := 0;
     SELECT f.* INTO r FROM idem_internal.idem_inbox_failure f
      WHERE f.consumer OPERATOR(pg_catalog.=) idem_consume_check.consumer
@@ -2032,11 +2039,7 @@ DECLARE
     on_dead text;
     holds boolean;
 BEGIN
-    IF idem_consume_failed.consumer IS NULL OR idem_consume_failed.message_id IS NULL THEN
-        RAISE EXCEPTION 'argument "%" must not be null',
-            CASE WHEN idem_consume_failed.consumer IS NULL THEN 'consumer' ELSE 'message_id' END
-            USING ERRCODE = '22004';
-    END IF;
+    PERFORM idem_internal.idem_consume_args(idem_consume_failed.consumer, idem_consume_failed.message_id, owner);
     IF max_attempts OPERATOR(pg_catalog.<) 1 THEN
         RAISE EXCEPTION 'max_attempts must be at least 1, or NULL for the topic''s max_deliveries'
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has max_attempts %s.', max_attempts);
@@ -2327,3 +2330,59 @@ BEGIN ATOMIC
 END;
 
 REVOKE ALL ON FUNCTION idem_internal.idem_delegated_functions() FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- Nothing in idem_internal carries a privilege idem did not grant.  Default
+-- privileges (ALTER DEFAULT PRIVILEGES ... GRANT SELECT ON TABLES TO app)
+-- apply to what this script creates; idem grants nothing in idem_internal
+-- to a named role, and nothing on its tables, sequences or the schema to
+-- PUBLIC.  Run at the end of the install and of every update.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION idem_internal.idem_revoke_foreign_privileges()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    g record;
+BEGIN
+    FOR g IN
+        SELECT 'SCHEMA' AS kind, 'idem_internal' AS object, a.grantee, a.privilege_type
+          FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) a
+         WHERE n.nspname OPERATOR(pg_catalog.=) 'idem_internal'
+           AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner
+        UNION ALL
+        SELECT 'TABLE', c.oid::pg_catalog.regclass::pg_catalog.text, a.grantee, a.privilege_type
+          FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+         WHERE c.relnamespace OPERATOR(pg_catalog.=) 'idem_internal'::pg_catalog.regnamespace
+           AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+        UNION ALL
+        SELECT 'FUNCTION', p.oid::pg_catalog.regprocedure::pg_catalog.text, a.grantee, a.privilege_type
+          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+         WHERE p.pronamespace OPERATOR(pg_catalog.=) 'idem_internal'::pg_catalog.regnamespace
+           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+           AND a.grantee OPERATOR(pg_catalog.<>) 0
+        UNION ALL
+        SELECT 'TYPE', t.oid::pg_catalog.regtype::pg_catalog.text, a.grantee, a.privilege_type
+          FROM pg_catalog.pg_type t, pg_catalog.aclexplode(t.typacl) a
+         WHERE t.typnamespace OPERATOR(pg_catalog.=) 'idem_internal'::pg_catalog.regnamespace
+           AND a.grantee OPERATOR(pg_catalog.<>) t.typowner
+           AND a.grantee OPERATOR(pg_catalog.<>) 0
+    LOOP
+        -- TABLE covers sequences too (GRANT ... ON TABLE takes a sequence)
+        EXECUTE pg_catalog.format('REVOKE %s ON %s %s FROM %s', g.privilege_type,
+            CASE WHEN g.kind OPERATOR(pg_catalog.=) 'SCHEMA' THEN 'SCHEMA' WHEN g.kind OPERATOR(pg_catalog.=) 'TABLE' THEN 'TABLE'
+                 WHEN g.kind OPERATOR(pg_catalog.=) 'FUNCTION' THEN 'FUNCTION' ELSE 'TYPE' END,
+            g.object,
+            CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(g.grantee)) END);
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION idem_internal.idem_revoke_foreign_privileges() IS
+    'idem: revoke what default privileges granted on idem_internal and its objects (run by the install and every update)';
+
+REVOKE ALL ON FUNCTION idem_internal.idem_revoke_foreign_privileges() FROM PUBLIC;
+
+SELECT idem_internal.idem_revoke_foreign_privileges();

@@ -56,6 +56,7 @@
 #include "util.h"
 
 PG_FUNCTION_INFO_V1(idem_consume);
+PG_FUNCTION_INFO_V1(idem_consume_args);
 
 #define INBOX_CONSUMER_MAX_LEN		64
 #define INBOX_MESSAGE_ID_MAX_LEN	512
@@ -328,6 +329,31 @@ inbox_consume(InboxCall *c, LOCKTAG *tag, IdemIdentity *identity)
 			 errmsg("could not consume the message: its inbox entry kept changing"),
 			 errhint("Retry the transaction.")));
 	return false;				/* keep the compiler quiet */
+}
+
+/*
+ * SQL: idem_internal.idem_consume_args(consumer text, message_id text,
+ * owner bigint) returns void.  idem_consume_check and idem_consume_failed
+ * check their arguments with idem_consume's rules and SQLSTATEs, and the
+ * caller's idem.allowed_owners.
+ */
+Datum
+idem_consume_args(PG_FUNCTION_ARGS)
+{
+	text	   *consumer;
+	text	   *message_id;
+
+	idem_check_not_null(fcinfo, 0, "consumer");
+	idem_check_not_null(fcinfo, 1, "message_id");
+	consumer = PG_GETARG_TEXT_PP(0);
+	message_id = PG_GETARG_TEXT_PP(1);
+	idem_check_name("consumer", VARDATA_ANY(consumer), VARSIZE_ANY_EXHDR(consumer),
+					INBOX_CONSUMER_MAX_LEN);
+	idem_check_printable("message_id", VARDATA_ANY(message_id),
+						 VARSIZE_ANY_EXHDR(message_id), INBOX_MESSAGE_ID_MAX_LEN);
+	if (!PG_ARGISNULL(2))
+		idem_check_owner(PG_GETARG_INT64(2));
+	PG_RETURN_VOID();
 }
 
 /* SQL: idem_consume(consumer text, message_id text, ttl interval, owner bigint) returns boolean */

@@ -55,21 +55,50 @@ status_of_http(int32 http_status)
 	return IDEM_STATUS_UNKNOWN; /* keep compiler quiet */
 }
 
+/* An RFC 9110 tchar: what a field name is made of. */
+static bool
+header_tchar(unsigned char c)
+{
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		(c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
 /*
- * Refuse (22023) a header name or value with a CR or an LF: replayed, it
- * would split the response into headers of the caller's choosing (1.13).
+ * Refuse (22023) a header a server could not send.  A name is an RFC 9110
+ * token: "Set-Cookie: a=1; x" as a name would be replayed as a Set-Cookie.
+ * A value holds no control character but a tab: a CR or an LF would split
+ * the response, and a server library refuses the others at every replay.
  */
 static void
 check_header_text(const JsonbValue *v, const char *what, bool name)
 {
-	for (int i = 0; i < v->val.string.len; i++)
-		if (v->val.string.val[i] == '\r' || v->val.string.val[i] == '\n')
+	const unsigned char *p = (const unsigned char *) v->val.string.val;
+	int			len = v->val.string.len;
+
+	if (name && len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not hold an empty header name", what)));
+	for (int i = 0; i < len; i++)
+	{
+		if (p[i] == '\r' || p[i] == '\n')
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("%s must not hold a carriage return or a line feed in a header %s", what,
 							name ? "name" : "value"),
 					 errdetail("A replay would split the response (HTTP response splitting)."),
 					 errhint("Send one header per name and value; a repeated header is a repeated [name, value] pair of header_list.")));
+		if (name && !header_tchar(p[i]))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s must hold header names made of letters, digits and !#$%%&'*+-.^_`|~ only", what),
+					 errdetail("Byte %d of a header name is not allowed (RFC 9110 token).", i + 1)));
+		if (!name && ((p[i] < 0x20 && p[i] != '\t') || p[i] == 0x7f))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("%s must not hold a control character in a header value", what),
+					 errdetail("Byte %d of a header value is a control character.", i + 1)));
+	}
 }
 
 /* Refuse (22023) headers that are not a JSON object of string values. */

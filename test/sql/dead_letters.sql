@@ -160,6 +160,25 @@ SELECT * FROM idem_consume_failed('dl-c', 'm7', 'boom', 'k9', 'dl.skip', max_att
 SELECT * FROM idem_consume_check('dl-c', 'm8', 'k9');
 SELECT idem_consume_failed('dl-c', NULL, 'x');
 SELECT idem_consume_failed('dl-c', 'm9', 'x', max_attempts => 0);
+-- idem_consume's rules for the consumer and the message id (22023), and
+-- the caller's idem.allowed_owners (42501); nothing written
+SELECT count(*) AS failures_before FROM idem_internal.idem_inbox_failure \gset
+SELECT idem_consume_failed(E'dl-c\nlabel="x"', 'm10', 'x');
+SELECT idem_consume_failed('dl-c"', 'm10', 'x');
+SELECT idem_consume_failed('dl-c', '', 'x');
+SELECT idem_consume_failed('dl-c', repeat('m', 513), 'x');
+SELECT idem_consume_failed('dl-c', E'm\t10', 'x');
+SELECT * FROM idem_consume_check(E'dl-c\n', 'm10');
+SELECT * FROM idem_consume_check('dl-c', '');
+SET idem.allowed_owners = '7';
+SELECT idem_consume_failed('dl-c', 'm10', 'x', owner => 8);
+SELECT * FROM idem_consume_check('dl-c', 'm10', 'k', owner => 8);
+SELECT attempts, dead FROM idem_consume_failed('dl-c', 'm10', 'x', owner => 7);
+RESET idem.allowed_owners;
+SELECT count(*) - :failures_before AS failures_written FROM idem_internal.idem_inbox_failure;
+-- the reason is kept to its first 1000 characters
+SELECT attempts FROM idem_consume_failed('dl-c', 'm11', repeat('r', 5000));
+SELECT length(last_reason) FROM idem_internal.idem_inbox_failure WHERE message_id = 'm11';
 
 -- who may call what
 SELECT object FROM idem_privileges('publisher') ORDER BY 1;

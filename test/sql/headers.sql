@@ -110,5 +110,35 @@ WHERE idempotency_key IN ('headers-key-00000008', 'headers-key-00000009', 'heade
 ORDER BY 1;
 SELECT idem_drop_policy('PAY');
 
+-- a stored header is one a server could send (1.14): a name is an RFC
+-- 9110 token, a value holds no control character but a tab; 22023 from
+-- idem_finish, idem_finish_stored and idem_complete, in either form, and
+-- nothing written
+\set VERBOSITY default
+BEGIN;
+SELECT replayed FROM idem_begin(41, 'PAY', 'headers-key-00000011', '{}');
+SAVEPOINT s;
+SELECT idem_finish(41, 'PAY', 'headers-key-00000011', 200, '{}', header_list => '[["Set-Cookie: pwned=1; x", "y"]]');
+ROLLBACK TO s;
+SELECT idem_finish(41, 'PAY', 'headers-key-00000011', 200, '{}', headers => '{"X A": "1"}');
+ROLLBACK TO s;
+SELECT idem_finish(41, 'PAY', 'headers-key-00000011', 200, '{}', header_list => '[["", "1"]]');
+ROLLBACK TO s;
+SELECT idem_finish(41, 'PAY', 'headers-key-00000011', 200, '{}', header_list => '{"X-\u0001": "1"}');
+ROLLBACK TO s;
+SELECT idem_finish_stored(41, 'PAY', 'headers-key-00000011', 200, '{}', header_list => '[["X-A", "a\u0001b"]]');
+ROLLBACK TO s;
+SELECT idem_finish_stored(41, 'PAY', 'headers-key-00000011', 200, '{}', headers => '{"X-A": "a\u007fb"}');
+ROLLBACK TO s;
+-- a tab in a value, and every tchar in a name, are kept
+SELECT http_status, header_list::text FROM idem_finish_stored(41, 'PAY', 'headers-key-00000011', 200, '{}',
+       header_list => '[["!#$%&''*+-.^_`|~0aZ", "a\tb"]]');
+COMMIT;
+SELECT replayed FROM idem_submit(41, 'PAY', 'headers-task-0000002', '{}');
+SELECT task_id, token FROM idem_lease('PAY', 'w1') \gset
+SELECT idem_complete(:task_id, :token, 200, '{}', header_list => '[["Location:", "/x"]]');
+SELECT status FROM idem_internal.idempotency_record WHERE idempotency_key = 'headers-task-0000002';
+\set VERBOSITY terse
+
 DROP FUNCTION cookie_handler(jsonb), bad_cookie_handler(jsonb);
 TRUNCATE idem_internal.idempotency_record;

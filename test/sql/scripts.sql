@@ -229,6 +229,42 @@ SELECT schema_creators, shadowing_functions FROM public.idem_health();
 DROP EXTENSION idem;
 DROP SCHEMA regress_shared;
 
+-- Default privileges of the role that installs idem give nothing in
+-- idem_internal, after the install and after an update.
+ALTER DEFAULT PRIVILEGES GRANT USAGE ON SCHEMAS TO regress_app;
+ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO regress_app, PUBLIC;
+ALTER DEFAULT PRIVILEGES GRANT USAGE, SELECT ON SEQUENCES TO regress_app;
+ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO regress_app;
+ALTER DEFAULT PRIVILEGES GRANT USAGE ON TYPES TO regress_app;
+CREATE FUNCTION pg_temp.foreign_privileges() RETURNS TABLE (object text, grantee text, privilege text)
+LANGUAGE sql AS $$
+SELECT c.oid::regclass::text, a.grantee::regrole::text, a.privilege_type
+  FROM pg_class c, aclexplode(c.relacl) a
+ WHERE c.relnamespace = to_regnamespace('idem_internal') AND a.grantee <> c.relowner
+UNION ALL
+SELECT p.oid::regprocedure::text, a.grantee::regrole::text, a.privilege_type
+  FROM pg_proc p, aclexplode(p.proacl) a
+ WHERE p.pronamespace = to_regnamespace('idem_internal') AND a.grantee NOT IN (p.proowner, 0)
+UNION ALL
+SELECT 'schema', a.grantee::regrole::text, a.privilege_type
+  FROM pg_namespace n, aclexplode(n.nspacl) a
+ WHERE n.nspname = 'idem_internal' AND a.grantee <> n.nspowner
+$$;
+CREATE EXTENSION idem;
+SELECT * FROM pg_temp.foreign_privileges();
+SELECT has_schema_privilege('regress_app', 'idem_internal', 'USAGE') AS app_usage,
+       has_table_privilege('regress_app', 'idem_internal.idem_digest_secret', 'SELECT') AS app_reads_secret;
+DROP EXTENSION idem;
+CREATE EXTENSION idem VERSION '1.13';
+ALTER EXTENSION idem UPDATE;
+SELECT * FROM pg_temp.foreign_privileges();
+DROP EXTENSION idem;
+ALTER DEFAULT PRIVILEGES REVOKE ALL ON SCHEMAS FROM regress_app;
+ALTER DEFAULT PRIVILEGES REVOKE ALL ON TABLES FROM regress_app, PUBLIC;
+ALTER DEFAULT PRIVILEGES REVOKE ALL ON SEQUENCES FROM regress_app;
+ALTER DEFAULT PRIVILEGES REVOKE ALL ON FUNCTIONS FROM regress_app;
+ALTER DEFAULT PRIVILEGES REVOKE ALL ON TYPES FROM regress_app;
+
 \c :regress_db :su
 DROP DATABASE regress_idem_scripts;
 DROP ROLE regress_evil, regress_db_owner, regress_app, regress_super;
