@@ -37,11 +37,13 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "idem.h"
@@ -78,12 +80,26 @@ static const CleanupTarget targets[] = {
 
 #define NTARGETS lengthof(targets)
 
-/* Table name in schema nspid, checked to be a table; 0 if optional and absent. */
+/*
+ * Table name in schema nspid, checked to be a table and locked as the
+ * delete locks it; 0 if optional and absent.  *dropped is set when it went
+ * while we waited for the lock (a DROP EXTENSION committing).
+ */
 static Oid
-target_relation(Oid nspid, const CleanupTarget *target)
+target_relation(Oid nspid, const CleanupTarget *target, bool *dropped)
 {
 	Oid			relid = get_relname_relid(target->table, nspid);
 
+	if (OidIsValid(relid))
+	{
+		LockRelationOid(relid, RowExclusiveLock);
+		if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+		{
+			UnlockRelationOid(relid, RowExclusiveLock);
+			*dropped = true;
+			return InvalidOid;
+		}
+	}
 	if (!OidIsValid(relid) && target->optional)
 		return InvalidOid;
 	if (!OidIsValid(relid) || get_rel_relkind(relid) != RELKIND_RELATION)
@@ -223,12 +239,15 @@ idem_cleanup_batches(Oid nspid, int batch_size, int max_batches)
 	List	   *relids[NTARGETS];
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	int64		total = 0;
+	bool		dropped = false;
 
 	/* on Citus, a distributed table's rows are in its shards on this node */
 	for (int i = 0; i < (int) NTARGETS; i++)
 	{
-		Oid			relid = target_relation(nspid, &targets[i]);
+		Oid			relid = target_relation(nspid, &targets[i], &dropped);
 
+		if (dropped)
+			return 0;			/* the extension is gone: nothing to clean */
 		relids[i] = OidIsValid(relid) ? idem_citus_local_relations(relid) : NIL;
 	}
 	for (int batch = 0; max_batches < 0 || batch < max_batches; batch++)

@@ -97,6 +97,50 @@ for my $i (1 .. 5)
 ok(max(@drop_ext) < $round / 2, sprintf('DROP EXTENSION took at most %.3f s, less than half a round', max(@drop_ext)));
 ok(max(@create_ext) < $round / 2, sprintf('CREATE EXTENSION took at most %.3f s, less than half a round', max(@create_ext)));
 
+# --- DROP EXTENSION committed while the worker waits for idem's table: the
+# worker finds the table gone and ends its round without an ERROR.  The drop
+# holds its locks until the worker waits for one (pg_locks), then commits at
+# once, within the worker's 100 ms lock_timeout ---
+$node->safe_psql('postgres', 'CREATE DATABASE drop_wait_db');
+my $waits_met = 0;
+my $drop_log = -s $node->logfile;
+for my $i (1 .. 5)
+{
+	$node->safe_psql('drop_wait_db', 'CREATE EXTENSION idem');
+	add_records($node, 'drop_wait_db', 'old', 20000, '-1 second');
+	ok(worker_in('drop_wait_db'), "drop $i: the worker is in the database");
+	my $dropper = $node->background_psql('drop_wait_db');
+	$dropper->query_safe('BEGIN; DROP EXTENSION idem');
+	# a generous cap on the polling (one round at least); the commit follows
+	# the first poll that sees the worker waiting
+	my $met = $dropper->query_safe(q{
+		DO $$ BEGIN
+			FOR i IN 1 .. 60000 LOOP
+				IF EXISTS (SELECT FROM pg_catalog.pg_locks l JOIN pg_catalog.pg_stat_activity a USING (pid)
+				            WHERE a.backend_type = 'idem cleanup worker' AND a.datname = 'drop_wait_db'
+				              AND NOT l.granted) THEN
+					PERFORM pg_catalog.set_config('idem_test.met', 'waiting', false);
+					EXIT;
+				END IF;
+				PERFORM pg_catalog.pg_sleep(0.001);
+			END LOOP;
+		END $$;
+		COMMIT;
+		SELECT pg_catalog.current_setting('idem_test.met', true)});
+	$waits_met++ if $met =~ /waiting/;
+	$dropper->quit;
+}
+ok($waits_met == 5, "each drop committed while the worker waited for a lock it held ($waits_met of 5)");
+# the worker's next round: the database has no idem any more
+ok(defined wait_until($node, 'postgres', q{
+	SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'idem cleanup worker' AND datname = 'drop_wait_db'},
+	'0', 10), 'the worker left the database');
+my $drop_errors = slurp_file($node->logfile, $drop_log);
+unlike($drop_errors, qr/could not open relation with OID/, 'no worker failed to open a relation the drop removed');
+is(join("\n", grep { /ERROR/ && !/canceling statement due to lock timeout/ } split /\n/, $drop_errors), '',
+	'no ERROR but lock timeouts while the drops committed');
+$node->safe_psql('postgres', 'DROP DATABASE drop_wait_db');
+
 # --- a table held by ACCESS EXCLUSIVE delays the worker, never the reverse ---
 $node->safe_psql('postgres', 'CREATE DATABASE locked_db');
 $node->safe_psql('postgres', 'CREATE DATABASE free_db');
