@@ -5,6 +5,8 @@
 #
 #   bash test/demo.sh
 source "$(dirname "$0")/lib.sh"
+# from a copy of the tree, as the test command: nothing is built in the checkout
+run_in_copy test/demo.sh "$@"
 
 ensure_packages
 build_install

@@ -197,6 +197,21 @@ private_pg_tree() {
 	export IDEM_PG_ORIGIN PG_CONFIG
 }
 
+# Run the calling script (its path in the tree: test/run_all.sh) again from
+# a copy of the source tree in the run's directory, unless it already runs
+# there: the build, the results and the packages never land in the checkout.
+run_in_copy() {	# run_in_copy SCRIPT ARGS...
+	[ -z "${IDEM_RUN_TREE:-}" ] || return 0
+	local script=$1
+	shift
+	IDEM_RUN_TREE=$IDEM_RUN_DIR/src
+	copy_source_tree "$IDEM_RUN_TREE"
+	chmod 755 "$IDEM_RUN_TREE"
+	export IDEM_RUN_TREE
+	log "running in $IDEM_RUN_TREE (a copy of $IDEM_ROOT)"
+	exec bash "$IDEM_RUN_TREE/$script" "$@"
+}
+
 # Build idem with -Werror and install it into a private copy of the
 # PostgreSQL of $PG_CONFIG (private_pg_tree): the machine's own
 # installation is only read.
@@ -255,6 +270,37 @@ new_idem_database() {
 	"$PG_BINDIR/dropdb" --if-exists "$1" 2>/dev/null
 	"$PG_BINDIR/createdb" "$1"
 	"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$1" -c "CREATE EXTENSION idem"
+}
+
+# Guard database $1's calls of idem: overloads of every idem function
+# planted in idem's schema and on the search_path of the roles $2...
+# (test/plants.sql), and every statement logged (log_statement = all) from
+# here on; check_idem_calls DB NAME says afterwards that none ran and that
+# every call named idem's schema and cast its arguments.
+guard_idem_calls() {	# guard_idem_calls DB [CALLER...]
+	local db=$1
+	shift
+	"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$db" -v callers="$*" -f "$IDEM_ROOT/test/plants.sql" >/dev/null 2>&1 ||
+		{ echo "not ok - $db: the overloads of idem's functions are planted"; return 1; }
+	"$PG_BINDIR/psql" -X -q -d "$db" -c "ALTER DATABASE \"$db\" SET log_statement = 'all'"
+	local log
+	log=$(server_log)
+	eval "IDEM_CALLS_FROM_$db=$(stat -c %s "$log")"
+}
+# The log of the server PG* names (start_server's, beside its data directory).
+server_log() { echo "$(dirname "$("$PG_BINDIR/psql" -X -At -d postgres -c 'SHOW data_directory')")/server.log"; }
+check_idem_calls() {	# check_idem_calls DB NAME
+	local db=$1 name=$2 from functions schema
+	from=$(eval "echo \${IDEM_CALLS_FROM_$db:-0}")
+	"$PG_BINDIR/psql" -X -q -d "$db" -c "ALTER DATABASE \"$db\" RESET log_statement"
+	check "$name: no overload planted beside idem's functions ran" "none" \
+		"$("$PG_BINDIR/psql" -X -At -d "$db" -c "SELECT coalesce((SELECT string_agg(DISTINCT who || ' ' || fn, '; ')
+		     FROM public.idem_plant_log), CASE WHEN (SELECT is_called FROM public.idem_plant_hits) THEN 'a planted overload ran (rolled back)' END, 'none')")"
+	schema=$("$PG_BINDIR/psql" -X -At -d "$db" -c "SELECT extnamespace::regnamespace FROM pg_extension WHERE extname = 'idem'")
+	functions=$("$PG_BINDIR/psql" -X -At -d "$db" -c "SELECT string_agg(DISTINCT p.proname, ',') FROM pg_proc p JOIN pg_depend d
+		ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+		JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idem'")
+	/usr/bin/python3 "$IDEM_ROOT/test/idem_calls.py" "$(server_log)" "$from" "${schema//\"/}" "$functions" "$name"
 }
 
 # Benchmarks: a throwaway server tuned alike for every benchmark (extra

@@ -25,6 +25,11 @@ check "every test/expected/*.out belongs to a test or a spec" \
 check "the TAP files are run by their wildcard (test/t/*.pl: $(ls test/t/*.pl | wc -l) files)" \
 	"test/t/*.pl" "$(sed -n 's/^PROVE_TESTS ?= //p' Makefile)"
 
+# the two commands of the README run from a copy of the tree: neither
+# builds nor writes in the checkout
+check "test/run_all.sh and test/demo.sh run from a copy of the tree (run_in_copy)" "2" \
+	"$(grep -lE '^run_in_copy test/(run_all|demo)\.sh "\$@"$' test/run_all.sh test/demo.sh | wc -l)"
+
 # the libraries' versions are the extension's (idem.control: 1.13 -> 1.13.0)
 version=$(sed -n "s/^default_version = '\(.*\)'/\1/p" idem.control).0
 check "the Python and Node libraries' versions are the extension's ($version)" \

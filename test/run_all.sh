@@ -25,14 +25,7 @@ source "$(dirname "$0")/lib.sh"
 # build, the suites' results, the clients' packages and node_modules land
 # there, never in the checkout (tracked files and new ones not ignored, as
 # git would commit them).
-if [ -z "${IDEM_RUN_TREE:-}" ]; then
-	IDEM_RUN_TREE=$IDEM_RUN_DIR/src
-	copy_source_tree "$IDEM_RUN_TREE"
-	chmod 755 "$IDEM_RUN_TREE"
-	export IDEM_RUN_TREE
-	log "running in $IDEM_RUN_TREE (a copy of $IDEM_ROOT)"
-	exec bash "$IDEM_RUN_TREE/test/run_all.sh" "$@"
-fi
+run_in_copy test/run_all.sh "$@"
 
 # Each stage's wall time, and its budget from test/README.md's table of
 # stage budgets ("| `NAME` | SECONDS | ..."); a stage over its budget says

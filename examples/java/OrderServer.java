@@ -164,12 +164,13 @@ public final class OrderServer {
             .serverPrepare(prepare);
 
         Tomcat tomcat = new Tomcat();
+        // before anything asks for the host: it makes its base directory (./tomcat.8080 by default)
+        tomcat.setBaseDir(System.getProperty("java.io.tmpdir") + "/idem-tomcat-" + env("PORT", "8080"));
+        tomcat.setPort(Integer.parseInt(env("PORT", "8080")));
         // a request Tomcat's parser refuses (a control character in a header) is answered 400
         // problem+json, as the filter answers a bad request, not Tomcat's HTML report; its parser logs
         // warnings only (the line of a refused request quotes the header: keys are never logged)
         TomcatProblemValve.install(tomcat.getHost(), System.getenv("IDEM_ERRORS_URL"));
-        tomcat.setBaseDir(System.getProperty("java.io.tmpdir") + "/idem-tomcat-" + env("PORT", "8080"));
-        tomcat.setPort(Integer.parseInt(env("PORT", "8080")));
         tomcat.getConnector().setProperty("address", "127.0.0.1");
         Context ctx = tomcat.addContext("", null);
         Tomcat.addServlet(ctx, "orders", new Orders()).addMapping("/api/orders");

@@ -16,3 +16,5 @@ start_clients_server
 build_java_client || exit 0
 # Tomcat keeps its work directory under java.io.tmpdir: the run's, not /tmp
 contract_of java-tomcat 9000 java -Djava.io.tmpdir="$TMPDIR" -cp "$JAVA_APPCP" OrderServer
+check "java-tomcat: the service leaves no Tomcat base directory where it was started" "" \
+	"$(ls -d tomcat.* 2>/dev/null | tr '\n' ' ')"
