@@ -20,7 +20,13 @@ export class InvalidRequest extends IdemError {}
 export class ReadOnly extends IdemError {}
 export class NotAllowed extends IdemError {}
 export class SerializationFailure extends IdemError {}
+/** 42725, 42883, 3F000 (and a role without idem's grants, from the middleware): the server's setup. */
+export class Misconfigured extends IdemError {}
 export function translate(error: unknown): unknown;
+/** After a 42501: may the session's role call what idem_grant(role, 'app') gives? */
+export function appGrants(db: Queryable): Promise<{ granted: boolean; role: string }>;
+/** Name idem's schema for every client instead of looking it up in pg_extension once per client or pool (null: look it up again). */
+export function useSchema(name: string | null): void;
 
 export class RawJson {
   constructor(text: string | Buffer);

@@ -136,7 +136,8 @@ def start_consumer(lang, topic, prefix):
 def emit(topic, key, seq, extra=None):
     payload = dict(extra or {}, key=key, seq=seq)
     with db() as c:
-        c.execute("SELECT idem_outbox_emit(%s, %s::jsonb, %s)", (topic, json.dumps(payload), key))
+        c.execute("SELECT public.idem_outbox_emit(%s::pg_catalog.text, %s::pg_catalog.jsonb, %s::pg_catalog.text)",
+                  (topic, json.dumps(payload), key))
 
 
 def partition(key):
@@ -239,7 +240,8 @@ def scenario(lang):
         topic = "%s.%s.%s" % (RUN, lang, mode)
         prefix = topic + "."
         with db() as c:
-            c.execute("SELECT idem_outbox_set_topic(%s, %s, %s)", (topic, ATTEMPTS, mode))
+            c.execute("SELECT public.idem_outbox_set_topic(%s::pg_catalog.text, %s::pg_catalog.int4, %s::pg_catalog.text)",
+                      (topic, ATTEMPTS, mode))
         if KIND == "rabbitmq":
             declare_dead_queue(prefix, topic)
         procs.append(start_consumer(lang, topic, prefix))
@@ -306,7 +308,7 @@ def expect(lang, procs):
     with db() as c:
         c.execute("INSERT INTO dl_poison_ok VALUES (%s)", (topic,))     # this topic's handler takes the poison now
         big1 = c.execute("SELECT message_id FROM idem_internal.idem_outbox_dead WHERE topic = %s", (topic,)).fetchone()[0]
-        c.execute("SELECT idem_outbox_discard(ARRAY[%s::bigint])", (big1,))
+        c.execute("SELECT public.idem_outbox_discard(ARRAY[%s::pg_catalog.int8])", (big1,))
     base = [PY, "-m", "idem_pg.redrive", "--dsn", DSN, "--broker", URL, "--topic", topic, "--consumer", "c-" + topic,
             "--partitions", str(PARTITIONS), "--prefix", prefix]
     r1 = subprocess.run(base + ["--discard", "raw-1"], capture_output=True, text=True)
@@ -336,10 +338,10 @@ def broker_down(procs):
         emit(topic, "k0", seq)
     # as a relay that took the key's head and went silent would: a lease of 1 s, never acked (the
     # relay's own fetches, if it makes any while the broker is down, lapse as well)
-    scalar("SELECT count(*) FROM idem_outbox_fetch(%s, 100, interval '1 second')", topic)
+    scalar("SELECT count(*) FROM public.idem_outbox_fetch(%s::pg_catalog.text, 100, '1 second'::pg_catalog.interval)", topic)
     lapses = 0
     while restart.poll() is None:   # idem_health() meanwhile: the leases that lapsed
-        lapses = max(lapses, scalar("SELECT outbox_lease_lapses FROM idem_health()"))
+        lapses = max(lapses, scalar("SELECT outbox_lease_lapses FROM public.idem_health()"))
         time.sleep(0.2)
     for seq in range(9, 12):
         emit(topic, "k0", seq)
@@ -389,7 +391,7 @@ def main():
     if KIND == "redis":
         redis_oom()
     broker_down(procs)
-    health = db().execute("SELECT outbox_dead, outbox_lease_lapses, inbox_dead FROM idem_health()").fetchone()
+    health = db().execute("SELECT outbox_dead, outbox_lease_lapses, inbox_dead FROM public.idem_health()").fetchone()
     print("# %s: idem_health(): outbox_dead %d, outbox_lease_lapses %d, inbox_dead %d" % ((KIND,) + tuple(health)))
     for proc in procs:
         proc.terminate()

@@ -76,8 +76,9 @@ def producer(p):
                     with c.transaction() as tx:
                         cur.execute("INSERT INTO biz VALUES (%s, %s, (extract(epoch FROM clock_timestamp()) * 1000)::bigint)",
                                     (k, n))
-                        cur.execute("SELECT idem_outbox_emit(%s, jsonb_build_object('key', %s::text, 'seq', %s::int,"
-                                    " 'emitted_ms', (extract(epoch FROM clock_timestamp()) * 1000)::bigint), %s)",
+                        cur.execute("SELECT public.idem_outbox_emit(%s::pg_catalog.text, jsonb_build_object('key', %s::text,"
+                                    " 'seq', %s::int, 'emitted_ms', (extract(epoch FROM clock_timestamp()) * 1000)::bigint),"
+                                    " %s::pg_catalog.text)",
                                     (TOPIC, k, n, k))
                         if rollback:
                             raise psycopg.Rollback(tx)

@@ -16,6 +16,8 @@ ensure_client_packages python3-build python3-setuptools python3-wheel python3-ve
 start_clients_server
 "$PG_BINDIR/createdb" idem_brokers
 "$PG_BINDIR/psql" -X -q -d idem_brokers -c "CREATE EXTENSION idem"
+guard_idem_calls idem_brokers postgres
+at_exit "check_idem_calls idem_brokers brokers"
 build_python_client || exit 0		# the wheel's rabbitmq and redis extras: pika, redis
 # the Node library too, with amqplib: one of the two consumers is Node's
 if build_node_client && (cd "$NODE_APP" && npm install --no-audit --no-fund --silent amqplib@^0.10.4 >>"$IDEM_TMP/npm.log" 2>&1); then

@@ -53,6 +53,10 @@ start_clients_server() {
 	SQL
 	SERVICE_USER=shop_app
 	at_exit cleanup_clients
+	# every call of idem from here on: planted overloads beside idem's
+	# functions must never run, and each statement names idem's schema
+	guard_idem_calls idem_clients shop_app postgres
+	at_exit "check_idem_calls idem_clients '$(basename "$0" .sh)'"
 }
 
 service_pids=()

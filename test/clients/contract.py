@@ -338,7 +338,8 @@ def mapping_tests():
     # an original in flight (held by another transaction): 409 with Retry-After
     k10 = key("t10")
     with psycopg.connect() as holder:
-        holder.execute("SELECT idem_begin(%s, 'CREATE_ORDER', %s, '{\"skuId\": 1001, \"quantity\": 2}')",
+        holder.execute("SELECT public.idem_begin(%s::pg_catalog.int8, 'CREATE_ORDER'::pg_catalog.text, %s::pg_catalog.text,"
+                       " '{\"skuId\": 1001, \"quantity\": 2}'::pg_catalog.jsonb)",
                        (o + 10, k10))
         t0 = time.monotonic()
         answer = order(k10, o + 10)
@@ -352,7 +353,8 @@ def mapping_tests():
     # a key whose record expired, of an operation that refuses reuse
     # (reuse_after_expiry 'refuse', 1.11): 422 key-expired, not a second order
     k11 = key("t11")
-    scalar("SELECT operation FROM idem_set_policy('CREATE_ORDER', audit_ttl => '30 days', reuse_after_expiry => 'refuse')")
+    scalar("SELECT operation FROM public.idem_set_policy('CREATE_ORDER'::pg_catalog.text,"
+           " audit_ttl => '30 days'::pg_catalog.interval, reuse_after_expiry => 'refuse'::pg_catalog.text)")
     try:
         s, h, b = order(k11, o + 11)
         scalar("UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 minute' "
@@ -361,7 +363,7 @@ def mapping_tests():
         check("an expired key its operation refuses is 422 key-expired (IK007), no second order",
               s == 201 and problem(answer, 422, "key-expired") and orders_of(o + 11) == 1, answer)
     finally:
-        scalar("SELECT idem_drop_policy('CREATE_ORDER')")
+        scalar("SELECT public.idem_drop_policy('CREATE_ORDER'::pg_catalog.text)")
 
 
 def variant_tests():
@@ -525,7 +527,8 @@ def fast_tests(plain_url, redis_port):
     # an in-flight key: a duplicate is told "processing" at once by the fast layer
     k = key("flight")
     with psycopg.connect() as holder:
-        holder.execute("SELECT idem_begin(%s, 'CREATE_ORDER', %s, '{\"skuId\": 1001, \"quantity\": 2}')",
+        holder.execute("SELECT public.idem_begin(%s::pg_catalog.int8, 'CREATE_ORDER'::pg_catalog.text, %s::pg_catalog.text,"
+                       " '{\"skuId\": 1001, \"quantity\": 2}'::pg_catalog.jsonb)",
                        (OWNER_BASE + 6, k))
         first = []
         t = threading.Thread(target=lambda: first.append(order(k, OWNER_BASE + 6)))
@@ -551,7 +554,8 @@ def fast_tests(plain_url, redis_port):
     # redaction reaches the cache: with a redact policy on the operation, the
     # first caller gets the handler's answer; Redis keeps exactly the bytes
     # the database stored (read raw), and the cache's replay is the database's
-    scalar("SELECT count(*) FROM idem_set_policy('CREATE_ORDER', redact => ARRAY['/status', '/Location'])")
+    scalar("SELECT count(*) FROM public.idem_set_policy('CREATE_ORDER'::pg_catalog.text,"
+           " redact => ARRAY['/status', '/Location']::pg_catalog.text[])")
     try:
         kr, owner_r = key("redact"), OWNER_BASE + 8
         s1, h1, b1 = order(kr, owner_r)
@@ -577,7 +581,7 @@ def fast_tests(plain_url, redis_port):
               s2 == 201 and one(h2, "x-idem-cache") == "hit" and json.loads(b2) == stored_body
               and one(h2, "location") is None, (s2, h2, b2))
     finally:
-        scalar("SELECT count(*) FROM (SELECT idem_drop_policy('CREATE_ORDER')) d")
+        scalar("SELECT count(*) FROM (SELECT public.idem_drop_policy('CREATE_ORDER'::pg_catalog.text)) d")
     # the article's test 5: the fast layer unavailable, the database decides
     cli("shutdown", "nosave")
     s, h, b = order("fast-%s-%s-%04d" % (NAME, RUN, 1), OWNER_BASE + 2, 2001, 2)
@@ -617,7 +621,7 @@ def fingerprint_tests():
         answer = post("/api/orders", None, k, owner, raw=raw)
         got = scalar("SELECT max(request_hash) FROM idem_internal.idempotency_record"
                      " WHERE owner_id = %s AND idempotency_key = %s", owner, k)
-        want = scalar("SELECT idem_request_hash(jsonb_build_object('skuId', b -> 'skuId', 'quantity', b -> 'quantity'))"
+        want = scalar("SELECT public.idem_request_hash(jsonb_build_object('skuId', b -> 'skuId', 'quantity', b -> 'quantity'))"
                       " FROM (SELECT %s::jsonb) AS t (b)", raw)
         check("fingerprint: %s is stored (%d) with idem_request_hash of its skuId and quantity" % (raw, answer[0]),
               got == want, (answer, got, want))

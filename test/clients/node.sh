@@ -13,7 +13,7 @@ start_clients_server
 
 build_node_client || exit 0
 app=$NODE_APP
-cp "$CLIENTS/node/test/api.test.js" "$app/test/"
+cp "$CLIENTS/node/test/"*.test.js "$app/test/"
 check "node: the installed package is the tarball's (no path into the tree)" yes \
 	"$([ -f "$app/node_modules/idem-pg/src/index.js" ] && [ ! -L "$app/node_modules/idem-pg" ] && echo yes || echo no)"
 

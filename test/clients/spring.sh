@@ -20,7 +20,7 @@ every_stage_ran=${IDEM_PG_ORIGIN:+--all}	# under test/run_all.sh: the other clie
 start_clients_server
 # the IdemTemplate tests consume messages as the service's role does in an
 # application that both answers requests and consumes: the consumer's grant too
-"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -c "SELECT count(*) FROM idem_grant('shop_app', 'consumer')" >/dev/null
+"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -c "SELECT count(*) FROM public.idem_grant('shop_app'::pg_catalog.regrole, 'consumer'::pg_catalog.text)" >/dev/null
 SPRING_BUILD=$IDEM_TMP/spring
 mkdir -p "$SPRING_BUILD"
 APP=$IDEM_ROOT/examples/spring

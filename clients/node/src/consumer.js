@@ -26,6 +26,7 @@
 // IDEM_PG_CONSUMER_CRASH_BEFORE_ACK=N exits after the N-th commit, before
 // its ack.
 import { consume } from './index.js';
+import { statement } from './schema.js';
 
 const RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 // new entries of a stream, read only while the reader holds its lease: a
@@ -49,8 +50,9 @@ export class Delivery {
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const CHECK = 'SELECT verdict, blocked_by FROM idem_consume_check($1, $2, $3, $4::bigint)';
-const FAILED = 'SELECT attempts, dead FROM idem_consume_failed($1, $2, $3, $4, $5, $6::integer, $7::bigint)';
+const CHECK = 'SELECT verdict, blocked_by FROM @idem@.idem_consume_check($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.int8)';
+const FAILED = 'SELECT attempts, dead FROM @idem@.idem_consume_failed($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.text, $5::pg_catalog.text, $6::pg_catalog.int4,'
+  + ' $7::pg_catalog.int8)';
 
 // A payload's text: a Buffer (amqplib) must be valid UTF-8 (else the message's failure).
 const decoder = new TextDecoder('utf-8', { fatal: true });
@@ -116,7 +118,8 @@ class Inbox {
       console.error(`idem-pg/consumer: ${this.consumer}: message ${messageId} (key ${key}) failed: ${failure && failure.stack ? failure.stack : reason}`);
       let owner = null;
       try { owner = this.ownerOf ? this.ownerOf(new Delivery(fields, partition, redelivered)) : null; } catch { owner = null; }
-      const { rows: [r] } = await this.exclusive(() => this.pg.query(FAILED, [this.consumer, messageId, reason, key,
+      const failed = await statement(this.pg, FAILED);
+      const { rows: [r] } = await this.exclusive(() => this.pg.query(failed, [this.consumer, messageId, reason, key,
         this.topic, this.maxAttempts, owner == null ? null : String(owner)]));
       if (r.dead) {
         console.error(`idem-pg/consumer: ${this.consumer}: message ${messageId} is a dead letter after ${r.attempts} attempts: ${reason}`);
@@ -139,7 +142,7 @@ class Inbox {
     let first;
     await this.pg.query('BEGIN');
     try {
-      const { rows: [c] } = await this.pg.query(CHECK, [this.consumer, delivery.messageId, delivery.key,
+      const { rows: [c] } = await this.pg.query(await statement(this.pg, CHECK), [this.consumer, delivery.messageId, delivery.key,
         owner == null ? null : String(owner)]);
       if (c.verdict !== 'apply') {
         await this.pg.query('COMMIT');

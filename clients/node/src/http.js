@@ -9,7 +9,7 @@
 //   http.createServer(idem.handler('CREATE_ORDER', {}, async (req, res) => { ... }));   // node:http
 //
 // The handler's answer is buffered and sent once the transaction committed.
-import { begin, finishStored, IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, NotAllowed, RawJson, ReadOnly,
+import { appGrants, begin, finishStored, IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, Misconfigured, NotAllowed, RawJson, ReadOnly,
   SerializationFailure, translate } from './index.js';
 
 const KEY_PATTERN = /^[A-Za-z0-9_-]{16,128}$/;       // idem's own key check
@@ -93,11 +93,20 @@ export function storedHeaders(headers, settings) {
   return kept;
 }
 
+// A header a server may send: an RFC 9110 token for a name, a value with
+// no control character but a tab.  A stored one that is not (a record
+// written before idem 1.14 checked names) is never replayed.
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+const sendable = (value) => !/[\x00-\x08\x0a-\x1f\x7f]/.test(value);
+
 export function replayedHeaders(stored) {
   const out = [];
   for (const [name, value] of Object.entries(stored ?? {})) {
-    if (name.toLowerCase() === 'set-cookie') out.push([name, value.split(/[\n\x1f]/)]);
-    else out.push([name, value]);
+    if (!TOKEN.test(name)) continue;
+    if (name.toLowerCase() === 'set-cookie') {
+      const lines = String(value).split(/[\n\x1f]/).filter(sendable);
+      if (lines.length) out.push([name, lines]);
+    } else if (sendable(String(value))) out.push([name, value]);
   }
   return out;
 }
@@ -184,6 +193,11 @@ export function problemOf(error, settings) {
   if (error instanceof InvalidRequest) return new Problem(400, 'invalid-request', invalidDetail(error));
   if (error instanceof SerializationFailure) {
     return new Problem(503, 'retry', 'the request raced another one; retry it', { 'retry-after': '0' });
+  }
+  if (error instanceof Misconfigured) {
+    // a missing grant is logged once per process (notGranted)
+    if (error.sqlstate !== '42501') settings.log(`idem-pg: the database is not set up for idem: ${error.sqlstate} ${error.message}`);
+    return new Problem(500, 'internal', 'the request could not be completed');
   }
   settings.log(`idem-pg: request failed: ${error instanceof IdemError ? `${error.sqlstate} ${error.message}`
     : error && (error.stack || error.message)}`);
@@ -340,10 +354,26 @@ async function execute(settings, route, p, req, res, next) {
   } catch (e) {
     if (cap) cap.restore();
     await client.query('ROLLBACK').catch(() => {});
+    if (e instanceof NotAllowed) {
+      const { granted, role } = await appGrants(client);
+      if (!granted) throw notGranted(role, settings);
+    }
     throw e;
   } finally {
     client.release();
   }
+}
+
+// A 42501 where the role lacks idem's grants: the server's setup, a 500,
+// logged once per process (not the owner binding's 403).
+let missingGrantLogged = false;
+function notGranted(role, settings) {
+  const message = `role ${role} may not call idem's functions: a superuser runs SELECT idem_grant('${role}', 'app')`;
+  if (!missingGrantLogged) {
+    missingGrantLogged = true;
+    settings.log(`idem-pg: ${message}`);
+  }
+  return new Misconfigured(message, '42501');
 }
 
 class Discard extends Error {

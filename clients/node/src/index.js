@@ -5,6 +5,10 @@
 // int8 values (owner, resource and task ids, tokens) come back as strings,
 // as pg returns them.
 
+import { statement } from './schema.js';
+
+export { useSchema } from './schema.js';
+
 export class IdemError extends Error {
   constructor(message, sqlstate, detail, cause) {
     super(message, cause ? { cause } : undefined);
@@ -24,11 +28,16 @@ export class InvalidRequest extends IdemError {}       // 22023, 22004, 22003, 2
 export class ReadOnly extends IdemError {}             // 25006
 export class NotAllowed extends IdemError {}           // 42501
 export class SerializationFailure extends IdemError {} // 40001: retry the whole transaction
+// 42725, 42883, 3F000: idem's function ambiguous (an overload planted in
+// idem's schema: idem_health().shadowing_functions) or missing; from the
+// middleware also a role without idem's grants.  The server's setup: a 500.
+export class Misconfigured extends IdemError {}
 
 const BY_STATE = {
   IK001: KeyReused, IK002: InFlight, IK003: NoClaim, IK004: LeaseLost, IK005: UnfinishedClaim,
   IK006: NestedRun, IK007: KeyExpired, 22023: InvalidRequest, 22004: InvalidRequest, 22003: InvalidRequest,
   '22P02': InvalidRequest, '22P05': InvalidRequest, 25006: ReadOnly, 42501: NotAllowed, 40001: SerializationFailure,
+  42725: Misconfigured, 42883: Misconfigured, '3F000': Misconfigured,
 };
 
 // The idem error of a pg error (or the error itself when it has no SQLSTATE).
@@ -41,7 +50,7 @@ export function translate(error) {
 
 async function query(db, text, values) {
   try {
-    return (await db.query(text, values)).rows;
+    return (await db.query(await statement(db, text), values)).rows;
   } catch (e) {
     throw translate(e);
   }
@@ -56,15 +65,28 @@ export class RawJson {
   constructor(text) { this.text = Buffer.isBuffer(text) ? text.toString('utf8') : String(text); }
 }
 
-const OUTCOME = 'replayed, http_status, body::text AS body, headers, resource_id, expires_at';
+const OUTCOME = 'replayed, http_status, body::pg_catalog.text AS body, headers, resource_id, expires_at';
+// Every statement names idem's schema (@idem@, schema.js) and casts every
+// argument to the type of idem's parameter.
 const outcome = (r) => ({
   replayed: r.replayed, httpStatus: r.http_status, body: r.body, headers: r.headers,
   resourceId: r.resource_id, expiresAt: r.expires_at,
 });
 
+// Whether the session's role may call what idem_grant(role, 'app') gives
+// (asked after a 42501, which also means an owner outside
+// idem.allowed_owners): { granted, role }.
+export async function appGrants(db) {
+  const [r] = await query(db, 'SELECT pg_catalog.has_function_privilege('
+    + "'@idem@.idem_begin(bigint, text, text, jsonb, interval)', 'EXECUTE') AND pg_catalog.has_function_privilege("
+    + "'@idem@.idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json)', 'EXECUTE') AS granted,"
+    + ' current_user::pg_catalog.text AS role', []);
+  return { granted: r.granted, role: r.role };
+}
+
 // idem_begin: claim the key for this transaction ({replayed: false}), or replay.
 export async function begin(db, { owner, operation, key, request, ttl: t }) {
-  const [r] = await query(db, `SELECT ${OUTCOME} FROM idem_begin($1, $2, $3, $4::jsonb, $5::interval)`,
+  const [r] = await query(db, `SELECT ${OUTCOME} FROM @idem@.idem_begin($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.jsonb, $5::pg_catalog.interval)`,
     [owner, operation, key, json(request), ttl(t)]);
   return outcome(r);
 }
@@ -74,14 +96,14 @@ const finishParams = ({ owner, operation, key, status, body, resourceId, headers
   status, json(body), resourceId ?? null, headers ? JSON.stringify(headers) : null];
 
 export async function finish(db, args) {
-  await query(db, 'SELECT idem_finish($1, $2, $3, $4, $5::json, $6, $7::jsonb)', finishParams(args));
+  await query(db, 'SELECT @idem@.idem_finish($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.int4, $5::pg_catalog.json, $6::pg_catalog.int8, $7::pg_catalog.jsonb)', finishParams(args));
 }
 
 // idem_finish_stored (idem 1.13): finish, returning the answer as stored --
 // after the operation's redact policy -- exactly as a replay returns it
 // ({replayed: false}): what a copy kept elsewhere (the fast layer) keeps.
 export async function finishStored(db, args) {
-  const [r] = await query(db, `SELECT ${OUTCOME} FROM idem_finish_stored($1, $2, $3, $4, $5::json, $6, $7::jsonb)`,
+  const [r] = await query(db, `SELECT ${OUTCOME} FROM @idem@.idem_finish_stored($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.int4, $5::pg_catalog.json, $6::pg_catalog.int8, $7::pg_catalog.jsonb)`,
     finishParams(args));
   return outcome(r);
 }
@@ -89,15 +111,15 @@ export async function finishStored(db, args) {
 // idem_run: call the SQL handler (a regprocedure) once per key, or replay.
 export async function run(db, { owner, operation, key, request, handler, ttl: t }) {
   const [r] = await query(db,
-    `SELECT ${OUTCOME} FROM idem_run($1, $2, $3, $4::jsonb, $5::regprocedure, $6::interval)`,
+    `SELECT ${OUTCOME} FROM @idem@.idem_run($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.jsonb, $5::pg_catalog.regprocedure, $6::pg_catalog.interval)`,
     [owner, operation, key, json(request), handler, ttl(t)]);
   return outcome(r);
 }
 
 // idem_submit: start a long flow, or tell its state.
 export async function submit(db, { owner, operation, key, request, payload, ttl: t }) {
-  const [r] = await query(db, 'SELECT replayed, status, http_status, body::text AS body, headers, resource_id,'
-    + ' task_id FROM idem_submit($1, $2, $3, $4::jsonb, $5::jsonb, $6::interval)',
+  const [r] = await query(db, 'SELECT replayed, status, http_status, body::pg_catalog.text AS body, headers, resource_id, task_id'
+    + ' FROM @idem@.idem_submit($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.jsonb, $5::pg_catalog.jsonb, $6::pg_catalog.interval)',
   [owner, operation, key, json(request), json(payload), ttl(t)]);
   return { replayed: r.replayed, status: r.status, httpStatus: r.http_status, body: r.body,
     headers: r.headers, resourceId: r.resource_id, taskId: r.task_id };
@@ -107,15 +129,15 @@ export async function submit(db, { owner, operation, key, request, payload, ttl:
 // owner (idem 1.11): kept with the inbox entry, for idem_forget_owner.
 export async function consume(db, { consumer, messageId, ttl: t, owner }) {
   const [r] = owner == null
-    ? await query(db, 'SELECT idem_consume($1, $2, $3::interval) AS first', [consumer, messageId, ttl(t)])
-    : await query(db, 'SELECT idem_consume($1, $2, $3::interval, $4::bigint) AS first',
+    ? await query(db, 'SELECT @idem@.idem_consume($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.interval) AS first', [consumer, messageId, ttl(t)])
+    : await query(db, 'SELECT @idem@.idem_consume($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.interval, $4::pg_catalog.int8) AS first',
       [consumer, messageId, ttl(t), String(owner)]);
   return r.first;
 }
 
 // idem_outbox_emit: a message published once this transaction commits; its id.
 export async function emit(db, { topic, payload, key, headers }) {
-  const [r] = await query(db, 'SELECT idem_outbox_emit($1, $2::jsonb, $3, $4::jsonb) AS id',
+  const [r] = await query(db, 'SELECT @idem@.idem_outbox_emit($1::pg_catalog.text, $2::pg_catalog.jsonb, $3::pg_catalog.text, $4::pg_catalog.jsonb) AS id',
     [topic, json(payload), key ?? null, headers ? JSON.stringify(headers) : null]);
   return r.id;
 }
@@ -165,7 +187,7 @@ export class TaskWorker {
 
   async lease(db, batch = 1) {
     const rows = await query(db, 'SELECT task_id, owner, key, request, payload, attempt, token, lease_expires_at'
-      + ' FROM idem_lease($1, $2, $3::interval, $4, $5)',
+      + ' FROM @idem@.idem_lease($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.interval, $4::pg_catalog.int4, $5::pg_catalog.bool)',
     [this.operation, this.worker, ttl(this.leaseSeconds), batch, this.bindSession]);
     return rows.map((r) => new Task(r));
   }
@@ -178,19 +200,19 @@ export class Task {
   }
 
   async heartbeat(db, extendSeconds) {
-    const [r] = await query(db, 'SELECT idem_heartbeat($1, $2, $3::interval) AS until',
+    const [r] = await query(db, 'SELECT @idem@.idem_heartbeat($1::pg_catalog.int8, $2::pg_catalog.int8, $3::pg_catalog.interval) AS until',
       [this.taskId, this.token, ttl(extendSeconds)]);
     this.leaseExpiresAt = r.until;
     return r.until;
   }
 
   async complete(db, status, body, { resourceId, headers } = {}) {
-    await query(db, 'SELECT idem_complete($1, $2, $3, $4::json, $5, $6::jsonb)',
+    await query(db, 'SELECT @idem@.idem_complete($1::pg_catalog.int8, $2::pg_catalog.int8, $3::pg_catalog.int4, $4::pg_catalog.json, $5::pg_catalog.int8, $6::pg_catalog.jsonb)',
       [this.taskId, this.token, status, json(body), resourceId ?? null, headers ? JSON.stringify(headers) : null]);
   }
 
   async fail(db, error, retryable = true) {
-    const [r] = await query(db, 'SELECT idem_fail($1, $2, $3::jsonb, $4) AS status',
+    const [r] = await query(db, 'SELECT @idem@.idem_fail($1::pg_catalog.int8, $2::pg_catalog.int8, $3::pg_catalog.jsonb, $4::pg_catalog.bool) AS status',
       [this.taskId, this.token, json(error), retryable]);
     return r.status;
   }

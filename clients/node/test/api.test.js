@@ -57,7 +57,8 @@ test('one error class per SQLSTATE', async () => {
   }
   // IK007: an expired key of an operation that refuses reuse (1.11)
   const ek = key();
-  await c.query("SELECT idem_set_policy('EXPIRING', audit_ttl => '30 days', reuse_after_expiry => 'refuse')");
+  await c.query("SELECT public.idem_set_policy('EXPIRING'::pg_catalog.text, audit_ttl => '30 days'::pg_catalog.interval,"
+    + " reuse_after_expiry => 'refuse'::pg_catalog.text)");
   await c.query('BEGIN');
   await idem.begin(c, { owner: 1, operation: 'EXPIRING', key: ek, request: {} });
   await idem.finish(c, { owner: 1, operation: 'EXPIRING', key: ek, status: 201, body: {} });
@@ -65,7 +66,7 @@ test('one error class per SQLSTATE', async () => {
   await c.query("UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key = $1", [ek]);
   await assert.rejects(idem.begin(c, { owner: 1, operation: 'EXPIRING', key: ek, request: {} }),
     (e) => e instanceof idem.KeyExpired && e.sqlstate === 'IK007');
-  await c.query("SELECT idem_drop_policy('EXPIRING')");
+  await c.query("SELECT public.idem_drop_policy('EXPIRING'::pg_catalog.text)");
   const holder = await connect();
   const other = await connect({ options: '-c idem.wait_timeout=0' });
   const held = key();
@@ -154,7 +155,7 @@ test('emit, then consume once', async () => {
   assert.equal(await idem.consume(c, { consumer, messageId: `node-topic-${id}-owned`, owner }), true);
   const count = async () => (await c.query('SELECT count(*)::int AS n FROM idem_internal.idem_inbox WHERE owner_id = $1', [owner])).rows[0].n;
   assert.equal(await count(), 1);
-  await c.query('SELECT idem_forget_owner($1)', [owner]);
+  await c.query('SELECT public.idem_forget_owner($1::pg_catalog.int8)', [owner]);
   assert.equal(await count(), 0);
   await c.end();
 });

@@ -67,7 +67,8 @@ def test_exceptions_per_sqlstate(conn):
 def test_expired_refused_key_is_ik007(conn):
     # an expired key of an operation that refuses reuse (1.11)
     k = new_key()
-    conn.execute("SELECT idem_set_policy('EXPIRING', audit_ttl => '30 days', reuse_after_expiry => 'refuse')")
+    conn.execute("SELECT public.idem_set_policy('EXPIRING'::pg_catalog.text, audit_ttl => '30 days'::pg_catalog.interval,"
+                 " reuse_after_expiry => 'refuse'::pg_catalog.text)")
     with conn.transaction():
         idem_pg.begin(conn, 1, "EXPIRING", k, {})
         idem_pg.finish(conn, 1, "EXPIRING", k, 201, {})
@@ -80,7 +81,7 @@ def test_expired_refused_key_is_ik007(conn):
         assert info.value.sqlstate == "IK007"
         conn.rollback()
     finally:
-        conn.execute("SELECT idem_drop_policy('EXPIRING')")
+        conn.execute("SELECT public.idem_drop_policy('EXPIRING'::pg_catalog.text)")
         conn.commit()
 
 
@@ -210,7 +211,7 @@ def test_outbox_emit_and_inbox_consume(conn):
     with conn.transaction():
         assert idem_pg.consume(conn, consumer, "%s-%d-owned" % (topic, mid), owner=owner) is True
     assert conn.execute("SELECT count(*) FROM idem_internal.idem_inbox WHERE owner_id = %s", (owner,)).fetchone()[0] == 1
-    conn.execute("SELECT idem_forget_owner(%s)", (owner,))
+    conn.execute("SELECT public.idem_forget_owner(%s::pg_catalog.int8)", (owner,))
     assert conn.execute("SELECT count(*) FROM idem_internal.idem_inbox WHERE owner_id = %s", (owner,)).fetchone()[0] == 0
     conn.commit()
 

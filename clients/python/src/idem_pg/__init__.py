@@ -14,13 +14,15 @@ clients/CONTRACT.md), ``wsgi``, ``asgi`` and ``django`` (its middlewares),
 """
 from .core import (Claim, Outcome, RawJson, Submission, begin, claim, consume, emit, finish, finish_stored, run,
                    submit)
-from .errors import (IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, LeaseLost, NestedRun, NoClaim, NotAllowed,
+from .schema import use_schema
+from .errors import (IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, LeaseLost, Misconfigured, NestedRun, NoClaim,
+                     NotAllowed,
                      ReadOnly, SerializationFailure, UnfinishedClaim, retry_serializable, translate)
 from .tasks import Task, TaskWorker
 
 __version__ = "1.14.0"
 
 __all__ = ["Claim", "Outcome", "RawJson", "Submission", "begin", "claim", "consume", "emit", "finish", "run",
-           "submit", "finish_stored", "IdemError", "InFlight", "InvalidRequest", "KeyExpired", "KeyReused", "LeaseLost", "NestedRun", "NoClaim",
+           "submit", "finish_stored", "IdemError", "InFlight", "InvalidRequest", "KeyExpired", "KeyReused", "LeaseLost", "Misconfigured", "NestedRun", "NoClaim",
            "NotAllowed", "ReadOnly", "SerializationFailure", "UnfinishedClaim", "retry_serializable", "translate",
-           "Task", "TaskWorker"]
+           "Task", "TaskWorker", "use_schema"]

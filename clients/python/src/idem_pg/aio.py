@@ -16,17 +16,24 @@ from __future__ import annotations
 import asyncio
 import random
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, List, Mapping, Optional, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, List, Mapping, Optional, Tuple, TypeVar
 
-from .core import (BEGIN_SQL, FINISH_SQL, FINISH_STORED_SQL, RUN_SQL, SUBMIT_SQL, Json, Outcome, Submission, Ttl,
+from .core import (BEGIN_SQL, FINISH_SQL, GRANTED_SQL, FINISH_STORED_SQL, RUN_SQL, SUBMIT_SQL, Json, Outcome, Submission, Ttl,
                    _consume_call, _emit_call, _headers_param, _json, _outcome, _submission, _ttl)
 from .errors import NoClaim, SerializationFailure, sqlstate_of, translate
+from .schema import LOOKUP_SQL, PLACEHOLDER, cached, remember, statement
 from .tasks import COMPLETE_SQL, FAIL_SQL, HEARTBEAT_SQL, LEASE_SQL, Task, _complete_params, _task_of
 
 T = TypeVar("T")
 
 
 async def _rows(conn: Any, sql: str, params: tuple) -> List[tuple]:
+    if PLACEHOLDER in sql:
+        schema = cached(conn)
+        if schema is None:
+            found = await _rows(conn, LOOKUP_SQL, ())
+            schema = remember(conn, found[0] if found else None)
+        sql = statement(sql, schema)
     try:
         cur = await conn.execute(sql, params)
         return await cur.fetchall()
@@ -37,6 +44,12 @@ async def _rows(conn: Any, sql: str, params: tuple) -> List[tuple]:
 async def _one(conn: Any, sql: str, params: tuple):
     rows = await _rows(conn, sql, params)
     return rows[0] if rows else None
+
+
+async def app_grants(conn: Any) -> Tuple[bool, str]:
+    """(may the role call idem_begin and idem_finish_stored, the role)."""
+    row = await _one(conn, GRANTED_SQL, ())
+    return bool(row[0]), row[1]
 
 
 async def begin(conn: Any, owner: int, operation: str, key: str, request: Json, ttl: Ttl = None) -> Outcome:

@@ -55,7 +55,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psycopg
 
-from .core import consume
+from .core import _sql, consume
 
 log = logging.getLogger("idem_pg.consumer")
 
@@ -99,8 +99,10 @@ class _LeaseLost(Exception):
     """A Redis consumer lost its stream while waiting to try a message again."""
 
 
-_CHECK = "SELECT verdict, blocked_by FROM idem_consume_check(%s, %s, %s, %s)"
-_FAILED = "SELECT attempts, dead FROM idem_consume_failed(%s, %s, %s, %s, %s, %s, %s)"
+_CHECK = ("SELECT verdict, blocked_by FROM @idem@.idem_consume_check(%s::pg_catalog.text, %s::pg_catalog.text,"
+          " %s::pg_catalog.text, %s::pg_catalog.int8)")
+_FAILED = ("SELECT attempts, dead FROM @idem@.idem_consume_failed(%s::pg_catalog.text, %s::pg_catalog.text,"
+           " %s::pg_catalog.text, %s::pg_catalog.text, %s::pg_catalog.text, %s::pg_catalog.int4, %s::pg_catalog.int8)")
 
 
 class _Inbox:
@@ -139,8 +141,9 @@ class _Inbox:
                 reason = "%s: %s" % (type(cause).__name__, cause)
                 log.error("idem_pg.consumer: %s: message %s (key %s) failed: %s", self.consumer, message_id, key,
                           reason, exc_info=cause)
-                attempts, dead = self.connection().execute(
-                    _FAILED, (self.consumer, message_id, reason[:1000], key, self.topic, self.max_attempts,
+                conn = self.connection()
+                attempts, dead = conn.execute(
+                    _sql(conn, _FAILED), (self.consumer, message_id, reason[:1000], key, self.topic, self.max_attempts,
                               self._owner_of_fields(fields, partition, redelivered)), prepare=False).fetchone()
                 if dead:
                     log.error("idem_pg.consumer: %s: message %s is a dead letter after %d attempts: %s",
@@ -164,7 +167,7 @@ class _Inbox:
             raise _Failed() from e
         try:
             with conn.transaction():
-                verdict, blocked_by = conn.execute(_CHECK, (self.consumer, message_id, key, owner),
+                verdict, blocked_by = conn.execute(_sql(conn, _CHECK), (self.consumer, message_id, key, owner),
                                                    prepare=False).fetchone()
                 if verdict != "apply":
                     why = "behind the dead letter %s of its key" % blocked_by if blocked_by else "a dead letter"

@@ -12,9 +12,10 @@ import datetime as _dt
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import IdemError, NoClaim, translate
+from .schema import LOOKUP_SQL, PLACEHOLDER, cached, remember, statement
 
 Json = Any
 Ttl = Union[None, int, float, _dt.timedelta]
@@ -47,6 +48,8 @@ class RawJson:
 
 
 def _rows(db: Any, sql: str, params: Sequence[Any], prepare: Optional[bool]) -> list:
+    if PLACEHOLDER in sql:
+        sql = _sql(db, sql)
     try:
         execute = getattr(db, "execute", None)
         if execute is not None and hasattr(db, "prepare_threshold"):      # psycopg 3 connection
@@ -57,6 +60,18 @@ def _rows(db: Any, sql: str, params: Sequence[Any], prepare: Optional[bool]) -> 
         return cur.fetchall() if cur.description is not None else []
     except Exception as e:  # noqa: BLE001 - translated, or re-raised as it is
         raise translate(e) from e
+
+
+def _schema(db: Any) -> str:
+    """idem's schema on this connection, looked up once (schema.py)."""
+    rows = _rows(db, LOOKUP_SQL, (), None)
+    return remember(db, rows[0] if rows else None)
+
+
+def _sql(db: Any, sql: str) -> str:
+    """A statement of this package, idem's schema in it, for a caller that
+    runs it itself (and handles the driver's errors as they are)."""
+    return statement(sql, cached(db) or _schema(db))
 
 
 def _one(db: Any, sql: str, params: Sequence[Any], prepare: Optional[bool] = None):
@@ -85,7 +100,8 @@ class Outcome:
 
 # the expiry as epoch seconds: the same instant whatever the session's
 # TimeZone and the driver's datetime handling (Django's naive ones)
-_OUTCOME = "replayed, http_status, body::text, headers::text, resource_id, extract(epoch FROM expires_at)::float8"
+_OUTCOME = ("replayed, http_status, body::pg_catalog.text, headers::pg_catalog.text, resource_id,"
+            " extract(epoch FROM expires_at)::pg_catalog.float8")
 
 
 def _outcome(row) -> Outcome:
@@ -93,20 +109,31 @@ def _outcome(row) -> Outcome:
     return Outcome(row[0], row[1], row[2], _headers(row[3]), row[4], expires)
 
 
-BEGIN_SQL = "SELECT %s FROM idem_begin(%%s, %%s, %%s, %%s::jsonb, %%s::interval)" % _OUTCOME
-FINISH_SQL = "SELECT idem_finish(%s, %s, %s, %s, %s::json, %s, %s::jsonb)"
-FINISH_STORED_SQL = ("SELECT %s FROM idem_finish_stored(%%s, %%s, %%s, %%s, %%s::json, %%s, %%s::jsonb)"
-                     % _OUTCOME)
-RUN_SQL = "SELECT %s FROM idem_run(%%s, %%s, %%s, %%s::jsonb, %%s::regprocedure, %%s::interval)" % _OUTCOME
-SUBMIT_SQL = ("SELECT replayed, status, http_status, body::text, headers::text, resource_id, task_id"
-              " FROM idem_submit(%s, %s, %s, %s::jsonb, %s::jsonb, %s::interval)")
+# Every statement names idem's schema (@idem@, schema.py) and casts every
+# argument to the type of idem's parameter.
+_I8, _T, _J, _JSON, _IV, _I4 = ("::pg_catalog.int8", "::pg_catalog.text", "::pg_catalog.jsonb", "::pg_catalog.json",
+                                "::pg_catalog.interval", "::pg_catalog.int4")
+BEGIN_SQL = ("SELECT %s FROM @idem@.idem_begin(%%s%s, %%s%s, %%s%s, %%s%s, %%s%s)"
+             % (_OUTCOME, _I8, _T, _T, _J, _IV))
+FINISH_SQL = ("SELECT @idem@.idem_finish(%%s%s, %%s%s, %%s%s, %%s%s, %%s%s, %%s%s, %%s%s)"
+              % (_I8, _T, _T, _I4, _JSON, _I8, _J))
+FINISH_STORED_SQL = ("SELECT %s FROM @idem@.idem_finish_stored(%%s%s, %%s%s, %%s%s, %%s%s, %%s%s, %%s%s, %%s%s)"
+                     % (_OUTCOME, _I8, _T, _T, _I4, _JSON, _I8, _J))
+RUN_SQL = ("SELECT %s FROM @idem@.idem_run(%%s%s, %%s%s, %%s%s, %%s%s, %%s::pg_catalog.regprocedure, %%s%s)"
+           % (_OUTCOME, _I8, _T, _T, _J, _IV))
+SUBMIT_SQL = ("SELECT replayed, status, http_status, body::pg_catalog.text, headers::pg_catalog.text, resource_id,"
+              " task_id FROM @idem@.idem_submit(%%s%s, %%s%s, %%s%s, %%s%s, %%s%s, %%s%s)" % (_I8, _T, _T, _J, _J, _IV))
+CONSUME_SQL = "SELECT @idem@.idem_consume(%%s%s, %%s%s, %%s%s)" % (_T, _T, _IV)
+CONSUME_OWNER_SQL = "SELECT @idem@.idem_consume(%%s%s, %%s%s, %%s%s, %%s%s)" % (_T, _T, _IV, _I8)
+EMIT_SQL = "SELECT @idem@.idem_outbox_emit(%%s%s, %%s%s, %%s%s, %%s%s)" % (_T, _J, _T, _J)
+EMIT_OWNER_SQL = "SELECT @idem@.idem_outbox_emit(%%s%s, %%s%s, %%s%s, %%s%s, %%s%s)" % (_T, _J, _T, _J, _I8)
 
 
 def _consume_call(consumer: str, message_id: str, ttl: Ttl, owner: Optional[int]):
     """idem_consume's statement and parameters (the owner's form only with one)."""
     if owner is not None:
-        return "SELECT idem_consume(%s, %s, %s::interval, %s::bigint)", (consumer, message_id, _ttl(ttl), owner)
-    return "SELECT idem_consume(%s, %s, %s::interval)", (consumer, message_id, _ttl(ttl))
+        return CONSUME_OWNER_SQL, (consumer, message_id, _ttl(ttl), owner)
+    return CONSUME_SQL, (consumer, message_id, _ttl(ttl))
 
 
 def _emit_call(topic: str, payload: Any, key: Optional[str], headers: Optional[Mapping[str, str]],
@@ -114,9 +141,8 @@ def _emit_call(topic: str, payload: Any, key: Optional[str], headers: Optional[M
     """idem_outbox_emit's statement and parameters (the owner's form only with one)."""
     hdrs = json.dumps(dict(headers)) if headers is not None else None
     if owner is not None:
-        return ("SELECT idem_outbox_emit(%s, %s::jsonb, %s, %s::jsonb, %s::bigint)",
-                (topic, _json(payload), key, hdrs, owner))
-    return "SELECT idem_outbox_emit(%s, %s::jsonb, %s, %s::jsonb)", (topic, _json(payload), key, hdrs)
+        return EMIT_OWNER_SQL, (topic, _json(payload), key, hdrs, owner)
+    return EMIT_SQL, (topic, _json(payload), key, hdrs)
 
 
 def _submission(row) -> "Submission":
@@ -125,6 +151,22 @@ def _submission(row) -> "Submission":
 
 def _headers_param(headers: Optional[Mapping[str, str]]) -> Optional[str]:
     return json.dumps(dict(headers)) if headers is not None else None
+
+
+# Whether the session's role may call what the app kind is granted
+# (idem_grant(role, 'app')): asked after a 42501, which also means an
+# owner outside idem.allowed_owners.
+GRANTED_SQL = ("SELECT pg_catalog.has_function_privilege("
+               "'@idem@.idem_begin(bigint, text, text, jsonb, interval)', 'EXECUTE')"
+               " AND pg_catalog.has_function_privilege("
+               "'@idem@.idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json)', 'EXECUTE'),"
+               " current_user::pg_catalog.text")
+
+
+def app_grants(db: Any) -> Tuple[bool, str]:
+    """(may the role call idem_begin and idem_finish_stored, the role)."""
+    row = _one(db, GRANTED_SQL, ())
+    return bool(row[0]), row[1]
 
 
 def begin(db: Any, owner: int, operation: str, key: str, request: Json, ttl: Ttl = None,

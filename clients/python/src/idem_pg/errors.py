@@ -84,12 +84,22 @@ class SerializationFailure(IdemError):
     sqlstate = "40001"
 
 
+class Misconfigured(IdemError):
+    """42725, 42883, 3F000: idem's function is ambiguous (a function of the same
+    name planted in idem's schema: idem_health().shadowing_functions) or
+    missing (idem not installed); or, from the HTTP middlewares, the role
+    lacks idem's grants (idem_grant(role, 'app')).  The server's setup, not
+    the request: a 500."""
+    sqlstate = "42725"
+
+
 _BY_STATE = {
     "IK001": KeyReused, "IK002": InFlight, "IK003": NoClaim, "IK004": LeaseLost,
     "IK005": UnfinishedClaim, "IK006": NestedRun, "IK007": KeyExpired,
     "22023": InvalidRequest, "22004": InvalidRequest, "22003": InvalidRequest, "22P02": InvalidRequest,
     "22P05": InvalidRequest,
     "25006": ReadOnly, "42501": NotAllowed, "40001": SerializationFailure,
+    "42725": Misconfigured, "42883": Misconfigured, "3F000": Misconfigured,
 }
 
 

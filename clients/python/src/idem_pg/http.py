@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import core
-from .errors import (IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, NotAllowed, ReadOnly,
+from .errors import (IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, Misconfigured, NotAllowed, ReadOnly,
                      SerializationFailure, sqlstate_of, translate)
 
 log = logging.getLogger("idem_pg")
@@ -280,12 +280,21 @@ def stored_headers(headers: Headers, settings: Settings) -> Dict[str, str]:
     return kept
 
 
+# A header a server may send: an RFC 9110 token for a name, a value with no
+# control character but a tab.  A stored one that is not (a record written
+# before idem 1.14 checked names) is never replayed.
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_UNSENDABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
+
+
 def replayed_headers(stored: Optional[Mapping[str, str]]) -> Headers:
     out: Headers = []
     for name, value in (stored or {}).items():
+        if not _TOKEN.match(name):
+            continue
         if name.lower() == "set-cookie":
-            out.extend((name, line) for line in re.split("[\n\x1f]", value))
-        else:
+            out.extend((name, line) for line in re.split("[\n\x1f]", value) if not _UNSENDABLE.search(line))
+        elif not _UNSENDABLE.search(value):
             out.append((name, value))
     return out
 
@@ -336,6 +345,10 @@ def problem_of(error: BaseException, settings: Settings) -> Problem:
         return Problem(400, "invalid-request", invalid_detail(error))
     if isinstance(error, SerializationFailure):
         return Problem(503, "retry", "the request raced another one; retry it", [("Retry-After", "0")])
+    if isinstance(error, Misconfigured):
+        if error.sqlstate != "42501":       # a missing grant is logged once per process (_not_granted)
+            log.error("idem_pg: the database is not set up for idem: %s", _describe(error))
+        return Problem(500, "internal", "the request could not be completed")
     log.error("idem_pg: request failed: %s", _describe(error),
               exc_info=None if isinstance(error, IdemError) else error)
     return Problem(500, "internal", "the request could not be completed")
@@ -470,8 +483,35 @@ def handle(exchange: Exchange, route: Route, params: Dict[str, str], read_body: 
         return problem_of(e, settings).answer(settings)
 
 
+_missing_grant_logged = False
+
+
+def _not_granted(role: str) -> Misconfigured:
+    """A 42501 where the role lacks idem's grants: the server's setup, a 500,
+    logged once per process (not the owner binding's 403)."""
+    global _missing_grant_logged
+    message = ("role %s may not call idem's functions: a superuser runs SELECT idem_grant('%s', 'app')"
+               % (role, role))
+    if not _missing_grant_logged:
+        _missing_grant_logged = True
+        log.error("idem_pg: %s", message)
+    return Misconfigured(message, "42501")
+
+
 def _execute(p: _Prepared, params: Dict[str, str], call: Callable[[Context], Answer], settings: Settings,
              transaction: Callable[[], Any]) -> Tuple[Answer, core.Outcome]:
+    try:
+        return _execute_once(p, params, call, settings, transaction)
+    except NotAllowed:
+        with transaction() as db:
+            granted, role = core.app_grants(db)
+        if not granted:
+            raise _not_granted(role) from None
+        raise
+
+
+def _execute_once(p: _Prepared, params: Dict[str, str], call: Callable[[Context], Answer], settings: Settings,
+                  transaction: Callable[[], Any]) -> Tuple[Answer, core.Outcome]:
     with transaction() as db:
         outcome = core.begin(db, p.owner, p.route.operation, p.key, p.request, settings.ttl,
                              None if settings.server_prepare else False)
@@ -535,6 +575,19 @@ async def handle_async(exchange: Exchange, route: Route, params: Dict[str, str],
 
 async def _execute_async(p: _Prepared, params: Dict[str, str], call: Callable[[Context], Awaitable[Answer]],
                          settings: Settings) -> Tuple[Answer, core.Outcome]:
+    from . import aio
+    try:
+        return await _execute_async_once(p, params, call, settings)
+    except NotAllowed:
+        async with _async_transaction(settings) as db:
+            granted, role = await aio.app_grants(db)
+        if not granted:
+            raise _not_granted(role) from None
+        raise
+
+
+async def _execute_async_once(p: _Prepared, params: Dict[str, str], call: Callable[[Context], Awaitable[Answer]],
+                              settings: Settings) -> Tuple[Answer, core.Outcome]:
     from . import aio
     async with _async_transaction(settings) as db:
         outcome = await aio.begin(db, p.owner, p.route.operation, p.key, p.request, settings.ttl)

@@ -22,6 +22,10 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import psycopg
 
+from .core import _sql
+
+_REDRIVE = ("SELECT @idem@.idem_inbox_redrive(%s::pg_catalog.text, %s::pg_catalog.text[],"
+            " %s::pg_catalog.bool)")
 _EXTRA = ("idem_dead_reason", "idem_consumer", "idem_stream_entry")
 
 
@@ -110,7 +114,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         def record(ids: List[Any]) -> None:
-            conn.execute("SELECT idem_inbox_redrive(%s, %s::text[], %s)",
+            conn.execute(_sql(conn, _REDRIVE),
                          (args.consumer, [str(i) for i in ids], args.discard), prepare=False)
 
         if args.broker.startswith(("redis://", "rediss://", "unix://")):

@@ -43,6 +43,17 @@ from typing import Tuple, Any, Callable, Dict, List, Optional, Sequence
 
 import psycopg
 
+from .core import _sql
+
+_FETCH = ("SELECT message_id, msg_key, payload::pg_catalog.text, headers::pg_catalog.text, attempt,"
+          " extract(epoch FROM pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) emitted_at)::pg_catalog.float8"
+          " FROM @idem@.idem_outbox_fetch(%s::pg_catalog.text, %s::pg_catalog.int4,"
+          " pg_catalog.make_interval(secs => %s::pg_catalog.float8))")
+_HEALTH = ("SELECT outbox_unacked, extract(epoch FROM outbox_oldest_unacked_age)::pg_catalog.float8"
+           " FROM @idem@.idem_health()")
+_ACK = "SELECT @idem@.idem_outbox_ack(%s::pg_catalog.int8[])"
+_NACK = "SELECT @idem@.idem_outbox_nack(%s::pg_catalog.int8[], %s::pg_catalog.text, true)"
+
 log = logging.getLogger("idem_pg.relay")
 
 
@@ -376,10 +387,7 @@ class Relay:
         self.stopping = True
 
     def _fetch(self, conn: Any) -> List[Message]:
-        rows = conn.execute("SELECT message_id, msg_key, payload::text, headers::text, attempt,"
-                            " extract(epoch FROM clock_timestamp() - emitted_at)::float8"
-                            " FROM idem_outbox_fetch(%s, %s, make_interval(secs => %s))",
-                            (self.topic, self.batch, self.lease), prepare=False).fetchall()
+        rows = conn.execute(_sql(conn, _FETCH), (self.topic, self.batch, self.lease), prepare=False).fetchall()
         if rows:
             self._window["fetched"] += len(rows)
             self._window["wait"] = max(self._window["wait"], max(r[5] for r in rows))
@@ -392,8 +400,7 @@ class Relay:
         if self._health is False:
             return "backlog unknown (grant the relay's role idem_grant(role, 'monitor') to see it)"
         try:
-            row = conn.execute("SELECT outbox_unacked, extract(epoch FROM outbox_oldest_unacked_age)::float8"
-                               " FROM idem_health()", prepare=False).fetchone()
+            row = conn.execute(_sql(conn, _HEALTH), prepare=False).fetchone()
         except psycopg.errors.InsufficientPrivilege:
             self._health = False
             return self._backlog(conn)
@@ -431,11 +438,11 @@ class Relay:
             return 0
         out = broker.publish(messages)
         if out.confirmed:
-            conn.execute("SELECT idem_outbox_ack(%s::bigint[])", (out.confirmed,), prepare=False)
+            conn.execute(_sql(conn, _ACK), (out.confirmed,), prepare=False)
         for message_id, reason in out.refused.items():
             log.warning("idem_pg.relay: topic %s: message %d refused for good, nacked as permanent"
                         " (a dead letter; docs/dead-letters.md): %s", self.topic, message_id, reason)
-            conn.execute("SELECT idem_outbox_nack(%s::bigint[], %s, true)", ([message_id], reason), prepare=False)
+            conn.execute(_sql(conn, _NACK), ([message_id], reason), prepare=False)
         left = len(messages) - len(out.confirmed) - len(out.refused)
         if left:
             log.warning("idem_pg.relay: %d of %d messages not taken by the broker; their leases will lapse",

@@ -23,11 +23,15 @@ from typing import Any, Iterator, List, Mapping, Optional
 from .core import Json, Ttl, _json, _one, _rows, _ttl
 
 
-HEARTBEAT_SQL = "SELECT idem_heartbeat(%s, %s, %s::interval)"
-COMPLETE_SQL = "SELECT idem_complete(%s, %s, %s, %s::json, %s, %s::jsonb)"
-FAIL_SQL = "SELECT idem_fail(%s, %s, %s::jsonb, %s)"
-LEASE_SQL = ("SELECT task_id, owner, key, request::text, payload::text, attempt, token,"
-             " lease_expires_at FROM idem_lease(%s, %s, %s::interval, %s, %s)")
+HEARTBEAT_SQL = ("SELECT @idem@.idem_heartbeat(%s::pg_catalog.int8, %s::pg_catalog.int8,"
+                 " %s::pg_catalog.interval)")
+COMPLETE_SQL = ("SELECT @idem@.idem_complete(%s::pg_catalog.int8, %s::pg_catalog.int8, %s::pg_catalog.int4,"
+                " %s::pg_catalog.json, %s::pg_catalog.int8, %s::pg_catalog.jsonb)")
+FAIL_SQL = ("SELECT @idem@.idem_fail(%s::pg_catalog.int8, %s::pg_catalog.int8, %s::pg_catalog.jsonb,"
+            " %s::pg_catalog.bool)")
+LEASE_SQL = ("SELECT task_id, owner, key, request::pg_catalog.text, payload::pg_catalog.text, attempt, token,"
+             " lease_expires_at FROM @idem@.idem_lease(%s::pg_catalog.text, %s::pg_catalog.text,"
+             " %s::pg_catalog.interval, %s::pg_catalog.int4, %s::pg_catalog.bool)")
 
 
 def _task_of(row, prepare: Optional[bool] = None) -> "Task":

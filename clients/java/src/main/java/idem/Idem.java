@@ -11,6 +11,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 
 import org.postgresql.PGStatement;
 
@@ -35,18 +36,64 @@ import org.postgresql.PGStatement;
  */
 public final class Idem {
     private final boolean serverPrepare;
+    /** idem's schema as an SQL identifier, when configured; else looked up per database. */
+    private final String schema;
+    private final Map<String, String> found;
 
     public Idem() {
-        this(true);
+        this(true, null, new ConcurrentHashMap<>());
     }
 
-    private Idem(boolean serverPrepare) {
+    private Idem(boolean serverPrepare, String schema, Map<String, String> found) {
         this.serverPrepare = serverPrepare;
+        this.schema = schema;
+        this.found = found;
     }
 
     /** The same API that never prepares statements on the server (prepareThreshold 0): behind a transaction pooler. */
     public Idem withoutServerPrepare() {
-        return new Idem(false);
+        return new Idem(false, schema, found);
+    }
+
+    /**
+     * The same API with idem's schema named instead of looked up. Otherwise it is read from
+     * pg_extension once per database URL (a pool's connections share it).
+     */
+    public Idem withSchema(String name) {
+        return new Idem(serverPrepare, quote(name), found);
+    }
+
+    /** A name as an SQL identifier. */
+    static String quote(String name) {
+        return "\"" + name.replace("\"", "\"\"") + "\"";
+    }
+
+    private static final String LOOKUP = "SELECT n.nspname FROM pg_catalog.pg_extension e"
+        + " JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace"
+        + " WHERE e.extname OPERATOR(pg_catalog.=) 'idem'";
+
+    /**
+     * idem's schema on this connection's database. Every statement names it ({@code @idem@}) and
+     * casts every argument to the type of idem's parameter, so that no function of the same name
+     * elsewhere on the search_path, nor an overload in idem's own schema that a varchar would
+     * match better, runs in idem's place (docs/security.md).
+     */
+    String schema(Connection c) throws SQLException {
+        if (schema != null) {
+            return schema;
+        }
+        String url = c.getMetaData().getURL();
+        String s = found.get(url);
+        if (s == null) {
+            try (PreparedStatement ps = c.prepareStatement(LOOKUP); ResultSet rs = ps.executeQuery()) {
+                if (!rs.next()) {
+                    throw new SQLException("idem is not installed in this database (CREATE EXTENSION idem)", "42883");
+                }
+                s = quote(rs.getString(1));
+            }
+            found.put(url, s);
+        }
+        return s;
     }
 
     public boolean serverPrepare() {
@@ -63,12 +110,12 @@ public final class Idem {
                              Map<String, String> headers, Long resourceId, Long taskId) {
     }
 
-    private static final String OUTCOME = "replayed, http_status, body::text, "
-        + "ARRAY(SELECT unnest(ARRAY[k, v]) FROM jsonb_each_text(headers) AS h(k, v)), resource_id, "
-        + "extract(epoch FROM expires_at)::float8";
+    private static final String OUTCOME = "replayed, http_status, body::pg_catalog.text, "
+        + "ARRAY(SELECT pg_catalog.unnest(ARRAY[k, v]) FROM pg_catalog.jsonb_each_text(headers) AS h(k, v)), "
+        + "resource_id, extract(epoch FROM expires_at)::pg_catalog.float8";
 
     PreparedStatement prepare(Connection c, String sql) throws SQLException {
-        PreparedStatement ps = c.prepareStatement(sql);
+        PreparedStatement ps = c.prepareStatement(sql.contains("@idem@") ? sql.replace("@idem@", schema(c)) : sql);
         if (!serverPrepare) {
             ps.unwrap(PGStatement.class).setPrepareThreshold(0);
         }
@@ -122,11 +169,33 @@ public final class Idem {
         return new Outcome(rs.getBoolean(1), intOrNull(rs, 2), rs.getString(3), headers, longOrNull(rs, 5), expires);
     }
 
+    /** Whether the session's role may call what idem_grant(role, 'app') gives, and the role. */
+    public record AppGrants(boolean granted, String role) {
+    }
+
+    /**
+     * Asks, after a 42501 (which also means an owner outside idem.allowed_owners), whether the
+     * session's role may call idem_begin and idem_finish.
+     */
+    public AppGrants appGrants(Connection c) throws SQLException {
+        try (PreparedStatement ps = prepare(c, "SELECT coalesce(pg_catalog.has_function_privilege("
+            + "pg_catalog.to_regprocedure('@idem@.idem_begin(bigint, text, text, jsonb, interval)'), 'EXECUTE')"
+            + " AND pg_catalog.has_function_privilege(pg_catalog.to_regprocedure("
+            + "'@idem@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)'), 'EXECUTE'), false),"
+            + " current_user::pg_catalog.text");
+             ResultSet rs = ps.executeQuery()) {
+            rs.next();
+            return new AppGrants(rs.getBoolean(1), rs.getString(2));
+        } catch (SQLException e) {
+            throw IdemException.of(e);
+        }
+    }
+
     /** idem_begin: claims the key for this transaction (replayed false), or replays. */
     public Outcome begin(Connection c, long owner, String operation, String key, String requestJson, Duration ttl)
         throws SQLException {
         try (PreparedStatement ps = prepare(c, "SELECT " + OUTCOME
-            + " FROM idem_begin(?, ?, ?, ?::jsonb, ?::interval)")) {
+            + " FROM @idem@.idem_begin(?::pg_catalog.int8, ?::pg_catalog.text, ?::pg_catalog.text, ?::pg_catalog.jsonb, ?::pg_catalog.interval)")) {
             ps.setLong(1, owner);
             ps.setString(2, operation);
             ps.setString(3, key);
@@ -143,7 +212,8 @@ public final class Idem {
     /** idem_finish: stores this transaction's claim's answer (2xx-4xx); bodyJson may be null. */
     public void finish(Connection c, long owner, String operation, String key, int httpStatus, String bodyJson,
                        Long resourceId, Map<String, String> headers) throws SQLException {
-        try (PreparedStatement ps = prepare(c, "SELECT idem_finish(?, ?, ?, ?, ?::json, ?, jsonb_object(?::text[]))")) {
+        try (PreparedStatement ps = prepare(c, "SELECT @idem@.idem_finish(?::pg_catalog.int8, ?::pg_catalog.text, ?::pg_catalog.text, ?::pg_catalog.int4, ?::pg_catalog.json, ?::pg_catalog.int8, "
+            + "pg_catalog.jsonb_object(?::pg_catalog.text[]))")) {
             ps.setLong(1, owner);
             ps.setString(2, operation);
             ps.setString(3, key);
@@ -161,7 +231,7 @@ public final class Idem {
     public Outcome run(Connection c, long owner, String operation, String key, String requestJson, String handler,
                        Duration ttl) throws SQLException {
         try (PreparedStatement ps = prepare(c, "SELECT " + OUTCOME
-            + " FROM idem_run(?, ?, ?, ?::jsonb, ?::regprocedure, ?::interval)")) {
+            + " FROM @idem@.idem_run(?::pg_catalog.int8, ?::pg_catalog.text, ?::pg_catalog.text, ?::pg_catalog.jsonb, ?::pg_catalog.regprocedure, ?::pg_catalog.interval)")) {
             ps.setLong(1, owner);
             ps.setString(2, operation);
             ps.setString(3, key);
@@ -179,9 +249,9 @@ public final class Idem {
     /** idem_submit: starts a long flow (a task for the workers), or tells its state. */
     public Submission submit(Connection c, long owner, String operation, String key, String requestJson,
                              String payloadJson, Duration ttl) throws SQLException {
-        try (PreparedStatement ps = prepare(c, "SELECT replayed, status, http_status, body::text, "
-            + "ARRAY(SELECT unnest(ARRAY[k, v]) FROM jsonb_each_text(headers) AS h(k, v)), resource_id, task_id "
-            + "FROM idem_submit(?, ?, ?, ?::jsonb, ?::jsonb, ?::interval)")) {
+        try (PreparedStatement ps = prepare(c, "SELECT replayed, status, http_status, body::pg_catalog.text, "
+            + "ARRAY(SELECT pg_catalog.unnest(ARRAY[k, v]) FROM pg_catalog.jsonb_each_text(headers) AS h(k, v)), "
+            + "resource_id, task_id FROM @idem@.idem_submit(?::pg_catalog.int8, ?::pg_catalog.text, ?::pg_catalog.text, ?::pg_catalog.jsonb, ?::pg_catalog.jsonb, ?::pg_catalog.interval)")) {
             ps.setLong(1, owner);
             ps.setString(2, operation);
             ps.setString(3, key);
@@ -209,7 +279,8 @@ public final class Idem {
      */
     public boolean consume(Connection c, String consumer, String messageId, Duration ttl, Long owner)
         throws SQLException {
-        String sql = owner == null ? "SELECT idem_consume(?, ?, ?::interval)" : "SELECT idem_consume(?, ?, ?::interval, ?)";
+        String sql = owner == null ? "SELECT @idem@.idem_consume(?::pg_catalog.text, ?::pg_catalog.text, ?::pg_catalog.interval)"
+            : "SELECT @idem@.idem_consume(?::pg_catalog.text, ?::pg_catalog.text, ?::pg_catalog.interval, ?::pg_catalog.int8)";
         try (PreparedStatement ps = prepare(c, sql)) {
             ps.setString(1, consumer);
             ps.setString(2, messageId);
@@ -229,7 +300,8 @@ public final class Idem {
     /** idem_outbox_emit: a message published once this transaction commits; its id. */
     public long emit(Connection c, String topic, String payloadJson, String msgKey, Map<String, String> headers)
         throws SQLException {
-        try (PreparedStatement ps = prepare(c, "SELECT idem_outbox_emit(?, ?::jsonb, ?, jsonb_object(?::text[]))")) {
+        try (PreparedStatement ps = prepare(c, "SELECT @idem@.idem_outbox_emit(?::pg_catalog.text, ?::pg_catalog.jsonb, ?::pg_catalog.text, "
+            + "pg_catalog.jsonb_object(?::pg_catalog.text[]))")) {
             ps.setString(1, topic);
             ps.setString(2, payloadJson);
             ps.setString(3, msgKey);

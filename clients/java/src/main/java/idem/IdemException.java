@@ -68,6 +68,16 @@ public class IdemException extends SQLException {
     }
 
     /** 40001: retry the whole transaction ({@link Idem#retrySerializable}). */
+    /**
+     * 42725, 42883, 3F000: idem's function is ambiguous (an overload planted in idem's schema:
+     * idem_health().shadowing_functions) or missing; from the servlet filter also a role without
+     * idem's grants (42501). The server's setup, not the request: a 500.
+     */
+    public static class Misconfigured extends IdemException {
+        private static final long serialVersionUID = 1L;
+        public Misconfigured(String m, String state, Throwable c) { super(m, state, c); }
+    }
+
     public static class SerializationFailure extends IdemException {
         private static final long serialVersionUID = 1L;
         SerializationFailure(String m, Throwable c) { super(m, "40001", c); }
@@ -94,6 +104,7 @@ public class IdemException extends SQLException {
             case "25006": return new ReadOnly(m, e);
             case "42501": return new NotAllowed(m, e);
             case "40001": return new SerializationFailure(m, e);
+            case "42725": case "42883": case "3F000": return new Misconfigured(m, state, e);
             default: return new IdemException(m, state, e);
         }
     }

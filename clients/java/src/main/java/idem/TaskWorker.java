@@ -33,7 +33,7 @@ public final class TaskWorker {
     public record Task(Idem idem, long taskId, long owner, String key, String requestJson, String payloadJson,
                        int attempt, long token, Instant leaseExpiresAt) {
         public Instant heartbeat(Connection c, Duration extend) throws SQLException {
-            try (PreparedStatement ps = idem.prepare(c, "SELECT idem_heartbeat(?, ?, ?::interval)")) {
+            try (PreparedStatement ps = idem.prepare(c, "SELECT @idem@.idem_heartbeat(?::pg_catalog.int8, ?::pg_catalog.int8, ?::pg_catalog.interval)")) {
                 ps.setLong(1, taskId);
                 ps.setLong(2, token);
                 ps.setObject(3, Idem.interval(extend));
@@ -48,7 +48,7 @@ public final class TaskWorker {
 
         /** Stores the result (2xx-4xx), in the transaction of the business write. */
         public void complete(Connection c, int httpStatus, String bodyJson, Long resourceId) throws SQLException {
-            try (PreparedStatement ps = idem.prepare(c, "SELECT idem_complete(?, ?, ?, ?::json, ?)")) {
+            try (PreparedStatement ps = idem.prepare(c, "SELECT @idem@.idem_complete(?::pg_catalog.int8, ?::pg_catalog.int8, ?::pg_catalog.int4, ?::pg_catalog.json, ?::pg_catalog.int8)")) {
                 ps.setLong(1, taskId);
                 ps.setLong(2, token);
                 ps.setInt(3, httpStatus);
@@ -62,7 +62,7 @@ public final class TaskWorker {
 
         /** A failed attempt: "FAILED_RETRYABLE" (due again after a backoff) or "FAILED_FINAL". */
         public String fail(Connection c, String errorJson, boolean retryable) throws SQLException {
-            try (PreparedStatement ps = idem.prepare(c, "SELECT idem_fail(?, ?, ?::jsonb, ?)")) {
+            try (PreparedStatement ps = idem.prepare(c, "SELECT @idem@.idem_fail(?::pg_catalog.int8, ?::pg_catalog.int8, ?::pg_catalog.jsonb, ?::pg_catalog.bool)")) {
                 ps.setLong(1, taskId);
                 ps.setLong(2, token);
                 ps.setString(3, errorJson);
@@ -79,8 +79,9 @@ public final class TaskWorker {
 
     /** Up to {@code batch} due tasks, each with a new token. */
     public List<Task> lease(Connection c, int batch) throws SQLException {
-        try (PreparedStatement ps = idem.prepare(c, "SELECT task_id, owner, key, request::text, payload::text, "
-            + "attempt, token, lease_expires_at FROM idem_lease(?, ?, ?::interval, ?, ?)")) {
+        try (PreparedStatement ps = idem.prepare(c, "SELECT task_id, owner, key, request::pg_catalog.text, "
+            + "payload::pg_catalog.text, attempt, token, lease_expires_at "
+            + "FROM @idem@.idem_lease(?::pg_catalog.text, ?::pg_catalog.text, ?::pg_catalog.interval, ?::pg_catalog.int4, ?::pg_catalog.bool)")) {
             ps.setString(1, operation);
             ps.setString(2, worker);
             ps.setObject(3, Idem.interval(lease));

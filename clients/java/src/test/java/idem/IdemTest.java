@@ -98,7 +98,8 @@ public final class IdemTest {
             // IK007: an expired key of an operation that refuses reuse (1.11)
             String ek = key();
             try (Statement st = c.createStatement()) {
-                st.execute("SELECT idem_set_policy('EXPIRING', audit_ttl => '30 days', reuse_after_expiry => 'refuse')");
+                st.execute("SELECT public.idem_set_policy('EXPIRING'::pg_catalog.text, audit_ttl => '30 days'::pg_catalog.interval,"
+                    + " reuse_after_expiry => 'refuse'::pg_catalog.text)");
                 idem.begin(c, 1, "EXPIRING", ek, "{}", null);
                 idem.finish(c, 1, "EXPIRING", ek, 201, "{}", null, null);
                 st.execute("UPDATE idem_internal.idempotency_record SET expires_at = now() - interval '1 minute' WHERE idempotency_key = '" + ek + "'");
@@ -107,7 +108,7 @@ public final class IdemTest {
             check("IK007 is KeyExpired", stateOf(c, () -> idem.begin(c, 1, "EXPIRING", ek, "{}", null))
                 .equals("KeyExpired IK007"), "");
             try (Statement st = c.createStatement()) {
-                st.execute("SELECT idem_drop_policy('EXPIRING')");
+                st.execute("SELECT public.idem_drop_policy('EXPIRING'::pg_catalog.text)");
                 c.commit();
             }
             check("IK003 is NoClaim", stateOf(c, () -> idem.finish(c, 1, "DEBIT", key(), 200, "{}", null, null))
@@ -190,7 +191,7 @@ public final class IdemTest {
             c.commit();
             long before = count(c, "SELECT count(*) FROM idem_internal.idem_inbox WHERE owner_id = " + owner);
             try (Statement st = c.createStatement()) {
-                st.execute("SELECT idem_forget_owner(" + owner + ")");
+                st.execute("SELECT public.idem_forget_owner(" + owner + "::pg_catalog.int8)");
             }
             c.commit();
             long after = count(c, "SELECT count(*) FROM idem_internal.idem_inbox WHERE owner_id = " + owner);
@@ -204,6 +205,66 @@ public final class IdemTest {
         long on = prepared(idem, superuser);
         check("withoutServerPrepare() never prepares on the server; the default does after 5 uses",
             off == 0 && on > 0, off + " / " + on);
+        setup(idem, superuser);
+    }
+
+    static void exec(Connection c, String sql) throws SQLException {
+        try (Statement st = c.createStatement()) {
+            st.execute(sql);
+        }
+    }
+
+    /** A database not set up for idem: a role without its grants, an ambiguous overload, a wrong schema. */
+    static void setup(Idem idem, String superuser) throws SQLException {
+        try (Connection su = connect(superuser, null)) {
+            String schema;
+            try (ResultSet rs = su.createStatement().executeQuery(
+                "SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'idem'")) {
+                rs.next();
+                schema = rs.getString(1);
+            }
+            String role = "idem_java_" + UUID.randomUUID().toString().substring(0, 8);
+            exec(su, "CREATE ROLE " + role + " LOGIN");
+            try {
+                Idem.AppGrants before;
+                try (Connection r = connect(role, null)) {
+                    before = idem.appGrants(r);
+                }
+                exec(su, "SELECT count(*) FROM public.idem_grant('" + role + "'::pg_catalog.regrole, 'app'::pg_catalog.text)");
+                Idem.AppGrants after;
+                try (Connection r = connect(role, null)) {
+                    after = idem.appGrants(r);
+                }
+                check("appGrants: a role without idem's grants is told so, and with them not",
+                    !before.granted() && before.role().equals(role) && after.granted(), before + " " + after);
+            } finally {
+                exec(su, "DROP OWNED BY " + role);
+                exec(su, "DROP ROLE " + role);
+            }
+            exec(su, "CREATE FUNCTION " + schema + ".idem_begin(bigint, text, text, jsonb, interval DEFAULT NULL,"
+                + " extra int DEFAULT 0) RETURNS boolean LANGUAGE sql AS 'SELECT false'");
+            String ambiguous;
+            su.setAutoCommit(false);
+            try {
+                idem.begin(su, 1, "DEBIT", key(), "{}", null);
+                ambiguous = "no error";
+            } catch (IdemException.Misconfigured e) {
+                ambiguous = e.getMessage();
+            } catch (SQLException e) {
+                ambiguous = "not Misconfigured: " + e;
+            } finally {
+                su.rollback();
+                su.setAutoCommit(true);
+                exec(su, "DROP FUNCTION " + schema + ".idem_begin(bigint, text, text, jsonb, interval, int)");
+            }
+            check("an overload making idem_begin ambiguous is Misconfigured, naming the function",
+                ambiguous.contains("idem_begin") && ambiguous.contains("not unique"), ambiguous);
+            su.setAutoCommit(false);
+            String wrong = stateOf(su, () -> idem.withSchema("no_such_schema").begin(su, 1, "DEBIT", key(), "{}", null));
+            String right = stateOf(su, () -> idem.withSchema(schema).begin(su, 1, "DEBIT", key(), "{}", null));
+            check("withSchema names idem's schema in every statement", wrong.equals("Misconfigured 3F000")
+                && right.equals("no error"), wrong + " / " + right);
+        }
     }
 
     static long prepared(Idem idem, String user) throws SQLException {

@@ -244,8 +244,8 @@ class OrderApplicationTests extends ServiceTests {
         assertEquals(201, post("/api/orders", k, owner, "{\"skuId\": 1e0, \"quantity\": 1.0, \"note\": \"a\"}").statusCode());
         HttpResponse<byte[]> r = post("/api/orders", k, owner, "{\"quantity\": 1, \"skuId\": 1}");
         assertEquals("true", r.headers().firstValue("Idempotent-Replayed").orElse(null), text(r));
-        assertEquals(count("SELECT count(*) FROM idem_internal.idempotency_record WHERE owner_id = ? AND idempotency_key = ?"
-            + " AND request_hash = idem_request_hash('{\"skuId\": 1, \"quantity\": 1}')", owner, k), 1);
+        assertEquals(count("SELECT count(*) FROM idem_internal.idempotency_record WHERE owner_id = ?::pg_catalog.int8"
+            + " AND idempotency_key = ?::pg_catalog.text AND request_hash = public.idem_request_hash('{\"skuId\": 1, \"quantity\": 1}'::pg_catalog.jsonb)", owner, k), 1);
     }
 
     @Test
@@ -266,11 +266,21 @@ class OrderApplicationTests extends ServiceTests {
             + "/actuator/metrics")).build(), HttpResponse.BodyHandlers.ofString()).body();
         assertTrue(prom.body().contains("idem_requests_seconds_count{operation=\"CREATE_ORDER\",outcome=\"executed\"}"),
             prom.body().lines().filter(l -> l.startsWith("idem")).toList() + " of " + names);
+        // details to an authenticated caller only (show-details=when-authorized; TestSecurity's users)
         HttpResponse<String> health = HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port
+            + "/actuator/health")).header("Authorization", "Basic " + java.util.Base64.getEncoder()
+            .encodeToString("alice:alice-secret".getBytes(java.nio.charset.StandardCharsets.UTF_8))).build(),
+            HttpResponse.BodyHandlers.ofString());
+        HttpResponse<String> anonymous = HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port
             + "/actuator/health")).build(), HttpResponse.BodyHandlers.ofString());
         // idem's component, its members in either order (Boot 3 writes status first, Boot 4 details)
         Matcher idem = Pattern.compile("\"idem\":(\\{(?:[^{}]|\\{[^{}]*\\})*\\})").matcher(health.body());
         assertTrue(idem.find() && idem.group(1).contains("\"status\":\"UP\"")
             && idem.group(1).contains("\"version\":\""), health.body());
+        assertTrue(anonymous.body().contains("\"idem\"") && !anonymous.body().contains("\"version\""), anonymous.body());
+        // idem.in_flight_waits is registered at start-up, for each @Idempotent operation
+        String waits = HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port
+            + "/actuator/metrics/idem.in_flight_waits")).build(), HttpResponse.BodyHandlers.ofString()).body();
+        assertTrue(waits.contains("\"CREATE_ORDER\""), waits);
     }
 }

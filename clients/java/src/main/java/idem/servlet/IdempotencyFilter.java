@@ -179,6 +179,14 @@ public final class IdempotencyFilter implements Filter {
             }
             tx.commit();
             return a;
+        } catch (IdemException.NotAllowed e) {
+            SQLException why = e;
+            try {
+                why = notGranted(request).orElse(e);
+            } catch (SQLException asking) {
+                e.addSuppressed(asking);
+            }
+            throw problemOf(why, true);
         } catch (SQLException e) {
             throw problemOf(e, true);
         } catch (IOException | ServletException | RuntimeException e) {
@@ -192,6 +200,32 @@ public final class IdempotencyFilter implements Filter {
             LOG.log(Level.SEVERE, "idem: the handler of operation " + request.getAttribute(OPERATION) + " failed", e);
             throw new Problem(500, "internal", "the request could not be completed");
         }
+    }
+
+    private static final java.util.concurrent.atomic.AtomicBoolean MISSING_GRANT_LOGGED =
+        new java.util.concurrent.atomic.AtomicBoolean();
+
+    /**
+     * After a 42501: the role lacks idem's grants (the server's setup: a 500, logged once per
+     * process), or not (the owner binding's 403 stands).
+     */
+    private java.util.Optional<SQLException> notGranted(HttpServletRequest request) throws SQLException {
+        Settings.Transaction tx = settings.transactions.begin(request);
+        Idem.AppGrants g;
+        try {
+            g = idem.appGrants(tx.connection());
+        } finally {
+            tx.rollback();
+        }
+        if (g.granted()) {
+            return java.util.Optional.empty();
+        }
+        String message = "role " + g.role() + " may not call idem's functions: a superuser runs SELECT idem_grant('"
+            + g.role() + "', 'app')";
+        if (MISSING_GRANT_LOGGED.compareAndSet(false, true)) {
+            LOG.severe("idem: " + message);
+        }
+        return java.util.Optional.of(new IdemException.Misconfigured(message, "42501", null));
     }
 
     private Answer execute(Settings.Transaction tx, HttpServletRequest request, HttpServletResponse response,
@@ -212,8 +246,7 @@ public final class IdempotencyFilter implements Filter {
             throw e;
         }
         if (o.replayed()) {
-            Map<String, List<String>> h = new LinkedHashMap<>();
-            o.headers().forEach((n, v) -> h.put(n, n.equals("set-cookie") ? List.of(v.split("[\n\u001f]")) : List.of(v)));
+            Map<String, List<String>> h = replayedHeaders(o.headers());
             return finished(o.expiresAt(), true, o.httpStatus(), h,
                 o.body() == null ? new byte[0] : o.body().getBytes(StandardCharsets.UTF_8));
         }
@@ -267,8 +300,9 @@ public final class IdempotencyFilter implements Filter {
         }
     }
 
-    private static final String FIELDS = "SELECT jsonb_typeof(j) = 'object', "
-        + "(SELECT jsonb_object_agg(f, j -> f) FROM unnest(?::text[]) AS f)::text FROM (SELECT ?::jsonb AS j) r";
+    private static final String FIELDS = "SELECT pg_catalog.jsonb_typeof(j) OPERATOR(pg_catalog.=) 'object', "
+        + "(SELECT pg_catalog.jsonb_object_agg(f, j OPERATOR(pg_catalog.->) f)"
+        + " FROM pg_catalog.unnest(?::pg_catalog.text[]) AS f)::pg_catalog.text FROM (SELECT ?::pg_catalog.jsonb AS j) r";
 
     private static java.sql.PreparedStatement prepareOnce(Connection c, String sql) throws SQLException {
         java.sql.PreparedStatement ps = c.prepareStatement(sql);
@@ -391,6 +425,12 @@ public final class IdempotencyFilter implements Filter {
         if (e instanceof IdemException.SerializationFailure) {
             return new Problem(503, "retry", "the request raced another one; retry it").with("retry-after", "0");
         }
+        if (e instanceof IdemException.Misconfigured) {
+            if (!"42501".equals(e.getSQLState())) {     // a missing grant is logged once per process
+                LOG.severe("idem: the database is not set up for idem: " + e.getSQLState() + " " + e.getMessage());
+            }
+            return new Problem(500, "internal", "the request could not be completed");
+        }
         if (log) {
             LOG.severe("idem: request failed: " + e.getSQLState() + " " + e.getMessage());
         }
@@ -458,6 +498,33 @@ public final class IdempotencyFilter implements Filter {
             }
         }
         return b.append('"').toString();
+    }
+
+    private static final java.util.regex.Pattern TOKEN = java.util.regex.Pattern.compile("[!#$%&'*+.^_`|~0-9A-Za-z-]+");
+    private static final java.util.regex.Pattern UNSENDABLE = java.util.regex.Pattern.compile("[\\x00-\\x08\\x0a-\\x1f\\x7f]");
+
+    /**
+     * The stored headers as sent: Set-Cookie lines split again; a name that is not an RFC 9110
+     * token, or a value with a control character but a tab (a record written before idem 1.14
+     * checked names), is never replayed.
+     */
+    static Map<String, List<String>> replayedHeaders(Map<String, String> stored) {
+        Map<String, List<String>> h = new LinkedHashMap<>();
+        stored.forEach((n, v) -> {
+            if (!TOKEN.matcher(n).matches()) {
+                return;
+            }
+            List<String> values = new ArrayList<>();
+            for (String line : n.equals("set-cookie") ? v.split("[\n\u001f]") : new String[] {v}) {
+                if (!UNSENDABLE.matcher(line).find()) {
+                    values.add(line);
+                }
+            }
+            if (!values.isEmpty()) {
+                h.put(n, values);
+            }
+        });
+        return h;
     }
 
     private static void send(HttpServletResponse response, Answer a) throws IOException {

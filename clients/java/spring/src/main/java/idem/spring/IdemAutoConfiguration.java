@@ -110,15 +110,23 @@ public class IdemAutoConfiguration {
         return new FailureMarker();
     }
 
-    /** Start-up fails on an {@link Idempotent} method whose answer comes after it returned. */
+    /**
+     * Start-up fails on an {@link Idempotent} method whose answer comes after it returned; each
+     * operation's meters are registered.
+     */
     @Bean
-    public SmartInitializingSingleton idemAsyncCheck(RequestMappingHandlerMapping requestMappingHandlerMapping) {
+    public SmartInitializingSingleton idemAsyncCheck(RequestMappingHandlerMapping requestMappingHandlerMapping,
+                                                     ObjectProvider<IdemMetrics> metrics) {
         return () -> {
+            IdemMetrics m = metrics.getIfAvailable();
             for (HandlerMethod handler : requestMappingHandlerMapping.getHandlerMethods().values()) {
                 Method method = handler.getMethod();
                 Idempotent idempotent = handler.getMethodAnnotation(Idempotent.class);
                 if (idempotent == null) {
                     continue;
+                }
+                if (m != null) {
+                    m.registerOperation(idempotent.value());
                 }
                 Class<?> type = method.getReturnType();
                 boolean reactive = type.getName().startsWith("reactor.core.publisher.")

@@ -12,7 +12,9 @@ import io.micrometer.core.instrument.Timer;
  * Micrometer meters of the idempotent routes (Actuator's metrics and Prometheus endpoints):
  * {@code idem.requests} (a timer: count and latency) by operation and outcome — executed,
  * replayed, conflict (a key reused with another request), in_flight (the key's first request
- * still running: 409 with Retry-After), refused (the other 4xx of the contract), error.
+ * still running: 409 with Retry-After), refused (the other 4xx of the contract), error; and
+ * {@code idem.in_flight_waits} (a counter) by operation: the in_flight answers, registered at 0
+ * for every {@code @Idempotent} operation at start-up.
  */
 public final class IdemMetrics implements Settings.Observer {
     private final ObjectProvider<MeterRegistry> registries;
@@ -34,6 +36,20 @@ public final class IdemMetrics implements Settings.Observer {
         };
     }
 
+    private static Counter inFlightWaits(MeterRegistry registry, String operation) {
+        return Counter.builder("idem.in_flight_waits")
+            .description("Repeats that found their key's first request still running (answered 409 in-flight)")
+            .tag("operation", operation).register(registry);
+    }
+
+    /** At start-up: each operation's idem.in_flight_waits, at 0, so a dashboard finds it before the first wait. */
+    void registerOperation(String operation) {
+        MeterRegistry registry = registries.getIfAvailable();
+        if (registry != null) {
+            inFlightWaits(registry, operation);
+        }
+    }
+
     @Override
     public void answered(String operation, int status, boolean replayed, String problem, long nanos) {
         MeterRegistry registry = registries.getIfAvailable();
@@ -45,8 +61,7 @@ public final class IdemMetrics implements Settings.Observer {
             .tag("operation", operation).tag("outcome", outcome).register(registry)
             .record(nanos, TimeUnit.NANOSECONDS);
         if (outcome.equals("in_flight")) {
-            Counter.builder("idem.in_flight_waits").description("Repeats that found their key's first request running")
-                .tag("operation", operation).register(registry).increment();
+            inFlightWaits(registry, operation).increment();
         }
     }
 }
