@@ -101,3 +101,13 @@ PY
 )
 check "the README's performance table ($(echo "$perf" | awk '{print $1}') rows) quotes docs/performance.md's rows word for word" \
 	yes "$(echo "$perf" | awk '{print ($2 == "yes") ? "yes" : $0}')"
+
+# the version in package files and artifacts, idem's tables in code snippets
+/usr/bin/python3 "$here/docs_names.py"
+
+# each library's page says in its first lines that it is on no registry,
+# with the one command that installs it from a checkout
+for page in clients/python/README.md clients/node/README.md clients/java/README.md clients/java/spring/README.md; do
+	check "$page says in its first 15 lines that the library is on no registry, and how to install it from a checkout" yes \
+		"$(head -n 15 "$IDEM_ROOT/$page" | grep -qi 'on no registry' && head -n 15 "$IDEM_ROOT/$page" | grep -qE '(pip install|npm install|mvn .*install)' && echo yes || echo no)"
+done
