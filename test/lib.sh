@@ -275,32 +275,35 @@ new_idem_database() {
 # Guard database $1's calls of idem: overloads of every idem function
 # planted in idem's schema and on the search_path of the roles $2...
 # (test/plants.sql), and every statement logged (log_statement = all) from
-# here on; check_idem_calls DB NAME says afterwards that none ran and that
-# every call named idem's schema and cast its arguments.
+# here on.  check_idem_calls NAME says afterwards, for every database
+# guarded, that no plant ran, and that every logged call of an idem
+# function named idem's schema and cast its arguments.
+IDEM_GUARDED=()
 guard_idem_calls() {	# guard_idem_calls DB [CALLER...]
 	local db=$1
 	shift
 	"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$db" -v callers="$*" -f "$IDEM_ROOT/test/plants.sql" >/dev/null 2>&1 ||
 		{ echo "not ok - $db: the overloads of idem's functions are planted"; return 1; }
 	"$PG_BINDIR/psql" -X -q -d "$db" -c "ALTER DATABASE \"$db\" SET log_statement = 'all'"
-	local log
-	log=$(server_log)
-	eval "IDEM_CALLS_FROM_$db=$(stat -c %s "$log")"
+	[ ${#IDEM_GUARDED[@]} -gt 0 ] || IDEM_CALLS_FROM=$(stat -c %s "$(server_log)")
+	IDEM_GUARDED+=("$db")
 }
 # The log of the server PG* names (start_server's, beside its data directory).
 server_log() { echo "$(dirname "$("$PG_BINDIR/psql" -X -At -d postgres -c 'SHOW data_directory')")/server.log"; }
-check_idem_calls() {	# check_idem_calls DB NAME
-	local db=$1 name=$2 from functions schema
-	from=$(eval "echo \${IDEM_CALLS_FROM_$db:-0}")
-	"$PG_BINDIR/psql" -X -q -d "$db" -c "ALTER DATABASE \"$db\" RESET log_statement"
-	check "$name: no overload planted beside idem's functions ran" "none" \
-		"$("$PG_BINDIR/psql" -X -At -d "$db" -c "SELECT coalesce((SELECT string_agg(DISTINCT who || ' ' || fn, '; ')
-		     FROM public.idem_plant_log), CASE WHEN (SELECT is_called FROM public.idem_plant_hits) THEN 'a planted overload ran (rolled back)' END, 'none')")"
+check_idem_calls() {	# check_idem_calls NAME
+	local name=$1 db functions schema
+	for db in "${IDEM_GUARDED[@]}"; do
+		"$PG_BINDIR/psql" -X -q -d "$db" -c "ALTER DATABASE \"$db\" RESET log_statement"
+		check "$name: no overload planted beside idem's functions ran ($db)" "none" \
+			"$("$PG_BINDIR/psql" -X -At -d "$db" -c "SELECT coalesce((SELECT string_agg(DISTINCT who || ' ' || fn, '; ')
+			     FROM public.idem_plant_log), CASE WHEN (SELECT is_called FROM public.idem_plant_hits) THEN 'a planted overload ran (rolled back)' END, 'none')")"
+	done
+	db=${IDEM_GUARDED[0]}
 	schema=$("$PG_BINDIR/psql" -X -At -d "$db" -c "SELECT extnamespace::regnamespace FROM pg_extension WHERE extname = 'idem'")
 	functions=$("$PG_BINDIR/psql" -X -At -d "$db" -c "SELECT string_agg(DISTINCT p.proname, ',') FROM pg_proc p JOIN pg_depend d
 		ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
 		JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'idem'")
-	/usr/bin/python3 "$IDEM_ROOT/test/idem_calls.py" "$(server_log)" "$from" "${schema//\"/}" "$functions" "$name"
+	/usr/bin/python3 "$IDEM_ROOT/test/idem_calls.py" "$(server_log)" "${IDEM_CALLS_FROM:-0}" "${schema//\"/}" "$functions" "$name"
 }
 
 # Benchmarks: a throwaway server tuned alike for every benchmark (extra

@@ -8,6 +8,7 @@
 # "ok - ..." / "not ok - ..." line per check.
 #
 #   bash test/brokers/run.sh
+CLIENTS_STAGE=brokers
 source "$(dirname "$0")/../clients/common.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -17,7 +18,6 @@ start_clients_server
 "$PG_BINDIR/createdb" idem_brokers
 "$PG_BINDIR/psql" -X -q -d idem_brokers -c "CREATE EXTENSION idem"
 guard_idem_calls idem_brokers postgres
-at_exit "check_idem_calls idem_brokers brokers"
 build_python_client || exit 0		# the wheel's rabbitmq and redis extras: pika, redis
 # the Node library too, with amqplib: one of the two consumers is Node's
 if build_node_client && (cd "$NODE_APP" && npm install --no-audit --no-fund --silent amqplib@^0.10.4 >>"$IDEM_TMP/npm.log" 2>&1); then
@@ -55,6 +55,8 @@ log "Redis Streams on 127.0.0.1:$redis_port"
 "$PY" "$here/dead_letters.py" redis "redis://127.0.0.1:$redis_port/0" \
 	bash -c 'redis_stop && touch "$IDEM_BROKER_DOWN_FLAG" && sleep 6 && redis_start' ||
 	echo "not ok - redis: the dead-letter checks ran to their end"
+"$PY" "$here/fuzz_entries.py" redis "redis://127.0.0.1:$redis_port/0" ||
+	echo "not ok - redis: the malformed entries' checks ran to their end"
 redis_stop
 
 # ---- RabbitMQ: its own node name, ports, data directory and cookie ----
@@ -66,6 +68,8 @@ if rabbit_start; then
 		echo "not ok - rabbitmq: the pipeline ran to its end"
 	"$PY" "$here/dead_letters.py" rabbitmq "amqp://guest:guest@127.0.0.1:$RABBIT_PORT/%2F" bash "$here/rabbitmq.sh" restart ||
 		echo "not ok - rabbitmq: the dead-letter checks ran to their end"
+	"$PY" "$here/fuzz_entries.py" rabbitmq "amqp://guest:guest@127.0.0.1:$RABBIT_PORT/%2F" ||
+		echo "not ok - rabbitmq: the malformed entries' checks ran to their end"
 else
 	echo "not ok - rabbitmq: the broker starts"
 	tail -n 30 "$RABBIT_DIR/log/server.out" >&2

@@ -56,7 +56,7 @@ start_clients_server() {
 	# every call of idem from here on: planted overloads beside idem's
 	# functions must never run, and each statement names idem's schema
 	guard_idem_calls idem_clients shop_app postgres
-	at_exit "check_idem_calls idem_clients '$(basename "$0" .sh)'"
+	at_exit "check_idem_calls '${CLIENTS_STAGE:-$(basename "$0" .sh)}'"
 }
 
 service_pids=()

@@ -25,6 +25,7 @@
 // 'skip' they are applied.  docs/dead-letters.md.  Test hook:
 // IDEM_PG_CONSUMER_CRASH_BEFORE_ACK=N exits after the N-th commit, before
 // its ack.
+import { createHash } from 'node:crypto';
 import { consume } from './index.js';
 import { statement } from './schema.js';
 
@@ -36,16 +37,42 @@ const READ = "if redis.call('get', KEYS[1]) == ARGV[1] then "
   + 'else return false end';
 const RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
 
-// A message as the broker delivered it.
+// What idem stores of a message id (1 to 512 characters) and a key (up to
+// 256), printable (no C0, DEL or C1 control character: idem_consume's rule).
+const ID_MAX = 512;
+const KEY_MAX = 256;
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
+const strict = new TextDecoder('utf-8', { fatal: true });
+
+// A message id or key as idem stores it: the value itself, or, when idem
+// cannot store it (empty, too long, a control character, not UTF-8),
+// sha256:<hex of its raw bytes>, one stand-in for every redelivery of the
+// entry, in idem_consume, idem_consume_check and idem_consume_failed alike.
+// null stays null (a message without a key).
+export function standIn(value, limit) {
+  if (value === null || value === undefined) return null;
+  const raw = Buffer.isBuffer(value) ? value : Buffer.from(String(value), 'utf8');
+  let text = null;
+  try { text = strict.decode(raw); } catch { text = null; }
+  if (text === null || text.length === 0 || [...text].length > limit || CONTROL.test(text)) {
+    return `sha256:${createHash('sha256').update(raw).digest('hex')}`;
+  }
+  return text;
+}
+
+// A field as text: a Buffer (Redis, amqplib) must be valid UTF-8.
+const textOf = (v) => (Buffer.isBuffer(v) ? strict.decode(v) : v);
+
+// A message as the broker delivered it (its id and key as idem stores them).
 export class Delivery {
   constructor(fields, partition, redelivered) {
-    this.messageId = String(fields.id);
-    this.key = fields.key ?? null;
-    this.payload = JSON.parse(fields.payload);
-    this.headers = fields.headers ? JSON.parse(fields.headers) : null;
+    this.messageId = fields.idemMessageId ?? standIn(fields.id, ID_MAX);
+    this.key = fields.idemKey !== undefined ? fields.idemKey : standIn(fields.key, KEY_MAX);
+    this.payload = JSON.parse(textOf(fields.payload));
+    this.headers = fields.headers ? JSON.parse(textOf(fields.headers)) : null;
     this.partition = partition;
     this.redelivered = redelivered;
-    this.publishedMs = fields.published_ms ? Number(fields.published_ms) : null;
+    this.publishedMs = fields.published_ms ? Number(textOf(fields.published_ms)) : null;
   }
 }
 
@@ -53,12 +80,6 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const CHECK = 'SELECT verdict, blocked_by FROM @idem@.idem_consume_check($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.int8)';
 const FAILED = 'SELECT attempts, dead FROM @idem@.idem_consume_failed($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.text, $5::pg_catalog.text, $6::pg_catalog.int4,'
   + ' $7::pg_catalog.int8)';
-
-// A payload's text: a Buffer (amqplib) must be valid UTF-8 (else the message's failure).
-const decoder = new TextDecoder('utf-8', { fatal: true });
-function payloadText(value) {
-  return typeof value === 'string' ? value : decoder.decode(value);
-}
 
 // Whether an error is the database connection's (the message comes again,
 // no attempt counted) rather than the message's.
@@ -103,24 +124,41 @@ class Inbox {
   // Apply a delivery once, trying again after failures: resolves to
   // { outcome: 'applied' | 'duplicate' } once committed (ack next), or to
   // { outcome: 'dead' | 'set_aside', why } when it is to be dead-lettered.
-  async take(fields, partition, redelivered, handler, pause = sleep) {
-    const messageId = String(fields.id);
-    const key = fields.key ?? null;
+  async take(entry, partition, redelivered, handler, pause = sleep) {
+    const messageId = standIn(entry.id ?? Buffer.alloc(0), ID_MAX);
+    const key = standIn(entry.key, KEY_MAX);
+    const fields = { ...entry, idemMessageId: messageId, idemKey: key };
+    // an id or key idem cannot store: the entry is not what a relay sends,
+    // and is not applied under a stand-in: a dead letter at once
+    const malformed = messageId.startsWith('sha256:') || (key !== null && key.startsWith('sha256:'));
     for (;;) {
       let failure;
-      try {
-        return await this.exclusive(() => this.once(fields, partition, redelivered, handler));
-      } catch (e) {
-        if (!e.idemMessageFailure) throw e;
-        failure = e.cause;
+      if (malformed) {
+        failure = new RangeError('the entry\'s id or key cannot be stored by idem: a stand-in replaces it');
+      } else {
+        try {
+          return await this.exclusive(() => this.once(fields, partition, redelivered, handler));
+        } catch (e) {
+          if (!e.idemMessageFailure) throw e;
+          failure = e.cause;
+        }
       }
-      const reason = `${failure && failure.name ? failure.name : 'Error'}: ${failure && failure.message}`.slice(0, 1000);
-      console.error(`idem-pg/consumer: ${this.consumer}: message ${messageId} (key ${key}) failed: ${failure && failure.stack ? failure.stack : reason}`);
+      const reason = `${failure && failure.name ? failure.name : 'Error'}: ${failure && failure.message}`
+        .replaceAll('\u0000', '\\0').slice(0, 1000);
+      console.error(`idem-pg/consumer: ${this.consumer}: message ${messageId} (key ${key}) failed: ${failure && failure.stack && !malformed ? failure.stack : reason}`);
       let owner = null;
       try { owner = this.ownerOf ? this.ownerOf(new Delivery(fields, partition, redelivered)) : null; } catch { owner = null; }
       const failed = await statement(this.pg, FAILED);
-      const { rows: [r] } = await this.exclusive(() => this.pg.query(failed, [this.consumer, messageId, reason, key,
-        this.topic, this.maxAttempts, owner == null ? null : String(owner)]));
+      let r;
+      try {
+        ({ rows: [r] } = await this.exclusive(() => this.pg.query(failed, [this.consumer, messageId, reason, key,
+          this.topic, malformed ? 1 : this.maxAttempts, owner == null ? null : String(owner)])));
+      } catch (e) {
+        if (connectionLost(e)) throw e;
+        // an entry whose failure cannot be recorded is a dead letter at once
+        console.error(`idem-pg/consumer: ${this.consumer}: message ${messageId}: its failure cannot be recorded (${e.message}): a dead letter`);
+        return { outcome: 'dead', why: `its failure could not be recorded: ${e.message}` };
+      }
       if (r.dead) {
         console.error(`idem-pg/consumer: ${this.consumer}: message ${messageId} is a dead letter after ${r.attempts} attempts: ${reason}`);
         return { outcome: 'dead', why: `after ${r.attempts} attempts: ${reason}` };
@@ -134,7 +172,7 @@ class Inbox {
     let delivery;
     let owner;
     try {
-      delivery = new Delivery({ ...fields, payload: payloadText(fields.payload) }, partition, redelivered);
+      delivery = new Delivery(fields, partition, redelivered);
       owner = this.ownerOf ? this.ownerOf(delivery) : null;
     } catch (e) {
       throw fail(e);
@@ -189,6 +227,16 @@ export class RedisConsumer {
   lock(p) { return `${this.streams[p]}:lease:${this.consumer}`; }
 
   async setup() {
+    if (this.raw === undefined) {
+      // entries read as Buffers (node-redis 4's commandOptions): a field that
+      // is not UTF-8 is the entry's failure, never the reader's
+      try {
+        const { commandOptions } = await import('redis');
+        this.raw = typeof commandOptions === 'function' ? commandOptions({ returnBuffers: true }) : null;
+      } catch {
+        this.raw = null;
+      }
+    }
     for (const s of this.streams) {
       try {
         await this.redis.xGroupCreate(s, this.consumer, '0', { MKSTREAM: true });
@@ -222,7 +270,8 @@ export class RedisConsumer {
   // stream <stream>:dead:<consumer>, then is acknowledged.
   async take(p, entry, redelivered, handler) {
     if (!await this.renew(p)) return false;
-    const fields = { id: `redis:${entry.id}`, ...entry.message };
+    const fields = { id: `redis:${entry.id}` };
+    for (const [name, value] of Object.entries(entry.message)) fields[name] = value;
     let r;
     try {
       r = await this.inbox.take(fields, p, redelivered, handler, (ms) => this.pause(p, ms));
@@ -258,10 +307,13 @@ export class RedisConsumer {
       start = r.nextId;
     } while (start !== '0-0');
     for (;;) {
-      const r = await this.redis.xReadGroup(this.consumer, this.name, [{ key: stream, id: '0' }], { COUNT: 100 });
+      const args = [this.consumer, this.name, [{ key: stream, id: '0' }], { COUNT: 100 }];
+      const r = await (this.raw ? this.redis.xReadGroup(this.raw, ...args) : this.redis.xReadGroup(...args));
       const entries = r && r.length ? r[0].messages : [];
       if (!entries.length) break;
-      for (const entry of entries) if (!await this.take(p, entry, true, handler)) return;
+      for (const entry of entries) {
+        if (!await this.take(p, { id: String(entry.id), message: entry.message }, true, handler)) return;
+      }
     }
     this.held.set(p, true);
   }
@@ -275,12 +327,13 @@ export class RedisConsumer {
     }
     let n = 0;
     for (const p of [...this.held.keys()]) {
-      const reply = await this.redis.eval(READ, { keys: [this.lock(p), this.streams[p]], arguments: [this.name, this.consumer, '50'] });
+      const args = [READ, { keys: [this.lock(p), this.streams[p]], arguments: [this.name, this.consumer, '50'] }];
+      const reply = await (this.raw ? this.redis.eval(this.raw, ...args) : this.redis.eval(...args));
       for (const [id, flat] of (reply ? reply[0][1] : [])) {
         const message = {};
-        for (let i = 0; i < flat.length; i += 2) message[flat[i]] = flat[i + 1];
+        for (let i = 0; i < flat.length; i += 2) message[String(flat[i])] = flat[i + 1];
         // lost: its next holder claims the rest
-        if (!this.held.has(p) || !await this.take(p, { id, message }, false, handler)) break;
+        if (!this.held.has(p) || !await this.take(p, { id: String(id), message }, false, handler)) break;
         n += 1;
       }
     }

@@ -46,9 +46,11 @@ does, made deterministic.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -73,6 +75,36 @@ class Delivery:
 
 
 Handler = Callable[[Any, Delivery], None]
+
+# what idem stores of a message id (1 to 512 characters) and a key (up to
+# 256), printable (no C0, DEL or C1 control character: idem_consume's rule)
+_ID_MAX, _KEY_MAX = 512, 256
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def stand_in(value: Any, limit: int) -> Optional[str]:
+    """A message id or key as idem stores it: the value itself, or, when
+    idem cannot store it (empty, too long, a control character, not UTF-8),
+    ``sha256:<hex of its raw bytes>``: one stand-in for every redelivery of
+    the entry, in idem_consume, idem_consume_check and idem_consume_failed
+    alike.  None stays None (a message without a key)."""
+    if value is None:
+        return None
+    raw = bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else str(value).encode("utf-8", "surrogatepass")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or not text or len(text) > limit or _CONTROL.search(text):
+        return "sha256:" + hashlib.sha256(raw).hexdigest()
+    return text
+
+
+def _text(value: Any) -> Optional[str]:
+    """A field as text (bytes from the broker decoded, as json.loads would)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8")
+    return None if value is None else str(value)
 
 
 class _CrashHook:
@@ -127,41 +159,59 @@ class _Inbox:
             self.conn = psycopg.connect(self.dsn, autocommit=True)
         return self.conn
 
-    def take(self, fields: Dict[str, str], partition: int, redelivered: bool, handler: Handler,
+    def take(self, fields: Dict[str, Any], partition: int, redelivered: bool, handler: Handler,
              pause: Callable[[float], None] = time.sleep) -> Tuple[str, str]:
         """Apply a delivery once, trying again after failures; returns when it
         is committed (ack next) as ('applied' | 'duplicate', '') or when it is
         to be dead-lettered as ('dead' | 'set_aside', why)."""
-        message_id, key = str(fields["id"]), fields.get("key")
+        message_id, key = stand_in(fields.get("id"), _ID_MAX), stand_in(fields.get("key"), _KEY_MAX)
+        if message_id is None:
+            message_id = stand_in(b"", _ID_MAX)
+        # an id or key idem cannot store: the entry is not what a relay sends,
+        # and is not applied under a stand-in: a dead letter at once
+        malformed = message_id.startswith("sha256:") or (key is not None and key.startswith("sha256:"))
         while True:
             try:
-                return self._once(fields, partition, redelivered, handler)
+                if malformed:
+                    raise _Failed() from ValueError("the entry's id or key cannot be stored by idem: a stand-in replaces it")
+                return self._once(fields, message_id, key, partition, redelivered, handler)
             except _Failed as failure:
                 cause = failure.__cause__
-                reason = "%s: %s" % (type(cause).__name__, cause)
+                reason = ("%s: %s" % (type(cause).__name__, cause)).replace("\x00", "\\0")
                 log.error("idem_pg.consumer: %s: message %s (key %s) failed: %s", self.consumer, message_id, key,
-                          reason, exc_info=cause)
+                          reason, exc_info=None if malformed else cause)
                 conn = self.connection()
-                attempts, dead = conn.execute(
-                    _sql(conn, _FAILED), (self.consumer, message_id, reason[:1000], key, self.topic, self.max_attempts,
-                              self._owner_of_fields(fields, partition, redelivered)), prepare=False).fetchone()
+                try:
+                    attempts, dead = conn.execute(
+                        _sql(conn, _FAILED), (self.consumer, message_id, reason[:1000], key, self.topic,
+                                              1 if malformed else self.max_attempts,
+                                              self._owner_of_fields(fields, message_id, key, partition, redelivered)),
+                        prepare=False).fetchone()
+                except psycopg.OperationalError:
+                    raise               # the connection: reconnect, the message comes again
+                except psycopg.Error as e:
+                    # an entry whose failure cannot be recorded is a dead letter at once
+                    log.error("idem_pg.consumer: %s: message %s: its failure cannot be recorded (%s): a dead letter",
+                              self.consumer, message_id, e)
+                    return "dead", "its failure could not be recorded: %s" % e
                 if dead:
                     log.error("idem_pg.consumer: %s: message %s is a dead letter after %d attempts: %s",
                               self.consumer, message_id, attempts, reason)
                     return "dead", "after %d attempts: %s" % (attempts, reason)
                 pause(min(self.retry_max_ms, self.retry_base_ms * 2 ** (attempts - 1)) / 1000.0)
 
-    def _owner_of_fields(self, fields: Dict[str, str], partition: int, redelivered: bool) -> Optional[int]:
+    def _owner_of_fields(self, fields: Dict[str, Any], message_id: str, key: Optional[str], partition: int,
+                         redelivered: bool) -> Optional[int]:
         try:
-            return self.owner_of(_delivery(fields, partition, redelivered)) if self.owner_of else None
+            return self.owner_of(_delivery(fields, message_id, key, partition, redelivered)) if self.owner_of else None
         except Exception:       # noqa: BLE001 - an undecodable payload has no owner
             return None
 
-    def _once(self, fields: Dict[str, str], partition: int, redelivered: bool, handler: Handler) -> Tuple[str, str]:
+    def _once(self, fields: Dict[str, Any], message_id: str, key: Optional[str], partition: int, redelivered: bool,
+              handler: Handler) -> Tuple[str, str]:
         conn = self.connection()
-        message_id, key = str(fields["id"]), fields.get("key")
         try:
-            delivery = _delivery(fields, partition, redelivered)
+            delivery = _delivery(fields, message_id, key, partition, redelivered)
             owner = self.owner_of(delivery) if self.owner_of else None
         except Exception as e:          # noqa: BLE001 - not JSON, or no owner: the message's failure
             raise _Failed() from e
@@ -194,10 +244,13 @@ class _Inbox:
             self.conn.close()
 
 
-def _delivery(fields: Dict[str, str], partition: int, redelivered: bool) -> Delivery:
+def _delivery(fields: Dict[str, Any], message_id: str, key: Optional[str], partition: int,
+              redelivered: bool) -> Delivery:
+    """The message as the handler gets it (its id and key as idem stores them);
+    raises for a payload or headers that are not JSON, or a field missing."""
     headers = fields.get("headers")
-    published = fields.get("published_ms")
-    return Delivery(str(fields["id"]), fields.get("key"), json.loads(fields["payload"]),
+    published = _text(fields.get("published_ms"))
+    return Delivery(message_id, key, json.loads(fields["payload"]),
                     json.loads(headers) if headers else None, partition, redelivered,
                     int(published) if published else None)
 
@@ -234,7 +287,9 @@ class RedisConsumer:
         self.stopping = True
 
     def _connect(self) -> None:
-        self.redis = self.redis_module.Redis.from_url(self.url, decode_responses=True)
+        # bytes: an entry's fields as written (a value that is not UTF-8 is
+        # the entry's failure, never the reader's)
+        self.redis = self.redis_module.Redis.from_url(self.url, decode_responses=False)
         for s in self.streams:
             try:
                 self.redis.xgroup_create(s, self.consumer, id="0", mkstream=True)
@@ -295,7 +350,7 @@ class RedisConsumer:
             if not self._renew(p):
                 raise _LeaseLost()
 
-    def _take(self, p: int, entry_id: str, fields: Dict[str, str], redelivered: bool, handler: Handler) -> bool:
+    def _take(self, p: int, entry_id: Any, fields: Dict[Any, Any], redelivered: bool, handler: Handler) -> bool:
         """One entry, under a lease renewed for it: no other consumer can hold the
         stream before this entry is acknowledged (a slow batch cannot outlive
         the lease).  False, with nothing done, if the lease had lapsed.  A dead
@@ -303,6 +358,8 @@ class RedisConsumer:
         then is acknowledged."""
         if not self._renew(p):
             return False
+        entry_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+        fields = {(k.decode("utf-8", "replace") if isinstance(k, bytes) else k): v for k, v in fields.items()}
         fields.setdefault("id", "redis:" + entry_id)
         try:
             outcome, why = self.inbox.take(fields, p, redelivered, handler, lambda s: self._pause(p, s))
