@@ -8,7 +8,7 @@
 # "ok - ..." / "not ok - ..." line per check.
 #
 #   bash test/brokers/run.sh
-CLIENTS_STAGE=brokers
+export CLIENTS_STAGE=brokers	# the name of this stage's checks (test/clients/common.sh)
 source "$(dirname "$0")/../clients/common.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 
