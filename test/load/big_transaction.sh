@@ -107,7 +107,7 @@ SQL
 	took=$((($(date +%s%N) - start) / 1000000))
 	touch "$stop"
 	wait "$other"
-	if echo "$out" | grep -q ERROR; then
+	if grep -q ERROR <<<"$out"; then
 		echo "not ok - $kind: one transaction of $CALLS calls ($(echo "$out" | grep ERROR | head -1))"
 		continue
 	fi

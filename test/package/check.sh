@@ -67,7 +67,7 @@ check "the package holds the library, the control file and every install script"
 	"$(for f in /usr/lib/postgresql/15/lib/idem.so /usr/share/postgresql/15/extension/idem.control \
 		$(cd "$IDEM_ROOT/sql" && { ls idem--*.sql; echo "idem--$(sed -n "s/^default_version = '\(.*\)'/\1/p" ../idem.control).sql"; } |
 			sort -u | sed 's|^|/usr/share/postgresql/15/extension/|'); do
-		echo "$files" | grep -qx "$f" || { echo "no: $f"; exit; }; done; echo yes)"
+		grep -qx "$f" <<<"$files" || { echo "no: $f"; exit; }; done; echo yes)"
 
 # a fresh server started from the installed files: the suite passes
 data=$work/data

@@ -202,7 +202,7 @@ else
 	diff <(echo "$before") <(echo "$after") || true
 fi
 expect_line() {	# expect_line NAME REGEX
-	if echo "$after" | grep -qE "$2"; then
+	if grep -qE "$2" <<<"$after"; then
 		echo "ok - $what: $1"
 	else
 		echo "not ok - $what: $1 (no line matches /$2/)"
