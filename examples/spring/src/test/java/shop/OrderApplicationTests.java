@@ -35,6 +35,8 @@ import org.springframework.boot.test.context.SpringBootTest;
     // do): Prometheus's endpoint as in production
     "spring.test.observability.auto-configure=true"})
 class OrderApplicationTests extends ServiceTests {
+    @org.springframework.beans.factory.annotation.Value("${spring.datasource.username}")
+    String appUser;
     private static final Pattern ORDER_ID = Pattern.compile("\"orderId\":(\\d+)");
 
     @ParameterizedTest(name = "test 1 ({0}): the same key and body twice, one order")
@@ -282,5 +284,26 @@ class OrderApplicationTests extends ServiceTests {
         String waits = HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port
             + "/actuator/metrics/idem.in_flight_waits")).build(), HttpResponse.BodyHandlers.ofString()).body();
         assertTrue(waits.contains("\"CREATE_ORDER\""), waits);
+    }
+
+    @Test
+    @DisplayName("a role without idem's grants: 500 internal, and Actuator's idem health DOWN naming idem_grant")
+    void missingGrants() throws Exception {
+        String grant = "SELECT count(*) FROM public.idem_%s('" + appUser + "'::pg_catalog.regrole, 'app'::pg_catalog.text)";
+        count(String.format(grant, "revoke"));
+        try {
+            HttpResponse<byte[]> r = post("/api/orders", key(), owner(), "{\"skuId\": 1, \"quantity\": 1}");
+            assertEquals(500, r.statusCode(), text(r));
+            assertTrue(text(r).contains("urn:idem:error:internal"), text(r));
+            HttpResponse<String> health = HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port
+                + "/actuator/health")).header("Authorization", "Basic " + java.util.Base64.getEncoder()
+                .encodeToString("alice:alice-secret".getBytes(java.nio.charset.StandardCharsets.UTF_8))).build(),
+                HttpResponse.BodyHandlers.ofString());
+            Matcher idem = Pattern.compile("\"idem\":(\\{(?:[^{}]|\\{[^{}]*\\})*\\})").matcher(health.body());
+            assertTrue(idem.find() && idem.group(1).contains("\"status\":\"DOWN\"")
+                && idem.group(1).contains("idem_grant('" + appUser + "', 'app')"), health.body());
+        } finally {
+            count(String.format(grant, "grant"));
+        }
     }
 }
