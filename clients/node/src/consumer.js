@@ -47,8 +47,8 @@ const strict = new TextDecoder('utf-8', { fatal: true });
 // A message id or key as idem stores it: the value itself, or, when idem
 // cannot store it (empty, too long, a control character, not UTF-8),
 // sha256:<hex of its raw bytes>, one stand-in for every redelivery of the
-// entry, in idem_consume, idem_consume_check and idem_consume_failed alike.
-// null stays null (a message without a key).
+// entry, in idem_consume_check and idem_consume_failed alike (such an entry
+// is a dead letter, never applied).  null stays null (no key).
 export function standIn(value, limit) {
   if (value === null || value === undefined) return null;
   const raw = Buffer.isBuffer(value) ? value : Buffer.from(String(value), 'utf8');

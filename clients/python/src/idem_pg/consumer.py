@@ -86,8 +86,8 @@ def stand_in(value: Any, limit: int) -> Optional[str]:
     """A message id or key as idem stores it: the value itself, or, when
     idem cannot store it (empty, too long, a control character, not UTF-8),
     ``sha256:<hex of its raw bytes>``: one stand-in for every redelivery of
-    the entry, in idem_consume, idem_consume_check and idem_consume_failed
-    alike.  None stays None (a message without a key)."""
+    the entry, in idem_consume_check and idem_consume_failed alike (such an
+    entry is a dead letter, never applied).  None stays None (no key)."""
     if value is None:
         return None
     raw = bytes(value) if isinstance(value, (bytes, bytearray, memoryview)) else str(value).encode("utf-8", "surrogatepass")
