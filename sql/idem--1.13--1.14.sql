@@ -50,6 +50,8 @@ DECLARE
     nsp pg_catalog.oid;
     nspname text;
     creators text[];
+    detail text;
+    revoke text;
 BEGIN
     SELECT n.oid, n.nspname INTO nsp, nspname
       FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
@@ -58,19 +60,18 @@ BEGIN
     IF creators IS NULL THEN
         RETURN;
     END IF;
+    detail := pg_catalog.format('CREATE on the schema is granted to %s. Such a role could create a function there that overloads an idem function and runs as whoever calls it.',
+                                pg_catalog.array_to_string(creators, ', '));
+    revoke := pg_catalog.format('REVOKE CREATE ON SCHEMA %s FROM %s',
+                                nsp::pg_catalog.regnamespace, pg_catalog.array_to_string(creators, ', '));
     IF refuse THEN
         RAISE EXCEPTION 'schema "%" lets other roles create objects in it', nspname
-            USING ERRCODE = '55000',
-                  DETAIL = pg_catalog.format('CREATE on the schema is granted to %s. Such a role could create a function there that overloads an idem function and runs as whoever calls it.',
-                                             pg_catalog.array_to_string(creators, ', ')),
-                  HINT = pg_catalog.format('Revoke it (REVOKE CREATE ON SCHEMA %s FROM %s), or install idem in a schema of its own (CREATE SCHEMA idem; CREATE EXTENSION idem SCHEMA idem).',
-                                           nsp::pg_catalog.regnamespace, pg_catalog.array_to_string(creators, ', '));
+            USING ERRCODE = '55000', DETAIL = detail,
+                  HINT = pg_catalog.format('Revoke it (%s), or install idem in a schema of its own (CREATE SCHEMA idem; CREATE EXTENSION idem SCHEMA idem).', revoke);
     END IF;
     RAISE WARNING 'schema "%" lets other roles create objects in it', nspname
-        USING DETAIL = pg_catalog.format('CREATE on the schema is granted to %s. Such a role could create a function there that overloads an idem function and runs as whoever calls it.',
-                                         pg_catalog.array_to_string(creators, ', ')),
-              HINT = pg_catalog.format('Revoke it (REVOKE CREATE ON SCHEMA %s FROM %s); idem_health() reports it until then.',
-                                       nsp::pg_catalog.regnamespace, pg_catalog.array_to_string(creators, ', '));
+        USING DETAIL = detail,
+              HINT = pg_catalog.format('Revoke it (%s); idem_health() reports it until then.', revoke);
 END
 $$;
 
