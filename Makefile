@@ -1,7 +1,7 @@
 # idem: PostgreSQL extension (PGXS)
 
 MODULE_big = idem
-OBJS = src/shared_library_init.o \
+OBJS = idem.o \
 	src/storage/util.o src/storage/identity.o src/storage/sequence.o src/storage/rowwrite.o src/storage/citus_meta.o src/storage/catalog.o src/storage/catalog_row.o src/storage/catalog_secret.o \
 	src/citus/citus.o \
 	src/shmem/stats.o src/shmem/keycheck.o src/shmem/notify.o \
@@ -12,14 +12,14 @@ OBJS = src/shared_library_init.o \
 	src/api/policies.o src/api/canonical.o src/api/audit.o src/api/maintenance.o src/api/statistics.o src/api/task.o src/api/task_sessions.o src/api/task_lease.o src/api/task_holder.o
 
 EXTENSION = idem
-# The install script of the current version is built from sql/idem.sql, the
-# readable current schema (as pgvector builds sql/vector.sql); the scripts of
-# earlier versions (idem--1.0.sql, for CREATE EXTENSION idem VERSION '1.0')
-# and the update scripts sit beside it and are found by their names.
+# The extension's scripts are in extension/: the install script of the
+# current version is built from extension/idem.sql, the readable current
+# schema (as pgvector builds sql/vector.sql); the first release's install
+# script and the update scripts sit beside it, found by their names.
 IDEM_DIR := $(dir $(firstword $(MAKEFILE_LIST)))
 EXTVERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(IDEM_DIR)idem.control)
-DATA_built = sql/idem--$(EXTVERSION).sql
-DATA = $(filter-out $(DATA_built),$(patsubst $(IDEM_DIR)%,%,$(wildcard $(IDEM_DIR)sql/idem--*.sql)))
+DATA_built = extension/idem--$(EXTVERSION).sql
+DATA = $(filter-out $(DATA_built),$(patsubst $(IDEM_DIR)%,%,$(wildcard $(IDEM_DIR)extension/idem--*.sql)))
 
 IDEM_SRC_DIRS = src/base src/storage src/citus src/shmem src/core src/process src/api
 PG_CPPFLAGS = $(addprefix -I$(srcdir)/,$(IDEM_SRC_DIRS))
@@ -28,30 +28,31 @@ PG_CPPFLAGS = $(addprefix -I$(srcdir)/,$(IDEM_SRC_DIRS))
 # not stop a user's make install; the test command builds with COPT=-Werror.
 PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter
 
-# The tests, as PostgreSQL's modules keep them, under test/: test/sql and
-# test/expected (pg_regress), test/specs (isolation; their expected output
-# in test/expected too), test/t (TAP).  The lists are in the order the
-# suites run; test/layers.sh fails if a test file is missing from them.
+# The tests, as contrib keeps them: sql/ and expected/ at the top are
+# pg_regress's (its default --inputdir); test/specs holds the isolation
+# specs, their expected output in test/expected; test/t the TAP tests.
+# The lists are in the order the suites run; test/lint.sh fails if a test
+# file is missing from them.
 REGRESS = jcs jcs_numbers encoding order cleanup writes api digest policy key_spellings redact task_lapses erasure retention headers tasks distribute outbox dead_letters inbox health stats owners operations grant hijack scripts rename tempschema security upgrade
-REGRESS_OPTS = --inputdir=test --outputdir=test --load-extension=idem --load-extension=pgcrypto
+REGRESS_OPTS = --load-extension=idem --load-extension=pgcrypto
 
 ISOLATION = claim-race-2 claim-race-3 in-flight-timeout policy-invalidation key-spelling-race repeatable-read mismatch-race expired-race key-deadlock cleanup-skip-locked savepoint bypass-writer api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race outbox-nack-emit-race outbox-ack-share inbox-race stats-waits task-lease-race task-submit-race task-takeover refuse-cleanup-race
-ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso --load-extension=idem
+ISOLATION_OPTS = --inputdir=$(srcdir)/test --outputdir=test/output_iso --load-extension=idem
 
 # the cleanup worker, restarts, crashes, a standby: PostgreSQL::Test::Cluster
 TAP_TESTS = 1
 PROVE_TESTS ?= test/t/*.pl
 
-EXTRA_CLEAN = test/results test/output_iso test/regression.diffs test/regression.out
+EXTRA_CLEAN = test/output_iso
 
 # a VPATH build (pg_buildext, debian/rules) writes src/**/*.o in the build directory
 ifdef VPATH
-$(shell mkdir -p $(IDEM_SRC_DIRS) sql)
+$(shell mkdir -p $(IDEM_SRC_DIRS) extension)
 endif
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-sql/idem--$(EXTVERSION).sql: sql/idem.sql
+extension/idem--$(EXTVERSION).sql: extension/idem.sql
 	cp $< $@

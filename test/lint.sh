@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The repository's own hygiene, for test/run_all.sh:
 #
-#   - every test file runs: each test/sql/*.sql is in the Makefile's REGRESS,
+#   - every test file runs: each sql/*.sql is in the Makefile's REGRESS,
 #     each test/specs/*.spec in its ISOLATION, each expected output belongs to
-#     one of them, and the TAP files are taken by their wildcard (test/t/*.pl),
+#     one of them (expected/ a test's, test/expected/ a spec's), and the TAP files are taken by their wildcard (test/t/*.pl),
 #     as citus's ci/check_all_tests_are_run.sh checks;
 #   - every shell script of the repository passes shellcheck (warnings and
 #     errors; Debian's shellcheck, installed if missing).
@@ -16,12 +16,12 @@ list() { sed -n "s/^$1 = //p" Makefile | tr ' ' '\n' | grep -v '^$' | sort; }
 files() { ls "$1" 2>/dev/null | sed -E "s/\\.$2\$//" | sort; }
 regress=$(list REGRESS)
 isolation=$(list ISOLATION)
-check "every test/sql/*.sql is in REGRESS and every REGRESS test has its file ($(echo "$regress" | wc -l) tests)" \
-	"" "$(diff <(files test/sql sql) <(echo "$regress") | grep '^[<>]' | tr '\n' ' ')"
+check "every sql/*.sql is in REGRESS and every REGRESS test has its file ($(echo "$regress" | wc -l) tests)" \
+	"" "$(diff <(files sql sql) <(echo "$regress") | grep '^[<>]' | tr '\n' ' ')"
 check "every test/specs/*.spec is in ISOLATION and every ISOLATION spec has its file ($(echo "$isolation" | wc -l) specs)" \
 	"" "$(diff <(files test/specs spec) <(echo "$isolation") | grep '^[<>]' | tr '\n' ' ')"
-check "every test/expected/*.out belongs to a test or a spec" \
-	"" "$(comm -23 <(ls test/expected | sed -E 's/(_[0-9])?\.out$//' | sort -u) <(printf '%s\n' $regress $isolation | sort -u) | tr '\n' ' ')"
+check "every expected/*.out belongs to a test and every test/expected/*.out to a spec" \
+	"" "$(comm -23 <(ls expected | sed -E 's/(_[0-9])?\.out$//' | sort -u) <(printf '%s\n' $regress | sort -u) | tr '\n' ' ')$(comm -23 <(ls test/expected | sed -E 's/(_[0-9])?\.out$//' | sort -u) <(printf '%s\n' $isolation | sort -u) | tr '\n' ' ')"
 check "the TAP files are run by their wildcard (test/t/*.pl: $(ls test/t/*.pl | wc -l) files)" \
 	"test/t/*.pl" "$(sed -n 's/^PROVE_TESTS ?= //p' Makefile)"
 

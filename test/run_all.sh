@@ -109,14 +109,14 @@ run_make_suite() {
 	make -C "$IDEM_ROOT" -s "$@" installcheck >"$log_dir/$name.log" 2>&1 || true
 	grep -E '\.\.\. |^(not )?ok [0-9]+ ' "$log_dir/$name.log" || true
 	count_regress "$log_dir/$name.log"
-	for diffs in "$IDEM_ROOT/test/regression.diffs" "$IDEM_ROOT/test/output_iso/regression.diffs"; do
+	for diffs in "$IDEM_ROOT/regression.diffs" "$IDEM_ROOT/test/output_iso/regression.diffs"; do
 		if [ -s "$diffs" ] && grep -qE 'FAILED|^not ok' "$log_dir/$name.log"; then
 			cat "$diffs"
 		fi
 	done
 }
 
-rm -f "$IDEM_ROOT/test/regression.diffs" "$IDEM_ROOT/test/output_iso/regression.diffs"
+rm -f "$IDEM_ROOT/regression.diffs" "$IDEM_ROOT/test/output_iso/regression.diffs"
 stage regress run_make_suite regress ISOLATION= TAP_TESTS=
 stage isolation run_make_suite isolation REGRESS= TAP_TESTS=
 

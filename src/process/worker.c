@@ -114,7 +114,7 @@ idem_shmem_size(void)
 									   sizeof(IdemDbStatus)));
 }
 
-/* Reserve the status table and its lock (from shared_library_init.c's shmem_request_hook). */
+/* Reserve the status table and its lock (from idem.c's shmem_request_hook). */
 void
 idem_worker_shmem_request(void)
 {
@@ -123,7 +123,7 @@ idem_worker_shmem_request(void)
 }
 
 /*
- * Create or attach to the status table (from shared_library_init.c's shmem_startup_hook,
+ * Create or attach to the status table (from idem.c's shmem_startup_hook,
  * which holds AddinShmemInitLock).
  */
 void

@@ -41,7 +41,7 @@ typedef struct KeyCheckShared
 
 static KeyCheckShared *shared = NULL;
 
-/* Reserve the table (from shared_library_init.c's shmem_request_hook). */
+/* Reserve the table (from idem.c's shmem_request_hook). */
 void
 idem_keycheck_shmem_request(void)
 {

@@ -84,14 +84,14 @@ idem_notify_channel_name(IdemNotifyChannel channel)
 	return channel == IDEM_NOTIFY_TASKS ? IDEM_TASKS_CHANNEL : IDEM_OUTBOX_CHANNEL;
 }
 
-/* Reserve the slots (from shared_library_init.c's shmem_request_hook). */
+/* Reserve the slots (from idem.c's shmem_request_hook). */
 void
 idem_notify_shmem_request(void)
 {
 	RequestAddinShmemSpace(MAXALIGN(sizeof(NotifyShared)));
 }
 
-/* Create or attach to the slots (shared_library_init.c's shmem_startup_hook, under AddinShmemInitLock). */
+/* Create or attach to the slots (idem.c's shmem_startup_hook, under AddinShmemInitLock). */
 void
 idem_notify_shmem_startup(void)
 {

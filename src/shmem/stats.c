@@ -146,7 +146,7 @@ stats_shmem_size(void)
 					mul_size(Max(max_prepared_xacts, 1), sizeof(PreparedCounts)));
 }
 
-/* Reserve the table and its lock (from shared_library_init.c's shmem_request_hook). */
+/* Reserve the table and its lock (from idem.c's shmem_request_hook). */
 void
 idem_stats_shmem_request(void)
 {
@@ -154,7 +154,7 @@ idem_stats_shmem_request(void)
 	RequestNamedLWLockTranche("idem stats", 1);
 }
 
-/* Create or attach to the table (shared_library_init.c's shmem_startup_hook, under AddinShmemInitLock). */
+/* Create or attach to the table (idem.c's shmem_startup_hook, under AddinShmemInitLock). */
 void
 idem_stats_shmem_startup(void)
 {

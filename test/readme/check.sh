@@ -77,7 +77,7 @@ mk = open(f"{root}/Makefile").read()
 regress = len(re.search(r"^REGRESS = (.*)$", mk, flags=re.M).group(1).split())
 isolation = len(re.search(r"^ISOLATION = (.*)$", mk, flags=re.M).group(1).split())
 tap = len(glob.glob(f"{root}/test/t/*.pl"))
-releases = len({re.sub(r".*idem--(.*)--.*", r"\1", f) for f in glob.glob(f"{root}/sql/idem--*--*.sql")})
+releases = len({re.sub(r".*idem--(.*)--.*", r"\1", f) for f in glob.glob(f"{root}/extension/idem--*--*.sql")})
 row = re.search(r"^\| 15 \(Debian [^|]*\| [^|]*\| yes \| (\d+) \| (\d+) \| (\d+) files \| (\d+) versions \|",
                 open(f"{root}/README.md").read(), flags=re.M)
 want = f"{regress} {isolation} {tap} {releases}"

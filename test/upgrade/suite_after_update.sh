@@ -71,7 +71,7 @@ for version in $versions; do
 	if [ "$version" = "$oldest" ] || [ "$version" = "$previous" ]; then
 		mkdir -p "$OUT/$version"
 		# shellcheck disable=SC2086
-		if "$PG_REGRESS" --bindir="$PG_BINDIR" --inputdir="$IDEM_ROOT/test" --outputdir="$OUT/$version" \
+		if "$PG_REGRESS" --bindir="$PG_BINDIR" --inputdir="$IDEM_ROOT" --outputdir="$OUT/$version" \
 			--use-existing --dbname="$db" $TESTS >"$OUT/$version/log" 2>&1; then
 			echo "ok - the pg_regress suite passes on a database created at $version and updated to $updated"
 		else

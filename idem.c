@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * shared_library_init.c
+ * idem.c
  *	  Module entry of the idem extension: _PG_init hands each module its
  *	  start-up, and the shared-memory hooks call each module's part.
  *

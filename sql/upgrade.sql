@@ -11,7 +11,7 @@
 CREATE FUNCTION pg_temp.idem_catalog() RETURNS TABLE (kind text, item text, detail text)
 LANGUAGE sql AS $$
 SELECT 'member' AS kind, pg_describe_object(d.classid, d.objid, d.objsubid) AS item,
-       -- and the function's whole definition: a fresh install (sql/idem.sql)
+       -- and the function's whole definition: a fresh install (extension/idem.sql)
        -- and an update must define each function alike
        concat_ws(' ', p.proacl::text, p.prosecdef::text, p.proconfig::text,
                  md5(pg_get_functiondef(p.oid))) AS detail
