@@ -5,6 +5,8 @@
 #     each test/specs/*.spec in its ISOLATION, each expected output belongs to
 #     one of them (expected/ a test's, test/expected/ a spec's), and the TAP files are taken by their wildcard (test/t/*.pl),
 #     as citus's ci/check_all_tests_are_run.sh checks;
+#   - the released scripts are pinned and the next one's copies generated
+#     (test/upgrade/scripts.py);
 #   - every shell script of the repository passes shellcheck (warnings and
 #     errors; Debian's shellcheck, installed if missing).
 #
@@ -24,6 +26,10 @@ check "every expected/*.out belongs to a test and every test/expected/*.out to a
 	"" "$(comm -23 <(ls expected | sed -E 's/(_[0-9])?\.out$//' | sort -u) <(printf '%s\n' $regress | sort -u) | tr '\n' ' ')$(comm -23 <(ls test/expected | sed -E 's/(_[0-9])?\.out$//' | sort -u) <(printf '%s\n' $isolation | sort -u) | tr '\n' ' ')"
 check "the TAP files are run by their wildcard (test/t/*.pl: $(ls test/t/*.pl | wc -l) files)" \
 	"test/t/*.pl" "$(sed -n 's/^PROVE_TESTS ?= //p' Makefile)"
+
+# the scripts of released versions as released; the next update script's
+# copies of idem.sql generated (test/upgrade/scripts.py)
+/usr/bin/python3 test/upgrade/scripts.py || true
 
 # the two commands of the README run from a copy of the tree: neither
 # builds nor writes in the checkout

@@ -20,7 +20,7 @@ from .errors import (IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused,
                      ReadOnly, SerializationFailure, UnfinishedClaim, retry_serializable, translate)
 from .tasks import Task, TaskWorker
 
-__version__ = "1.14.0"
+__version__ = "1.15.0"
 
 __all__ = ["Claim", "Outcome", "RawJson", "Submission", "begin", "claim", "consume", "emit", "finish", "run",
            "submit", "finish_stored", "IdemError", "InFlight", "InvalidRequest", "KeyExpired", "KeyReused", "LeaseLost", "Misconfigured", "NestedRun", "NoClaim",
