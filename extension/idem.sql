@@ -1,25 +1,35 @@
-/* idem--1.14.sql (built from sql/idem.sql): the install script of idem 1.14 */
+/* idem--1.15.sql (built from extension/idem.sql): the install script of idem 1.15 */
 \echo Use "CREATE EXTENSION idem" to load this file. \quit
 
--- The current schema, readable: every object of the extension is defined
--- once, as it is now, with its comment, its privileges and why it is so.
--- The sections follow the versions that brought each part, oldest first
--- ("since 1.4: the outbox"); an object changed later is written here in its
--- current form, where it was first introduced or, for a function whose body
--- needs later objects, after them.  idem's tables, sequences and internal
--- functions are created in idem_internal directly.
+-- The schema of idem, by subsystem: each table, index, type, view and
+-- function is defined once, in its current form, with its comment and its
+-- privileges.  The sections:
 --
--- The update scripts beside it (sql/idem--X--Y.sql) bring each earlier
--- version here; test/upgrade/suite_after_update.sh checks that a database
--- updated from every release has exactly the members of a fresh install
--- (test/upgrade/members.sql), and that a spoiled copy of this file fails
--- that comparison.  A change of the current version goes into both this
--- file and the update script of the release.
+--   the internal schema and who may create in idem's schema
+--   records and the article's order (the claim, the answer, the cleanup)
+--   policies
+--   history and audit (retention, the audit view, erasure)
+--   tasks (long flows: submit, lease, heartbeat, complete, fail)
+--   outbox and dead letters
+--   inbox
+--   statistics and health
+--   sequences across a promotion
+--   grants
+--   Citus
+--
+-- idem's tables, sequences and internal functions are in idem_internal;
+-- the API, its types and views in the extension's schema.  How each
+-- version got here is in the CHANGELOG and the update scripts beside this
+-- file (extension/idem--X--Y.sql); test/upgrade/suite_after_update.sh
+-- checks that a database updated from every release has exactly the
+-- members of a fresh install (test/upgrade/members.sql).  A change of the
+-- current version goes into this file; the update script of the release
+-- copies the definitions it replaces from here (test/upgrade/scripts.py).
 
--- ---------------------------------------------------------------------------
--- idem_internal: idem's tables, sequences and internal functions
--- (idem--1.12--1.13.sql says why)
--- ---------------------------------------------------------------------------
+-- ===========================================================================
+-- The internal schema, and who may create in idem's schema
+-- ===========================================================================
+
 DO $$
 BEGIN
     IF EXISTS (SELECT FROM pg_catalog.pg_namespace n
@@ -162,11 +172,21 @@ REVOKE ALL ON FUNCTION idem_internal.idem_shadowing_functions(pg_catalog.oid) FR
 SELECT idem_internal.idem_check_schema(true);
 
 -- ===========================================================================
--- 1.0: the record, the order example, the fingerprint, the cleanup
+-- Records and the article's order
+-- One row per (owner, operation, key) in idempotency_record: the claim, the
+-- request fingerprint and, once the business write is done, the answer that
+-- repeats replay.  idem_create_order is the article's example; idem_begin,
+-- idem_finish and idem_run the same for any operation.
 -- ===========================================================================
 
--- One row per (owner, operation, key): the claim, the request fingerprint and,
--- once the business write is done, the response snapshot that repeats replay.
+-- One row per (owner, operation, key).  A record stores what idem_finish
+-- (or a handler) gave it: the body byte for byte (json keeps the text as
+-- given), the headers to replay; a deterministic failure (a 4xx) is a
+-- finished record too, FAILED_FINAL.  The task_ columns are a long flow's
+-- (the tasks' section), NULL on the records of synchronous calls, which
+-- cost nothing more: the null bitmap still fits the same header.  A lease
+-- and a heartbeat change no indexed column: HOT updates, given room on the
+-- page (fillfactor 90).
 CREATE TABLE idem_internal.idempotency_record (
     id              BIGSERIAL PRIMARY KEY,
     owner_id        BIGINT NOT NULL,
@@ -180,17 +200,72 @@ CREATE TABLE idem_internal.idempotency_record (
     created_at      TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP,
     updated_at      TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP,
     expires_at      TIMESTAMPTZ NOT NULL,
+    response_body   json,
+    response_headers jsonb,
+    task_request    jsonb,
+    task_payload    jsonb,
+    task_attempts   integer,
+    task_token      bigint,
+    task_due_at     timestamptz,
+    task_lease_expires_at timestamptz,
+    task_worker     varchar(64),
+    task_heartbeat_at timestamptz,
+    task_session    bigint,
+    task_last_error jsonb,
+    task_ttl        interval,
+    fingerprint_version smallint,
+    response_header_list json,
+    task_lapses     integer,
+    request_digest  bytea,
     CONSTRAINT uk_idempotency_scope UNIQUE (owner_id, operation, idempotency_key),
     -- pg_catalog's operator by name: an = for varchar planted in the target
     -- schema would otherwise win over pg_catalog's text = text
     CONSTRAINT ck_idempotency_status CHECK (
         status::pg_catalog.text OPERATOR(pg_catalog.=)
-            ANY (ARRAY['PROCESSING', 'SUCCEEDED']::pg_catalog.text[]))
-);
+            ANY (ARRAY['PROCESSING', 'SUCCEEDED', 'FAILED_RETRYABLE', 'FAILED_FINAL']::pg_catalog.text[]))
+) WITH (fillfactor = 90);
 CREATE INDEX idx_idempotency_expire ON idem_internal.idempotency_record (expires_at);
 
 COMMENT ON TABLE idem_internal.idempotency_record IS
     'idem: one claim per (owner_id, operation, idempotency_key), with the request fingerprint and the response to replay';
+COMMENT ON COLUMN idem_internal.idempotency_record.response_body IS
+    'idem: the response body as idem_finish received it, replayed byte for byte (NULL for the order demo, whose response is response_json)';
+COMMENT ON COLUMN idem_internal.idempotency_record.response_headers IS
+    'idem: response headers to replay, a JSON object of strings';
+-- fingerprint_version: with idem.fingerprint_keys_file set, request_hash is
+-- HMAC-SHA-256 (keyed by that file's newest secret) of the request's
+-- SHA-256, and fingerprint_version names the secret; NULL is the plain
+-- SHA-256.  response_header_list: headers in json form (an object, or an
+-- array of [name, value] pairs) byte for byte, where a caller gave one;
+-- response_headers the jsonb form otherwise.
+COMMENT ON COLUMN idem_internal.idempotency_record.fingerprint_version IS
+    'idem: the idem.fingerprint_keys_file secret request_hash is keyed with (HMAC-SHA-256); NULL: plain SHA-256';
+COMMENT ON COLUMN idem_internal.idempotency_record.response_header_list IS
+    'idem: response headers as given in json form (an object, or [name, value] pairs), replayed byte for byte';
+
+-- request_digest: SipHash-2-4-128 of the request's jsonb bytes, keyed with
+-- idem_digest_secret (or, for a record keyed by a file secret, with a key
+-- derived from that secret).  A replay that sends the very same bytes is
+-- recognised by it without the canonical text and SHA-256; any other
+-- request is compared by request_hash.  NULL: not recorded
+-- (idem_create_order, older records); request_hash decides.
+COMMENT ON COLUMN idem_internal.idempotency_record.request_digest IS
+    'idem: SipHash-2-4-128 of the request''s jsonb bytes under idem_digest_secret (or fingerprint_version''s file secret); a replay of the same bytes matches it without the canonical text; NULL: request_hash decides';
+
+-- The key of request digests: 16 random bytes (gen_random_uuid, from the
+-- server's strong random source), one row, never changed.  Only idem's
+-- owner reads it.  Not dumped: a database restored from a dump draws a
+-- secret of its own, and its restored records are compared by request_hash.
+CREATE TABLE idem_internal.idem_digest_secret (
+    secret bytea NOT NULL
+        CHECK (pg_catalog.length(secret) OPERATOR(pg_catalog.=) 16)
+);
+INSERT INTO idem_internal.idem_digest_secret (secret)
+    SELECT pg_catalog.uuid_send(pg_catalog.gen_random_uuid());
+REVOKE ALL ON TABLE idem_internal.idem_digest_secret FROM PUBLIC;
+COMMENT ON TABLE idem_internal.idem_digest_secret IS
+    'idem: the key of request digests (idempotency_record.request_digest); one row, never changed';
+
 
 -- The demo business table: the order's own unique business id (order_no)
 -- is the second layer of uniqueness.
@@ -236,19 +311,110 @@ COMMENT ON FUNCTION @extschema@.idem_canonical_json(jsonb) IS
 
 -- The article's order flow: claim, insert the order, store the response,
 -- all in the caller's transaction; a repeat replays the stored response.
+-- It reads and writes its tables as idem's owner, switching in C around
+-- that work only, and runs anything user-defined its writes may fire
+-- (triggers, constraints) under search_path = pg_catalog, pg_temp.
 CREATE FUNCTION @extschema@.idem_create_order(
     owner bigint, key text, sku bigint, qty integer,
     OUT order_id bigint, OUT order_no text, OUT status text,
     OUT http_status integer, OUT replayed boolean)
 RETURNS record
 AS 'MODULE_PATHNAME', 'idem_create_order'
-LANGUAGE C VOLATILE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+LANGUAGE C VOLATILE;
 
 COMMENT ON FUNCTION @extschema@.idem_create_order(bigint, text, bigint, integer) IS
     'idem: create an order exactly once per (owner, idempotency key); repeats replay the first response';
 
 REVOKE ALL ON FUNCTION @extschema@.idem_create_order(bigint, text, bigint, integer) FROM PUBLIC;
+
+-- What a handler of idem_run returns.
+CREATE TYPE @extschema@.idem_result AS (
+    http_status integer,
+    body        json,
+    headers     jsonb,
+    resource_id bigint
+);
+
+-- What idem_begin and idem_run return.  expires_at: when the key's record
+-- expires (a replay, the stored expiry; idem_run's first execution, the
+-- expiry it stored; idem_begin's claim, the expiry idem_finish will store
+-- for a success (2xx/3xx) in this transaction; a 4xx result expires after
+-- idem.failure_ttl instead); the client libraries send it as the
+-- Idempotency-Expires header (clients/CONTRACT.md).  header_list: the
+-- headers as stored in json form, next to the jsonb object (headers).
+CREATE TYPE @extschema@.idem_outcome AS (
+    replayed    boolean,
+    http_status integer,
+    body        json,
+    headers     jsonb,
+    resource_id bigint,
+    expires_at  timestamptz,
+    header_list json
+);
+
+-- What a handler of idem_run may return instead of idem_result: headers in
+-- json form, kept as given.
+CREATE TYPE @extschema@.idem_response AS (
+    http_status integer,
+    body        json,
+    headers     json,
+    resource_id bigint
+);
+
+-- Claim a key for the caller's transaction, or replay its finished result.
+CREATE FUNCTION @extschema@.idem_begin(
+    owner bigint, operation text, key text, request jsonb,
+    ttl interval DEFAULT NULL)
+RETURNS @extschema@.idem_outcome
+AS 'MODULE_PATHNAME', 'idem_begin'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_begin(bigint, text, text, jsonb, interval) IS
+    'idem: claim (owner, operation, key) for this transaction (replayed = false), or replay its finished result';
+
+-- Store the result of the claim this transaction holds.
+CREATE FUNCTION @extschema@.idem_finish(
+    owner bigint, operation text, key text, http_status integer, body json,
+    resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL,
+    header_list json DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_finish'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json) IS
+    'idem: store the result of the key this transaction claimed with idem_begin';
+
+
+-- Begin, call the handler as the caller, finish: in one call.
+CREATE FUNCTION @extschema@.idem_run(
+    owner bigint, operation text, key text, request jsonb,
+    handler regprocedure, ttl interval DEFAULT NULL)
+RETURNS @extschema@.idem_outcome
+AS 'MODULE_PATHNAME', 'idem_run'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval) IS
+    'idem: run handler(request) once per (owner, operation, key), as the caller; repeats replay its result';
+
+-- Like idem_create_order: granted by the administrator to the roles that
+-- act for the owners.
+REVOKE ALL ON FUNCTION @extschema@.idem_begin(bigint, text, text, jsonb, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval) FROM PUBLIC;
+
+-- idem_finish, returning what idem stored: the answer as a replay returns
+-- it, after the operation's policy redacted it (for a copy kept elsewhere,
+-- such as a fast layer in Redis, that must hold the same bytes).
+CREATE FUNCTION @extschema@.idem_finish_stored(
+    owner bigint, operation text, key text, http_status integer, body json,
+    resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL,
+    header_list json DEFAULT NULL)
+RETURNS @extschema@.idem_outcome
+AS 'MODULE_PATHNAME', 'idem_finish_stored'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json) IS
+    'idem: idem_finish, returning the answer as stored (redacted) and as a replay will return it';
+REVOKE ALL ON FUNCTION @extschema@.idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json) FROM PUBLIC;
 
 -- Batch deletion of expired records; never waits on a row another
 -- transaction holds.
@@ -264,10 +430,7 @@ COMMENT ON FUNCTION @extschema@.idem_cleanup_expired(integer, integer) IS
 
 REVOKE ALL ON FUNCTION @extschema@.idem_cleanup_expired(integer, integer) FROM PUBLIC;
 
--- ===========================================================================
--- since 1.1
--- ===========================================================================
-
+-- What the cleanup worker did in each database since the server started.
 CREATE FUNCTION @extschema@.idem_cleanup_status(
     OUT datid oid,
     OUT datname name,
@@ -298,98 +461,374 @@ REVOKE ALL ON FUNCTION idem_internal.idem_cleanup_worker_notice() FROM PUBLIC;
 SELECT idem_internal.idem_cleanup_worker_notice();
 
 -- ===========================================================================
--- since 1.2
+-- Policies
 -- ===========================================================================
 
--- idem_create_order reads and writes its tables as its owner, switching in C
--- around that work only, and runs anything user-defined its writes may fire
--- (triggers, constraints) under search_path = pg_catalog, pg_temp.  fmgr's
--- SECURITY DEFINER switch, with its SET clause, saved and restored a GUC on
--- every call, replays included.  The library of 1.2 also runs the 1.1
--- definition correctly: it then switches to the owner a second time.
-ALTER FUNCTION @extschema@.idem_create_order(bigint, text, bigint, integer)
-    SECURITY INVOKER RESET search_path;
-
--- ===========================================================================
--- since 1.3
--- ===========================================================================
-
--- A record stores what idem_finish (or a handler) gave it: the body byte for
--- byte (json keeps the text as given), the headers to replay; and a
--- deterministic failure (a 4xx) is a finished record too, FAILED_FINAL.
--- The constraint is written with pg_catalog's operator, whatever the
--- search_path this script runs under.
-ALTER TABLE idem_internal.idempotency_record
-    ADD COLUMN response_body json,
-    ADD COLUMN response_headers jsonb,
-    DROP CONSTRAINT ck_idempotency_status,
-    ADD CONSTRAINT ck_idempotency_status CHECK (
-        status::pg_catalog.text OPERATOR(pg_catalog.=)
-            ANY (ARRAY['PROCESSING', 'SUCCEEDED', 'FAILED_FINAL']::pg_catalog.text[]));
-
-COMMENT ON COLUMN idem_internal.idempotency_record.response_body IS
-    'idem: the response body as idem_finish received it, replayed byte for byte (NULL for the order demo, whose response is response_json)';
-COMMENT ON COLUMN idem_internal.idempotency_record.response_headers IS
-    'idem: response headers to replay, a JSON object of strings';
-
--- What a handler of idem_run returns.
-CREATE TYPE @extschema@.idem_result AS (
-    http_status integer,
-    body        json,
-    headers     jsonb,
-    resource_id bigint
+-- ---------------------------------------------------------------------------
+-- Per-operation policy, kept in the database: two operations with other
+-- needs (a 24-hour order key, a 30-day payment key) side by side.  A NULL
+-- column is "the GUC".  Precedence: a call's own argument (ttl) > the
+-- operation's policy > the GUC > the built-in default.  Each backend reads
+-- the table once and again only after it changed (idem_set_policy,
+-- idem_drop_policy and any other write of it invalidate every backend's
+-- copy at commit): no table lookup on a call's path.
+-- ---------------------------------------------------------------------------
+CREATE TABLE idem_internal.idem_policy (
+    operation     text PRIMARY KEY CHECK (operation OPERATOR(pg_catalog.~) '^[A-Za-z0-9_.:-]{1,64}$'),
+    ttl           interval,
+    failure_ttl   interval,
+    wait_timeout  interval,
+    max_attempts  integer,
+    retry_base    interval,
+    retry_max     interval,
+    redact        text[],
+    key_format    text CHECK (key_format OPERATOR(pg_catalog.=) ANY (ARRAY['token', 'uuid', 'ulid']::text[])),
+    reject_weak_keys boolean,
+    updated_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    audit_ttl     interval,
+    reuse_after_expiry text
+        CHECK (reuse_after_expiry OPERATOR(pg_catalog.=) ANY (ARRAY['execute', 'refuse']::text[]))
 );
+REVOKE ALL ON idem_internal.idem_policy FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_policy', '');
 
--- What idem_begin and idem_run return.
-CREATE TYPE @extschema@.idem_outcome AS (
-    replayed    boolean,
-    http_status integer,
-    body        json,
-    headers     jsonb,
-    resource_id bigint
+-- any write of the table invalidates every backend's copy at commit
+CREATE FUNCTION idem_internal.idem_policy_changed() RETURNS trigger
+LANGUAGE C AS 'MODULE_PATHNAME', 'idem_policy_changed';
+REVOKE ALL ON FUNCTION idem_internal.idem_policy_changed() FROM PUBLIC;
+CREATE TRIGGER idem_policy_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
+    ON idem_internal.idem_policy FOR EACH STATEMENT EXECUTE FUNCTION idem_internal.idem_policy_changed();
+
+-- what an omitted argument of idem_set_policy defaults to: "leave it
+-- unchanged", told apart from an explicit NULL ("back to the GUC")
+CREATE FUNCTION idem_internal.idem_policy_unchanged_interval() RETURNS interval
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
+CREATE FUNCTION idem_internal.idem_policy_unchanged_integer() RETURNS integer
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
+CREATE FUNCTION idem_internal.idem_policy_unchanged_textarray() RETURNS text[]
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
+CREATE FUNCTION idem_internal.idem_policy_unchanged_text() RETURNS text
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
+CREATE FUNCTION idem_internal.idem_policy_unchanged_boolean() RETURNS boolean
+LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
+
+-- idem_drop_policy(operation): true if it had one
+CREATE FUNCTION @extschema@.idem_drop_policy(operation text) RETURNS boolean
+LANGUAGE C VOLATILE STRICT AS 'MODULE_PATHNAME', 'idem_drop_policy';
+REVOKE ALL ON FUNCTION @extschema@.idem_drop_policy(text) FROM PUBLIC;
+
+-- idem_set_policy(operation, ...): every argument after operation named and
+-- optional; omitted: unchanged; NULL: the GUC.  Superuser or the
+-- extension's owner only (42501); bad values 22023.  Returns the policy.
+CREATE FUNCTION @extschema@.idem_set_policy(
+    operation text,
+    ttl interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    failure_ttl interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    wait_timeout interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    max_attempts integer DEFAULT idem_internal.idem_policy_unchanged_integer(),
+    retry_base interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    retry_max interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    audit_ttl interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
+    reuse_after_expiry text DEFAULT idem_internal.idem_policy_unchanged_text(),
+    redact text[] DEFAULT idem_internal.idem_policy_unchanged_textarray(),
+    key_format text DEFAULT idem_internal.idem_policy_unchanged_text(),
+    reject_weak_keys boolean DEFAULT idem_internal.idem_policy_unchanged_boolean())
+RETURNS idem_internal.idem_policy
+LANGUAGE C VOLATILE CALLED ON NULL INPUT AS 'MODULE_PATHNAME', 'idem_set_policy';
+REVOKE ALL ON FUNCTION @extschema@.idem_set_policy(text, interval, interval, interval, integer, interval, interval, interval, text, text[], text, boolean) FROM PUBLIC;
+
+-- the policies, readable by pg_monitor
+CREATE VIEW @extschema@.idem_policies AS
+    SELECT operation, ttl, failure_ttl, wait_timeout, max_attempts, retry_base, retry_max,
+           audit_ttl, reuse_after_expiry, redact, key_format, reject_weak_keys, updated_at
+    FROM idem_internal.idem_policy;
+REVOKE ALL ON @extschema@.idem_policies FROM PUBLIC;
+GRANT SELECT ON @extschema@.idem_policies TO pg_monitor;
+
+-- ===========================================================================
+-- History and audit
+-- ===========================================================================
+
+-- ---------------------------------------------------------------------------
+-- Retention that keeps the audit trail.  When a finished record expires,
+-- its audit fields (owner, operation, key, request fingerprint, status,
+-- HTTP status, resource id, times) move to idem_history if its operation
+-- has an audit period (the policy's audit_ttl, else idem.audit_ttl): at
+-- the cleanup, or when the key executes afresh, whichever comes first.
+-- The request and the response (body, headers, task request, task
+-- payload, last error) go with the record.  A history row lives until
+-- audit_until = expires_at + audit_ttl; with reuse_after_expiry 'refuse'
+-- a key is refused (IK007) until then instead of executing again.
+-- ---------------------------------------------------------------------------
+CREATE TABLE idem_internal.idem_history (
+    owner_id            bigint NOT NULL,
+    operation           varchar(64) NOT NULL,
+    idempotency_key     varchar(128) NOT NULL,
+    record_id           bigint NOT NULL,
+    request_hash        char(64) NOT NULL,
+    fingerprint_version smallint,
+    status              varchar(20) NOT NULL,
+    http_status         integer,
+    resource_id         bigint,
+    created_at          timestamptz NOT NULL,
+    updated_at          timestamptz NOT NULL,
+    expires_at          timestamptz NOT NULL,
+    archived_at         timestamptz NOT NULL,
+    audit_until         timestamptz NOT NULL,
+    CONSTRAINT pk_idem_history PRIMARY KEY (owner_id, record_id)
 );
+-- what a refused key is looked up by, and what the cleanup deletes by
+CREATE INDEX idem_history_key ON idem_internal.idem_history (owner_id, operation, idempotency_key);
+CREATE INDEX idem_history_audit_until ON idem_internal.idem_history (audit_until);
 
--- Claim a key for the caller's transaction, or replay its finished result.
-CREATE FUNCTION @extschema@.idem_begin(
+COMMENT ON TABLE idem_internal.idem_history IS
+    'idem: the audit fields of expired executions, kept until audit_until (the operation''s audit_ttl)';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_history', '');
+REVOKE ALL ON idem_internal.idem_history FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- idem_audit: every execution of a key, the live records and the history,
+-- without requests or responses.  pg_monitor reads every owner; another
+-- role granted SELECT on the view and EXECUTE on idem_audit_entries()
+-- reads only the owners its idem.allowed_owners names (every owner when
+-- that is empty, as for calls).  A function, read as idem's owner, so that
+-- no view depends on the columns of idem's tables; given an owner, it reads
+-- that owner's rows only, through the indexes.
+-- ---------------------------------------------------------------------------
+CREATE FUNCTION @extschema@.idem_audit_entries(
+    owner bigint DEFAULT NULL,
+    OUT owner_id bigint, OUT operation text, OUT idempotency_key text, OUT record_id bigint,
+    OUT status text, OUT http_status integer, OUT resource_id bigint, OUT request_hash text,
+    OUT executed_at timestamptz, OUT finished_at timestamptz, OUT expires_at timestamptz,
+    OUT archived_at timestamptz, OUT audit_until timestamptz, OUT live boolean)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_audit_entries'
+LANGUAGE C STABLE CALLED ON NULL INPUT;
+REVOKE ALL ON FUNCTION @extschema@.idem_audit_entries(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_audit_entries(bigint) TO pg_monitor;
+
+-- (its argument typed: no other idem_audit_entries can be the one called)
+CREATE VIEW @extschema@.idem_audit AS
+    SELECT * FROM @extschema@.idem_audit_entries(NULL::pg_catalog.int8);
+REVOKE ALL ON @extschema@.idem_audit FROM PUBLIC;
+GRANT SELECT ON @extschema@.idem_audit TO pg_monitor;
+
+COMMENT ON VIEW @extschema@.idem_audit IS
+    'idem: every execution of a key, live (the record) or past (idem_history), without requests or responses';
+
+-- ---------------------------------------------------------------------------
+-- idem_forget_owner(owner): an erasure request.  Removes every record,
+-- order (idem_create_order's), history row and inbox entry of the owner,
+-- and (undelivered => 'delete') its outbox messages not yet
+-- delivered, in batches of batch_size rows a statement, at most
+-- max_batches batches a table (all when NULL); returns how many rows went.
+-- Superuser only.
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION @extschema@.idem_forget_owner(
+    owner bigint,
+    batch_size integer DEFAULT 10000,
+    max_batches integer DEFAULT NULL,
+    undelivered text DEFAULT 'keep')
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    total bigint := 0;
+    n bigint;
+    batches integer;
+    tbl text;
+    keys text;
+BEGIN
+    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
+        RAISE EXCEPTION 'permission denied to forget an owner'
+            USING ERRCODE = '42501', HINT = 'Only a superuser may call idem_forget_owner.';
+    END IF;
+    IF owner IS NULL OR batch_size IS NULL OR undelivered IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null',
+            CASE WHEN owner IS NULL THEN 'owner' WHEN batch_size IS NULL THEN 'batch_size' ELSE 'undelivered' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF batch_size OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION 'batch_size must be at least 1' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The call has batch_size %s.', batch_size);
+    END IF;
+    IF max_batches OPERATOR(pg_catalog.<) 1 THEN
+        RAISE EXCEPTION 'max_batches must be at least 1, or NULL for no limit' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The call has max_batches %s.', max_batches);
+    END IF;
+    IF undelivered OPERATOR(pg_catalog.<>) ALL (ARRAY['keep', 'delete']) THEN
+        RAISE EXCEPTION 'undelivered must be ''keep'' or ''delete''' USING ERRCODE = '22023',
+            DETAIL = pg_catalog.format('The call has undelivered %L.', undelivered),
+            HINT = '''keep'': the owner''s messages not yet delivered are delivered, then erased at their acknowledgement; ''delete'': they are erased now and never delivered.';
+    END IF;
+
+    -- the owner's outbox dead letters (1.13), whatever undelivered says: a
+    -- dead letter is delivered only if redriven; its blocked key goes on
+    IF EXISTS (SELECT FROM idem_internal.idem_outbox_dead d WHERE d.owner_id OPERATOR(pg_catalog.=) owner) THEN
+        total := @extschema@.idem_outbox_discard(ARRAY(
+            SELECT d.message_id FROM idem_internal.idem_outbox_dead d WHERE d.owner_id OPERATOR(pg_catalog.=) owner));
+    END IF;
+
+    -- each table in statements of batch_size rows, at most max_batches
+    FOR tbl, keys IN SELECT t.tbl, t.keys FROM (VALUES
+        ('idem_internal.idempotency_record', 'id', true),
+        ('idem_internal.purchase_order', 'id', true),
+        ('idem_internal.idem_history', 'record_id', true),
+        ('idem_internal.idem_inbox', 'consumer, message_id', true),
+        ('idem_internal.idem_inbox_failure', 'consumer, message_id', true),
+        ('idem_internal.idem_outbox', 'message_id', undelivered OPERATOR(pg_catalog.=) 'delete')) AS t (tbl, keys, wanted)
+        WHERE t.wanted
+    LOOP
+        batches := 0;
+        LOOP
+            EXECUTE pg_catalog.format(
+                'DELETE FROM %1$s WHERE owner_id OPERATOR(pg_catalog.=) $1 AND (%2$s) IN'
+                ' (SELECT %2$s FROM %1$s WHERE owner_id OPERATOR(pg_catalog.=) $1 LIMIT $2)', tbl, keys)
+                USING owner, batch_size;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            total := total OPERATOR(pg_catalog.+) n;
+            batches := batches OPERATOR(pg_catalog.+) 1;
+            EXIT WHEN n OPERATOR(pg_catalog.<) batch_size OR batches OPERATOR(pg_catalog.>=) max_batches;
+        END LOOP;
+    END LOOP;
+    RETURN total;
+END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer, text) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer, text) IS
+    'idem: an erasure request: remove every record, order, history row, inbox entry and failure, outbox dead letter and (undelivered => ''delete'') outbox message of owner (superuser only)';
+
+-- ===========================================================================
+-- Tasks
+-- ===========================================================================
+
+-- ---------------------------------------------------------------------------
+-- A long flow's record is its task.  idem_submit commits the record as
+-- PROCESSING with the request a worker needs; idem_lease hands it to a
+-- worker with a fencing token; idem_complete stores the result (SUCCEEDED,
+-- or FAILED_FINAL for a 4xx) in the worker's transaction; idem_fail makes it
+-- FAILED_RETRYABLE with a backoff, or FAILED_FINAL.  Until it is finished
+-- the record never expires (expires_at is infinity); once finished it
+-- expires task_ttl (or idem.ttl, idem.failure_ttl) after that moment.
+--
+-- task_due_at is when a worker may lease the task next: the submit time, the
+-- end of the current lease (a lapsed lease is taken over), or the time of the
+-- next attempt after a retryable failure; NULL once finished.  The task
+-- columns are NULL on the records of synchronous calls, which cost nothing
+-- more: the null bitmap still fits the same header.
+-- ---------------------------------------------------------------------------
+
+-- what a lease scans: the unfinished tasks of an operation, soonest due first
+CREATE INDEX idem_task_due ON idem_internal.idempotency_record (operation, task_due_at)
+    WHERE task_due_at IS NOT NULL;
+
+-- fencing tokens: one sequence, so a task's every new token is greater than
+-- all its earlier ones (and than every token of every other task)
+CREATE SEQUENCE idem_internal.idem_task_token_seq;
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_task_token_seq', '');
+REVOKE ALL ON SEQUENCE idem_internal.idem_task_token_seq FROM PUBLIC;
+
+COMMENT ON COLUMN idem_internal.idempotency_record.task_request IS
+    'idem: a task''s request, as idem_submit received it, handed to the worker by idem_lease';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_payload IS
+    'idem: what else idem_submit gave the worker (not part of the fingerprint)';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_attempts IS
+    'idem: attempts started (leases handed out); NULL: not a task';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_token IS
+    'idem: the fencing token of the current (or last) lease';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_due_at IS
+    'idem: when a worker may lease the task next (a lapsed lease is taken over); NULL once finished';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_lease_expires_at IS
+    'idem: end of the current lease; NULL when not leased';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_worker IS
+    'idem: the worker holding (or that last held) the lease';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_heartbeat_at IS
+    'idem: the lease''s start or last idem_heartbeat';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_session IS
+    'idem: the session a bind_session lease lapses with; NULL otherwise';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_last_error IS
+    'idem: the error of the last idem_fail';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_ttl IS
+    'idem: how long the finished record is kept (NULL: idem.ttl, or idem.failure_ttl for a failure)';
+-- task_lapses: how often a task's lease lapsed, or its bound session
+-- ended, before its worker ended the attempt; each counts as an attempt,
+-- so that a task whose worker keeps dying ends FAILED_FINAL after
+-- max_attempts.
+COMMENT ON COLUMN idem_internal.idempotency_record.task_lapses IS
+    'idem: how many of the task''s attempts ended by their lease lapsing (or their bound session ending), not by idem_complete or idem_fail';
+
+
+-- Submit a long flow: PROCESSING with a task due now, or the key's current state.
+CREATE FUNCTION @extschema@.idem_submit(
     owner bigint, operation text, key text, request jsonb,
-    ttl interval DEFAULT NULL)
-RETURNS @extschema@.idem_outcome
-AS 'MODULE_PATHNAME', 'idem_begin'
+    payload jsonb DEFAULT NULL, ttl interval DEFAULT NULL,
+    OUT replayed boolean, OUT status text, OUT http_status integer,
+    OUT body json, OUT headers jsonb, OUT resource_id bigint, OUT task_id bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'idem_submit'
 LANGUAGE C VOLATILE;
 
-COMMENT ON FUNCTION @extschema@.idem_begin(bigint, text, text, jsonb, interval) IS
-    'idem: claim (owner, operation, key) for this transaction (replayed = false), or replay its finished result';
+COMMENT ON FUNCTION @extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval) IS
+    'idem: commit (owner, operation, key) as PROCESSING with a task for a worker, or report its current state';
 
--- Store the result of the claim this transaction holds.
-CREATE FUNCTION @extschema@.idem_finish(
-    owner bigint, operation text, key text, http_status integer, body json,
-    resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL)
+-- Lease due tasks of an operation to a worker.
+CREATE FUNCTION @extschema@.idem_lease(
+    operation text, worker text, lease interval DEFAULT '30 seconds',
+    batch integer DEFAULT 1, bind_session boolean DEFAULT false,
+    OUT task_id bigint, OUT owner bigint, OUT key text, OUT request jsonb,
+    OUT payload jsonb, OUT attempt integer, OUT token bigint,
+    OUT lease_expires_at timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_lease'
+LANGUAGE C VOLATILE ROWS 1;
+
+COMMENT ON FUNCTION @extschema@.idem_lease(text, text, interval, integer, boolean) IS
+    'idem: hand due tasks of an operation to a worker (new, retry due, or lease lapsed), each with a new fencing token';
+
+CREATE FUNCTION @extschema@.idem_heartbeat(
+    task_id bigint, token bigint, extend interval DEFAULT NULL)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'idem_heartbeat'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_heartbeat(bigint, bigint, interval) IS
+    'idem: extend the lease the token holds (by extend, or by the interval it was granted); IK004 if the token is stale';
+
+CREATE FUNCTION @extschema@.idem_complete(
+    task_id bigint, token bigint, http_status integer, body json,
+    resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL,
+    header_list json DEFAULT NULL)
 RETURNS void
-AS 'MODULE_PATHNAME', 'idem_finish'
+AS 'MODULE_PATHNAME', 'idem_complete'
 LANGUAGE C VOLATILE;
 
-COMMENT ON FUNCTION @extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb) IS
-    'idem: store the result of the key this transaction claimed with idem_begin';
+COMMENT ON FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json) IS
+    'idem: store the task''s result in the worker''s transaction (2xx/3xx SUCCEEDED, 4xx FAILED_FINAL); IK004 if the token is stale';
 
--- Begin, call the handler as the caller, finish: in one call.
-CREATE FUNCTION @extschema@.idem_run(
-    owner bigint, operation text, key text, request jsonb,
-    handler regprocedure, ttl interval DEFAULT NULL)
-RETURNS @extschema@.idem_outcome
-AS 'MODULE_PATHNAME', 'idem_run'
+
+CREATE FUNCTION @extschema@.idem_fail(
+    task_id bigint, token bigint, error jsonb, retryable boolean DEFAULT true)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_fail'
 LANGUAGE C VOLATILE;
 
-COMMENT ON FUNCTION @extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval) IS
-    'idem: run handler(request) once per (owner, operation, key), as the caller; repeats replay its result';
+COMMENT ON FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean) IS
+    'idem: report a failed attempt: FAILED_RETRYABLE with a backoff while attempts are left, else FAILED_FINAL (HTTP 500); IK004 if the token is stale';
 
--- Like idem_create_order: granted by the administrator to the roles that
--- act for the owners.
-REVOKE ALL ON FUNCTION @extschema@.idem_begin(bigint, text, text, jsonb, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_run(bigint, text, text, jsonb, regprocedure, interval) FROM PUBLIC;
+-- Like the other entry points: granted by the administrator, to the roles
+-- that act for owners (idem_submit) and to the workers (the others).
+REVOKE ALL ON FUNCTION @extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_lease(text, text, interval, integer, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_heartbeat(bigint, bigint, interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean) FROM PUBLIC;
 
 -- ===========================================================================
--- since 1.4
+-- Outbox and dead letters
 -- ===========================================================================
 
 -- ---------------------------------------------------------------------------
@@ -412,6 +851,11 @@ REVOKE ALL ON FUNCTION @extschema@.idem_run(bigint, text, text, jsonb, regproced
 -- ---------------------------------------------------------------------------
 CREATE SEQUENCE idem_internal.idem_outbox_message_id_seq;
 
+-- A fetch's lease is a HOT update (it changes no indexed column): with
+-- fillfactor 50 a page keeps room for a new version of each of its rows.
+-- An acknowledged message is deleted by idem_outbox_ack itself; the
+-- cleanup deletes only what was marked acknowledged (acked_at) before
+-- acknowledgements deleted.
 CREATE TABLE idem_internal.idem_outbox (
     message_id   bigint PRIMARY KEY,
     topic        varchar(128) NOT NULL,
@@ -423,8 +867,14 @@ CREATE TABLE idem_internal.idem_outbox (
     attempt      integer NOT NULL,
     ready        boolean NOT NULL,
     leased_until timestamptz,
-    acked_at     timestamptz
-) WITH (fillfactor = 90);
+    acked_at     timestamptz,
+    owner_id     bigint,
+    nacks        integer,
+    lapses       integer,
+    last_reason  text,
+    not_before   timestamptz,
+    dead_at      timestamptz
+) WITH (fillfactor = 50);
 
 ALTER SEQUENCE idem_internal.idem_outbox_message_id_seq
     OWNED BY idem_internal.idem_outbox.message_id;
@@ -442,27 +892,26 @@ CREATE INDEX idem_outbox_acked ON idem_internal.idem_outbox (acked_at)
 COMMENT ON TABLE idem_internal.idem_outbox IS
     'idem: messages of committed transactions, leased to publishers by idem_outbox_fetch until idem_outbox_ack';
 
--- ---------------------------------------------------------------------------
--- Inbox: one row per (consumer, message_id) a consumer's transaction took
--- effect for.
--- ---------------------------------------------------------------------------
-CREATE TABLE idem_internal.idem_inbox (
-    consumer    varchar(64) NOT NULL,
-    message_id  varchar(512) NOT NULL,
-    consumed_at timestamptz NOT NULL,
-    expires_at  timestamptz NOT NULL,
-    CONSTRAINT pk_idem_inbox PRIMARY KEY (consumer, message_id)
-);
-CREATE INDEX idem_inbox_expires ON idem_internal.idem_inbox (expires_at);
+-- owner_id: the owner given to idem_outbox_emit, or the owner of the
+-- emitting transaction's unfinished claims; idem_forget_owner finds it.
+COMMENT ON COLUMN idem_internal.idem_outbox.owner_id IS
+    'idem: the owner the message is about (idem_outbox_emit''s owner, or the owner of the emitting transaction''s claims), for idem_forget_owner';
+CREATE INDEX idem_outbox_owner ON idem_internal.idem_outbox (owner_id) WHERE owner_id IS NOT NULL;
 
-COMMENT ON TABLE idem_internal.idem_inbox IS
-    'idem: the messages each consumer has taken effect for, until they expire';
+COMMENT ON COLUMN idem_internal.idem_outbox.nacks IS
+    'idem: how many times a publisher reported the message not delivered (idem_outbox_nack); NULL: never';
+COMMENT ON COLUMN idem_internal.idem_outbox.lapses IS
+    'idem: how many of its leases lapsed without an ack or a nack (a publisher gone, a broker down); never a reason to dead-letter it';
+COMMENT ON COLUMN idem_internal.idem_outbox.last_reason IS
+    'idem: the reason of its last nack';
+COMMENT ON COLUMN idem_internal.idem_outbox.not_before IS
+    'idem: not fetched before this time (a nack''s retry_after)';
+COMMENT ON COLUMN idem_internal.idem_outbox.dead_at IS
+    'idem: when it became a dead letter of a topic whose on_dead is ''block'': its key''s head, not deliverable until redriven';
 
 SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_outbox', '');
 SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_outbox_message_id_seq', '');
-SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_inbox', '');
-
-REVOKE ALL ON TABLE idem_internal.idem_outbox, idem_internal.idem_inbox FROM PUBLIC;
+REVOKE ALL ON TABLE idem_internal.idem_outbox FROM PUBLIC;
 REVOKE ALL ON SEQUENCE idem_internal.idem_outbox_message_id_seq FROM PUBLIC;
 
 -- Emit a message with the caller's transaction.
@@ -480,10 +929,6 @@ COMMENT ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb, bigin
 -- of its key), not acknowledged, not leased or with a lapsed lease.  FOR
 -- UPDATE SKIP LOCKED: concurrent fetchers never lease one message; a row
 -- leased and committed meanwhile is checked again on its new version.
-
--- ---------------------------------------------------------------------------
--- The outbox's fetch (SECURITY DEFINER): its table and guard in idem_internal.
--- ---------------------------------------------------------------------------
 CREATE FUNCTION @extschema@.idem_outbox_fetch(
     topic text,
     batch integer DEFAULT 100,
@@ -563,31 +1008,17 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'idem_outbox_lock_keys'
 LANGUAGE C VOLATILE STRICT;
 
-CREATE FUNCTION @extschema@.idem_stats_reset()
-RETURNS void
-AS 'MODULE_PATHNAME', 'idem_stats_reset'
-LANGUAGE C VOLATILE STRICT;
-
-COMMENT ON FUNCTION @extschema@.idem_stats_reset() IS
-    'idem: set every counter of idem_stats back to 0';
-
--- Count n in idem_stats at commit (for idem's own PL/pgSQL functions).
-CREATE FUNCTION idem_internal.idem_stats_add(name text, counter text, n bigint)
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'idem_stats_add'
-LANGUAGE C VOLATILE STRICT;
-REVOKE ALL ON FUNCTION @extschema@.idem_stats_reset() FROM PUBLIC;
-REVOKE ALL ON FUNCTION idem_internal.idem_stats_add(text, text, bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_reset() TO pg_monitor;
-
--- Acknowledge delivered messages; the cleanup worker deletes them later.
--- Under the locks of their keys, so that no emitter of those keys commits
--- meanwhile, each key whose head was acknowledged gets its next message
--- ready.  READ COMMITTED: each statement sees what committed before it, the
--- work of the emitters the locks waited for included.
-
--- The acknowledgement is C (outbox.c): it writes as the extension's owner
--- like idem_outbox_emit, so it is no longer SECURITY DEFINER.
+-- Acknowledge delivered messages: each is deleted.  Under the locks of
+-- their keys, so that no emitter of those keys commits meanwhile, each key
+-- whose head was acknowledged gets its next message ready.  READ
+-- COMMITTED: each statement sees what committed before it, the work of the
+-- emitters the locks waited for included.  C (outbox_ack.c): it writes as
+-- the extension's owner, like idem_outbox_emit.  With more than 16 keys it
+-- takes the outbox-wide key lock in SHARE mode, which excludes every
+-- committing emitter and lets acknowledgements run together: every message
+-- an acknowledgement deletes is its key's head, and the key's next message
+-- is touched by nobody else meanwhile; an id that is not its key's head
+-- (not obtained from a fetch) takes it in EXCLUSIVE mode.
 CREATE FUNCTION @extschema@.idem_outbox_ack(message_ids bigint[])
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'idem_outbox_ack'
@@ -596,333 +1027,11 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.idem_outbox_ack(bigint[]) IS
     'idem: delete the acknowledged messages (the publisher has them confirmed by its broker) and make each key''s next message deliverable; returns how many were not already acknowledged';
 
--- Take effect for a message once per consumer.
-CREATE FUNCTION @extschema@.idem_consume(
-    consumer text, message_id text, ttl interval DEFAULT NULL)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'idem_consume'
-LANGUAGE C VOLATILE;
-
-COMMENT ON FUNCTION @extschema@.idem_consume(text, text, interval) IS
-    'idem: true the first time consumer takes message_id in a committed transaction, false for every redelivery';
-
 -- Granted by the administrator to producers, publishers and consumers.
 REVOKE ALL ON FUNCTION @extschema@.idem_outbox_emit(text, jsonb, text, jsonb, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_outbox_fetch(text, integer, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_outbox_ack(bigint[]) FROM PUBLIC;
 REVOKE ALL ON FUNCTION idem_internal.idem_outbox_lock_keys(text[], text[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_consume(text, text, interval) FROM PUBLIC;
-
--- ===========================================================================
--- since 1.5
--- ===========================================================================
-
--- ---------------------------------------------------------------------------
--- A long flow's record is its task.  idem_submit commits the record as
--- PROCESSING with the request a worker needs; idem_lease hands it to a
--- worker with a fencing token; idem_complete stores the result (SUCCEEDED,
--- or FAILED_FINAL for a 4xx) in the worker's transaction; idem_fail makes it
--- FAILED_RETRYABLE with a backoff, or FAILED_FINAL.  Until it is finished
--- the record never expires (expires_at is infinity); once finished it
--- expires task_ttl (or idem.ttl, idem.failure_ttl) after that moment.
---
--- task_due_at is when a worker may lease the task next: the submit time, the
--- end of the current lease (a lapsed lease is taken over), or the time of the
--- next attempt after a retryable failure; NULL once finished.  The task
--- columns are NULL on the records of synchronous calls, which cost nothing
--- more: the null bitmap still fits the same header.
--- ---------------------------------------------------------------------------
-ALTER TABLE idem_internal.idempotency_record
-    ADD COLUMN task_request jsonb,
-    ADD COLUMN task_payload jsonb,
-    ADD COLUMN task_attempts integer,
-    ADD COLUMN task_token bigint,
-    ADD COLUMN task_due_at timestamptz,
-    ADD COLUMN task_lease_expires_at timestamptz,
-    ADD COLUMN task_worker varchar(64),
-    ADD COLUMN task_heartbeat_at timestamptz,
-    ADD COLUMN task_session bigint,
-    ADD COLUMN task_last_error jsonb,
-    ADD COLUMN task_ttl interval,
-    DROP CONSTRAINT ck_idempotency_status,
-    ADD CONSTRAINT ck_idempotency_status CHECK (
-        status::pg_catalog.text OPERATOR(pg_catalog.=)
-            ANY (ARRAY['PROCESSING', 'SUCCEEDED', 'FAILED_RETRYABLE', 'FAILED_FINAL']::pg_catalog.text[]));
-
--- a lease and a heartbeat change no indexed column: HOT updates, given room
--- on the page
-ALTER TABLE idem_internal.idempotency_record SET (fillfactor = 90);
-
--- what a lease scans: the unfinished tasks of an operation, soonest due first
-CREATE INDEX idem_task_due ON idem_internal.idempotency_record (operation, task_due_at)
-    WHERE task_due_at IS NOT NULL;
-
--- fencing tokens: one sequence, so a task's every new token is greater than
--- all its earlier ones (and than every token of every other task)
-CREATE SEQUENCE idem_internal.idem_task_token_seq;
-SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_task_token_seq', '');
-REVOKE ALL ON SEQUENCE idem_internal.idem_task_token_seq FROM PUBLIC;
-
-COMMENT ON COLUMN idem_internal.idempotency_record.task_request IS
-    'idem: a task''s request, as idem_submit received it, handed to the worker by idem_lease';
-COMMENT ON COLUMN idem_internal.idempotency_record.task_payload IS
-    'idem: what else idem_submit gave the worker (not part of the fingerprint)';
-COMMENT ON COLUMN idem_internal.idempotency_record.task_attempts IS
-    'idem: attempts started (leases handed out); NULL: not a task';
-COMMENT ON COLUMN idem_internal.idempotency_record.task_token IS
-    'idem: the fencing token of the current (or last) lease';
-COMMENT ON COLUMN idem_internal.idempotency_record.task_due_at IS
-    'idem: when a worker may lease the task next (a lapsed lease is taken over); NULL once finished';
-COMMENT ON COLUMN idem_internal.idempotency_record.task_lease_expires_at IS
-    'idem: end of the current lease; NULL when not leased';
-COMMENT ON COLUMN idem_internal.idempotency_record.task_worker IS
-    'idem: the worker holding (or that last held) the lease';
-COMMENT ON COLUMN idem_internal.idempotency_record.task_heartbeat_at IS
-    'idem: the lease''s start or last idem_heartbeat';
-COMMENT ON COLUMN idem_internal.idempotency_record.task_session IS
-    'idem: the session a bind_session lease lapses with; NULL otherwise';
-COMMENT ON COLUMN idem_internal.idempotency_record.task_last_error IS
-    'idem: the error of the last idem_fail';
-COMMENT ON COLUMN idem_internal.idempotency_record.task_ttl IS
-    'idem: how long the finished record is kept (NULL: idem.ttl, or idem.failure_ttl for a failure)';
-
--- Submit a long flow: PROCESSING with a task due now, or the key's current state.
-CREATE FUNCTION @extschema@.idem_submit(
-    owner bigint, operation text, key text, request jsonb,
-    payload jsonb DEFAULT NULL, ttl interval DEFAULT NULL,
-    OUT replayed boolean, OUT status text, OUT http_status integer,
-    OUT body json, OUT headers jsonb, OUT resource_id bigint, OUT task_id bigint)
-RETURNS record
-AS 'MODULE_PATHNAME', 'idem_submit'
-LANGUAGE C VOLATILE;
-
-COMMENT ON FUNCTION @extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval) IS
-    'idem: commit (owner, operation, key) as PROCESSING with a task for a worker, or report its current state';
-
--- Lease due tasks of an operation to a worker.
-CREATE FUNCTION @extschema@.idem_lease(
-    operation text, worker text, lease interval DEFAULT '30 seconds',
-    batch integer DEFAULT 1, bind_session boolean DEFAULT false,
-    OUT task_id bigint, OUT owner bigint, OUT key text, OUT request jsonb,
-    OUT payload jsonb, OUT attempt integer, OUT token bigint,
-    OUT lease_expires_at timestamptz)
-RETURNS SETOF record
-AS 'MODULE_PATHNAME', 'idem_lease'
-LANGUAGE C VOLATILE ROWS 1;
-
-COMMENT ON FUNCTION @extschema@.idem_lease(text, text, interval, integer, boolean) IS
-    'idem: hand due tasks of an operation to a worker (new, retry due, or lease lapsed), each with a new fencing token';
-
-CREATE FUNCTION @extschema@.idem_heartbeat(
-    task_id bigint, token bigint, extend interval DEFAULT NULL)
-RETURNS timestamptz
-AS 'MODULE_PATHNAME', 'idem_heartbeat'
-LANGUAGE C VOLATILE;
-
-COMMENT ON FUNCTION @extschema@.idem_heartbeat(bigint, bigint, interval) IS
-    'idem: extend the lease the token holds (by extend, or by the interval it was granted); IK004 if the token is stale';
-
-CREATE FUNCTION @extschema@.idem_complete(
-    task_id bigint, token bigint, http_status integer, body json,
-    resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL)
-RETURNS void
-AS 'MODULE_PATHNAME', 'idem_complete'
-LANGUAGE C VOLATILE;
-
-COMMENT ON FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb) IS
-    'idem: store the task''s result in the worker''s transaction (2xx/3xx SUCCEEDED, 4xx FAILED_FINAL); IK004 if the token is stale';
-
-CREATE FUNCTION @extschema@.idem_fail(
-    task_id bigint, token bigint, error jsonb, retryable boolean DEFAULT true)
-RETURNS text
-AS 'MODULE_PATHNAME', 'idem_fail'
-LANGUAGE C VOLATILE;
-
-COMMENT ON FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean) IS
-    'idem: report a failed attempt: FAILED_RETRYABLE with a backoff while attempts are left, else FAILED_FINAL (HTTP 500); IK004 if the token is stale';
-
--- Like the other entry points: granted by the administrator, to the roles
--- that act for owners (idem_submit) and to the workers (the others).
-REVOKE ALL ON FUNCTION @extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_lease(text, text, interval, integer, boolean) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_heartbeat(bigint, bigint, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean) FROM PUBLIC;
-
--- ===========================================================================
--- since 1.6
--- ===========================================================================
-
--- ---------------------------------------------------------------------------
--- idem_distribute() spreads idem over a Citus cluster: idempotency_record and
--- purchase_order by owner_id, co-located, idem_inbox by consumer, and every
--- function that takes an owner (or a consumer) delegated by it, so that a call
--- through the coordinator runs on the node that holds the owner's shard.  The
--- outbox stays a table of each node: a message commits with the transaction
--- that emitted it, on the node where it ran.
---
--- Citus wants the distribution column in every primary key and unique
--- constraint: the keys become (owner_id, id) and (owner_id, order_no); the
--- scope constraint (owner_id, operation, idempotency_key) already has it.  The
--- extension's tables on each node are that node's own (Citus does not create
--- the tables of an extension), so idem_distribute_node() runs on every node.
--- ---------------------------------------------------------------------------
-
--- This node's part: the keys, an index of tasks by id, and idem's sequences
--- in a range of this node's
--- own (group g > 0 draws from [g * 2^48 + 1, (g + 1) * 2^48 - 1], as Citus
--- does for the sequences of distributed tables), so that ids, order numbers,
--- message ids and fencing tokens stay unique across nodes.  Revoked from
--- PUBLIC; its DDL needs the tables' owner.
-CREATE FUNCTION idem_internal.idem_distribute_node()
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-SET citus.enable_ddl_propagation = off
-AS $$
-DECLARE
-    grp integer;
-    lo bigint;
-    seq text;
-BEGIN
-    IF (SELECT pg_catalog.array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
-         WHERE c.conrelid OPERATOR(pg_catalog.=) 'idem_internal.idempotency_record'::pg_catalog.regclass
-           AND c.contype OPERATOR(pg_catalog.=) 'p') OPERATOR(pg_catalog.=) 1 THEN
-        ALTER TABLE idem_internal.idempotency_record
-            DROP CONSTRAINT idempotency_record_pkey,
-            ADD CONSTRAINT idempotency_record_pkey PRIMARY KEY (owner_id, id);
-    END IF;
-    IF (SELECT pg_catalog.array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
-         WHERE c.conrelid OPERATOR(pg_catalog.=) 'idem_internal.purchase_order'::pg_catalog.regclass
-           AND c.contype OPERATOR(pg_catalog.=) 'p') OPERATOR(pg_catalog.=) 1 THEN
-        ALTER TABLE idem_internal.purchase_order
-            DROP CONSTRAINT purchase_order_pkey,
-            ADD CONSTRAINT purchase_order_pkey PRIMARY KEY (owner_id, id),
-            DROP CONSTRAINT purchase_order_order_no_key,
-            ADD CONSTRAINT purchase_order_order_no_key UNIQUE (owner_id, order_no);
-    END IF;
-    -- a task's holder knows its id, not its owner: its calls find it by id
-    -- in the shards of the node it leased from
-    IF pg_catalog.to_regclass('idem_internal.idem_task_id') IS NULL THEN
-        CREATE INDEX idem_task_id ON idem_internal.idempotency_record (id)
-            WHERE task_attempts IS NOT NULL;
-    END IF;
-
-    EXECUTE 'SELECT groupid FROM pg_catalog.pg_dist_local_group' INTO grp;
-    IF grp OPERATOR(pg_catalog.>) 0 THEN
-        lo := grp::pg_catalog.int8 OPERATOR(pg_catalog.*) 281474976710656 OPERATOR(pg_catalog.+) 1;
-        FOREACH seq IN ARRAY ARRAY['idempotency_record_id_seq', 'purchase_order_id_seq',
-                                   'idem_outbox_message_id_seq', 'idem_task_token_seq'] LOOP
-            IF (SELECT s.seqmin FROM pg_catalog.pg_sequence s
-                 WHERE s.seqrelid OPERATOR(pg_catalog.=)
-                       pg_catalog.format('idem_internal.%I', seq)::pg_catalog.regclass)
-               OPERATOR(pg_catalog.<) lo THEN
-                EXECUTE pg_catalog.format('ALTER SEQUENCE idem_internal.%I MINVALUE %s MAXVALUE %s START %s RESTART %s',
-                                          seq, lo, lo OPERATOR(pg_catalog.+) 281474976710654, lo, lo);
-            END IF;
-        END LOOP;
-    END IF;
-END
-$$;
-
-COMMENT ON FUNCTION idem_internal.idem_distribute_node() IS
-    'idem_distribute()''s part on each node: keys with the distribution column, sequences in this node''s range';
-
--- Run once on the Citus coordinator, as a superuser; running it again
--- changes nothing.
-CREATE FUNCTION @extschema@.idem_distribute()
-RETURNS void
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    r record;
-    version text;
-BEGIN
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles ro
-                    WHERE ro.rolname OPERATOR(pg_catalog.=) CURRENT_USER AND ro.rolsuper) THEN
-        RAISE EXCEPTION 'permission denied to distribute idem'
-            USING ERRCODE = '42501', HINT = 'Run idem_distribute() as a superuser.';
-    END IF;
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e
-                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
-        RAISE EXCEPTION 'idem_distribute() needs the Citus extension'
-            USING ERRCODE = '0A000',
-                  DETAIL = 'Citus is not installed in this database; nothing was changed.',
-                  HINT = 'Install Citus (its packages are at https://github.com/citusdata/citus), CREATE EXTENSION citus before idem, and add the worker nodes.';
-    END IF;
-    IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) OPERATOR(pg_catalog.<>) 0 THEN
-        RAISE EXCEPTION 'idem_distribute() must run on the Citus coordinator'
-            USING ERRCODE = '55000';
-    END IF;
-    PERFORM idem_internal.idem_distribute_node();
-
-    SELECT e.extversion INTO version FROM pg_catalog.pg_extension e
-     WHERE e.extname OPERATOR(pg_catalog.=) 'idem';
-    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
-               FROM pg_catalog.run_command_on_workers(
-                    'SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) ''idem''') w LOOP
-        IF NOT r.success OR r.result IS DISTINCT FROM version THEN
-            RAISE EXCEPTION 'idem % is not installed on worker node %:%', version, r.nodename, r.nodeport
-                USING ERRCODE = '55000',
-                      DETAIL = pg_catalog.format('The node answered: %s', r.result),
-                      HINT = 'Citus creates an extension on every node when it is created on the coordinator: install idem''s files on every node, then ALTER EXTENSION idem UPDATE.';
-        END IF;
-    END LOOP;
-    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
-               FROM pg_catalog.run_command_on_workers(
-                    'SELECT idem_internal.idem_distribute_node()') w LOOP
-        IF NOT r.success THEN
-            RAISE EXCEPTION 'idem_distribute() failed on worker node %:%', r.nodename, r.nodeport
-                USING ERRCODE = '55000', DETAIL = r.result;
-        END IF;
-    END LOOP;
-
-    -- the distributed tables, each once: records and orders by owner,
-    -- co-located; the inbox by consumer; an owner's history with its records
-    FOR r IN SELECT * FROM (VALUES
-                 ('idem_internal.idempotency_record', 'owner_id', 'default'),
-                 ('idem_internal.purchase_order', 'owner_id', 'idem_internal.idempotency_record'),
-                 ('idem_internal.idem_inbox', 'consumer', 'default'),
-                 ('idem_internal.idem_history', 'owner_id', 'idem_internal.idempotency_record')) AS v (tbl, col, colocate)
-    LOOP
-        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                        WHERE p.logicalrelid OPERATOR(pg_catalog.=) r.tbl::pg_catalog.regclass) THEN
-            PERFORM pg_catalog.create_distributed_table(r.tbl::pg_catalog.regclass, r.col,
-                                                        colocate_with => r.colocate);
-        END IF;
-    END LOOP;
-    -- the inbox by owner (on a cluster distributed before 1.11)
-    IF pg_catalog.to_regclass('idem_internal.idem_inbox_owner') IS NULL THEN
-        CREATE INDEX idem_inbox_owner ON idem_internal.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
-    END IF;
-    -- the policies on every node
-    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.idem_policy'::pg_catalog.regclass) THEN
-        -- its statement trigger only tells the node's backends that the
-        -- policies changed: Citus puts it on every placement
-        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
-        PERFORM pg_catalog.create_reference_table('idem_internal.idem_policy');
-    END IF;
-
-    -- force_delegation: delegated inside a transaction block too, as part of
-    -- the distributed transaction
-    FOR r IN SELECT f.fn, f.tbl FROM idem_internal.idem_delegated_functions() f LOOP
-        PERFORM pg_catalog.create_distributed_function(r.fn, '$1', colocate_with => r.tbl::pg_catalog.text,
-                                                       force_delegation => true);
-    END LOOP;
-END
-$$;
-
-COMMENT ON FUNCTION @extschema@.idem_distribute() IS
-    'distribute idem over a Citus cluster by owner (run once, on the coordinator, as a superuser)';
-
-REVOKE ALL ON FUNCTION idem_internal.idem_distribute_node() FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_distribute() FROM PUBLIC;
-
--- ===========================================================================
--- since 1.7
--- ===========================================================================
 
 -- ---------------------------------------------------------------------------
 -- The outbox's fetch and acknowledgement update idem_outbox as the
@@ -941,609 +1050,9 @@ COMMENT ON FUNCTION idem_internal.idem_outbox_guard() IS
 
 REVOKE ALL ON FUNCTION idem_internal.idem_outbox_guard() FROM PUBLIC;
 
-CREATE FUNCTION @extschema@.idem_stats_entries(
-    OUT dbid oid, OUT operation text, OUT kind text,
-    OUT calls bigint, OUT executed bigint, OUT replayed bigint, OUT conflicts bigint,
-    OUT in_flight bigint, OUT waits bigint, OUT renewed bigint, OUT failed_final bigint,
-    OUT leases bigint, OUT takeovers bigint, OUT stale_tokens bigint, OUT retries bigint,
-    OUT outbox_emitted bigint, OUT outbox_acked bigint, OUT inbox_duplicates bigint,
-    OUT cleanup_deleted bigint, OUT stats_reset timestamptz)
-RETURNS SETOF record
-AS 'MODULE_PATHNAME', 'idem_stats_entries'
-LANGUAGE C VOLATILE STRICT;
-
-REVOKE ALL ON FUNCTION @extschema@.idem_stats_entries() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_entries() TO pg_monitor;
--- (the idem_stats view over it: since 1.13, after the dead-letter tables)
--- ===========================================================================
--- since 1.8
--- ===========================================================================
-
--- Grant (grant = true) or revoke the privileges of a kind; for idem_grant
--- and idem_revoke.
-
--- Grant or revoke a kind's privileges; the checks by OID.  The GRANT itself
--- names the object as it is called now (a GRANT runs nothing).
-CREATE FUNCTION idem_internal.idem_grant_kind(role regrole, kind text, grant_them boolean)
-RETURNS TABLE (privilege text, object text)
-LANGUAGE plpgsql
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    p record;
-    can boolean;
-    schema_name name := (SELECT n.nspname FROM pg_catalog.pg_extension e
-                         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
-                         WHERE e.extname OPERATOR(pg_catalog.=) 'idem');
-    needs_usage boolean;
-BEGIN
-    IF role IS NULL OR kind IS NULL THEN
-        RAISE EXCEPTION 'idem_%: role and kind must not be NULL', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END
-            USING ERRCODE = '22004';
-    END IF;
-    IF NOT EXISTS (SELECT FROM idem_internal.idem_privileges(kind)) THEN
-        RAISE EXCEPTION 'unknown kind of idem user: "%"', kind
-            USING ERRCODE = '22023',
-                  HINT = 'The kinds are app, worker, publisher, consumer and monitor.';
-    END IF;
-    -- every privilege is checked first: nothing is granted unless all can be
-    FOR p IN SELECT * FROM idem_internal.idem_privileges(kind) LOOP
-        IF p.fn IS NOT NULL THEN
-            can := pg_catalog.has_function_privilege(p.fn::pg_catalog.oid, 'EXECUTE WITH GRANT OPTION');
-        ELSE
-            can := pg_catalog.has_table_privilege(p.rel::pg_catalog.oid, 'SELECT WITH GRANT OPTION');
-        END IF;
-        IF NOT can THEN
-            RAISE EXCEPTION 'permission denied to % idem''s "%" privileges', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END, kind
-                USING ERRCODE = '42501',
-                      DETAIL = pg_catalog.format('%I cannot grant %s ON %s.', current_user, p.privilege, p.object),
-                      HINT = 'Run it as idem''s owner or as a superuser.';
-        END IF;
-    END LOOP;
-    needs_usage := grant_them AND NOT pg_catalog.has_schema_privilege(role, schema_name, 'USAGE');
-    IF needs_usage AND NOT pg_catalog.has_schema_privilege(schema_name, 'USAGE WITH GRANT OPTION') THEN
-        RAISE EXCEPTION 'permission denied to grant idem''s "%" privileges', kind
-            USING ERRCODE = '42501',
-                  DETAIL = pg_catalog.format('%I cannot grant USAGE ON SCHEMA %I.', current_user, schema_name),
-                  HINT = 'Run it as idem''s owner or as a superuser.';
-    END IF;
-    IF needs_usage THEN
-        EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO %s', schema_name, role);
-        privilege := 'USAGE';
-        object := pg_catalog.format('SCHEMA %I', schema_name);
-        RETURN NEXT;
-    END IF;
-    FOR p IN SELECT * FROM idem_internal.idem_privileges(kind) LOOP
-        IF grant_them THEN
-            EXECUTE pg_catalog.format('GRANT %s ON %s TO %s', p.privilege, p.object, role);
-        ELSE
-            EXECUTE pg_catalog.format('REVOKE %s ON %s FROM %s', p.privilege, p.object, role);
-        END IF;
-        privilege := p.privilege;
-        object := p.object;
-        RETURN NEXT;
-    END LOOP;
-END
-$$;
-
--- (PUBLIC keeps EXECUTE on idem_grant_kind: it runs with the caller's
--- rights, so it can grant only what the caller could; idem_grant and
--- idem_revoke, which a granting role is given, call it.)
-COMMENT ON FUNCTION idem_internal.idem_grant_kind(regrole, text, boolean) IS
-    'idem: for idem_grant and idem_revoke';
-
--- ===========================================================================
--- since 1.9
--- ===========================================================================
-
 -- ---------------------------------------------------------------------------
--- idem_outcome, what idem_begin and idem_run return, tells when the key's
--- record expires: a replay, the stored expiry; idem_run's first execution,
--- the expiry it stored; idem_begin's claim, the expiry idem_finish will
--- store for a success (2xx/3xx) in this transaction; a 4xx result expires
--- after idem.failure_ttl instead.  The client libraries send it as the
--- Idempotency-Expires header (clients/CONTRACT.md).
--- ---------------------------------------------------------------------------
-ALTER TYPE @extschema@.idem_outcome ADD ATTRIBUTE expires_at timestamptz;
-
--- ===========================================================================
--- since 1.10
--- ===========================================================================
-
--- ---------------------------------------------------------------------------
--- Per-operation policy, kept in the database: two operations with other
--- needs (a 24-hour order key, a 30-day payment key) side by side.  A NULL
--- column is "the GUC".  Precedence: a call's own argument (ttl) > the
--- operation's policy > the GUC > the built-in default.  Each backend reads
--- the table once and again only after it changed (idem_set_policy,
--- idem_drop_policy and any other write of it invalidate every backend's
--- copy at commit): no table lookup on a call's path.
--- ---------------------------------------------------------------------------
-CREATE TABLE idem_internal.idem_policy (
-    operation     text PRIMARY KEY CHECK (operation OPERATOR(pg_catalog.~) '^[A-Za-z0-9_.:-]{1,64}$'),
-    ttl           interval,
-    failure_ttl   interval,
-    wait_timeout  interval,
-    max_attempts  integer,
-    retry_base    interval,
-    retry_max     interval,
-    redact        text[],
-    key_format    text CHECK (key_format OPERATOR(pg_catalog.=) ANY (ARRAY['token', 'uuid', 'ulid']::text[])),
-    reject_weak_keys boolean,
-    updated_at    timestamptz NOT NULL DEFAULT pg_catalog.now()
-);
-REVOKE ALL ON idem_internal.idem_policy FROM PUBLIC;
-SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_policy', '');
-
--- any write of the table invalidates every backend's copy at commit
-CREATE FUNCTION idem_internal.idem_policy_changed() RETURNS trigger
-LANGUAGE C AS 'MODULE_PATHNAME', 'idem_policy_changed';
-REVOKE ALL ON FUNCTION idem_internal.idem_policy_changed() FROM PUBLIC;
-CREATE TRIGGER idem_policy_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
-    ON idem_internal.idem_policy FOR EACH STATEMENT EXECUTE FUNCTION idem_internal.idem_policy_changed();
-
--- what an omitted argument of idem_set_policy defaults to: "leave it
--- unchanged", told apart from an explicit NULL ("back to the GUC")
-CREATE FUNCTION idem_internal.idem_policy_unchanged_interval() RETURNS interval
-LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
-CREATE FUNCTION idem_internal.idem_policy_unchanged_integer() RETURNS integer
-LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
-CREATE FUNCTION idem_internal.idem_policy_unchanged_textarray() RETURNS text[]
-LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
-CREATE FUNCTION idem_internal.idem_policy_unchanged_text() RETURNS text
-LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
-CREATE FUNCTION idem_internal.idem_policy_unchanged_boolean() RETURNS boolean
-LANGUAGE C VOLATILE AS 'MODULE_PATHNAME', 'idem_policy_unchanged';
-
--- idem_drop_policy(operation): true if it had one
-CREATE FUNCTION @extschema@.idem_drop_policy(operation text) RETURNS boolean
-LANGUAGE C VOLATILE STRICT AS 'MODULE_PATHNAME', 'idem_drop_policy';
-REVOKE ALL ON FUNCTION @extschema@.idem_drop_policy(text) FROM PUBLIC;
-
--- ===========================================================================
--- since 1.11
--- ===========================================================================
-
--- ---------------------------------------------------------------------------
--- Retention that keeps the audit trail.  When a finished record expires,
--- its audit fields (owner, operation, key, request fingerprint, status,
--- HTTP status, resource id, times) move to idem_history if its operation
--- has an audit period (the policy's audit_ttl, else idem.audit_ttl): at
--- the cleanup, or when the key executes afresh, whichever comes first.
--- The request and the response (body, headers, task request, task
--- payload, last error) go with the record.  A history row lives until
--- audit_until = expires_at + audit_ttl; with reuse_after_expiry 'refuse'
--- a key is refused (IK007) until then instead of executing again.
--- ---------------------------------------------------------------------------
-ALTER TABLE idem_internal.idem_policy
-    ADD COLUMN audit_ttl interval,
-    ADD COLUMN reuse_after_expiry text
-        CHECK (reuse_after_expiry OPERATOR(pg_catalog.=) ANY (ARRAY['execute', 'refuse']::text[]));
-
-CREATE TABLE idem_internal.idem_history (
-    owner_id            bigint NOT NULL,
-    operation           varchar(64) NOT NULL,
-    idempotency_key     varchar(128) NOT NULL,
-    record_id           bigint NOT NULL,
-    request_hash        char(64) NOT NULL,
-    fingerprint_version smallint,
-    status              varchar(20) NOT NULL,
-    http_status         integer,
-    resource_id         bigint,
-    created_at          timestamptz NOT NULL,
-    updated_at          timestamptz NOT NULL,
-    expires_at          timestamptz NOT NULL,
-    archived_at         timestamptz NOT NULL,
-    audit_until         timestamptz NOT NULL,
-    CONSTRAINT pk_idem_history PRIMARY KEY (owner_id, record_id)
-);
--- what a refused key is looked up by, and what the cleanup deletes by
-CREATE INDEX idem_history_key ON idem_internal.idem_history (owner_id, operation, idempotency_key);
-CREATE INDEX idem_history_audit_until ON idem_internal.idem_history (audit_until);
-
-COMMENT ON TABLE idem_internal.idem_history IS
-    'idem: the audit fields of expired executions, kept until audit_until (the operation''s audit_ttl)';
-
-SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_history', '');
-REVOKE ALL ON idem_internal.idem_history FROM PUBLIC;
-
--- ---------------------------------------------------------------------------
--- A keyed fingerprint: with idem.fingerprint_keys_file set, a record's
--- request_hash is HMAC-SHA-256 (keyed by that file's newest secret) of the
--- request's SHA-256, and fingerprint_version names the secret; NULL is
--- the plain SHA-256 of earlier records.
--- Headers kept as given: response_header_list holds a json form
--- (an object, or an array of [name, value] pairs) byte for byte, where a
--- caller gave one; response_headers the jsonb form otherwise.
--- ---------------------------------------------------------------------------
--- (IF NOT EXISTS: on a Citus cluster the coordinator's update propagates
--- this to the workers, which run this script too; one column a statement:
--- Citus sends an ALTER TABLE of several to a worker as several commands)
-ALTER TABLE idem_internal.idempotency_record ADD COLUMN IF NOT EXISTS fingerprint_version smallint;
-ALTER TABLE idem_internal.idempotency_record ADD COLUMN IF NOT EXISTS response_header_list json;
-
-COMMENT ON COLUMN idem_internal.idempotency_record.fingerprint_version IS
-    'idem: the idem.fingerprint_keys_file secret request_hash is keyed with (HMAC-SHA-256); NULL: plain SHA-256';
-COMMENT ON COLUMN idem_internal.idempotency_record.response_header_list IS
-    'idem: response headers as given in json form (an object, or [name, value] pairs), replayed byte for byte';
-
--- The inbox remembers whose message it took (idem_consume's owner), so that
--- idem_forget_owner finds it.
--- Its index: here, or on a Citus cluster distributed before 1.11 by
--- idem_distribute() run again (Citus takes no CREATE INDEX on a
--- distributed table from an extension's script).
-ALTER TABLE idem_internal.idem_inbox ADD COLUMN IF NOT EXISTS owner_id bigint;
-DO $inbox$
-DECLARE
-    distributed boolean := false;
-BEGIN
-    -- (dynamic: pg_dist_partition exists only with Citus)
-    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
-        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
-                                 WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1)'
-            INTO distributed USING 'idem_internal.idem_inbox'::pg_catalog.regclass;
-    END IF;
-    IF NOT distributed THEN
-        CREATE INDEX idem_inbox_owner ON idem_internal.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
-    END IF;
-END
-$inbox$;
-
--- What a handler of idem_run may return instead of idem_result: headers in
--- json form, kept as given.
-CREATE TYPE @extschema@.idem_response AS (
-    http_status integer,
-    body        json,
-    headers     json,
-    resource_id bigint
-);
-
--- What idem_begin and idem_run return: the headers as stored, in json form
--- too (header_list), next to the jsonb object (headers).
-ALTER TYPE @extschema@.idem_outcome ADD ATTRIBUTE header_list json;
-
--- ---------------------------------------------------------------------------
--- New signatures.  A function is replaced (the old signature dropped, so
--- that positional calls of it stay unambiguous): idem_finish and
--- idem_complete take header_list json, idem_consume the owner.  As with
--- PostgreSQL's own modules, privileges granted on the old function do not
--- pass to the new one (granted in this script they would be recorded as
--- the extension's initial privileges, which pg_dump leaves out): the update
--- warns which roles had EXECUTE, so that the administrator grants it again
--- (idem_grant) in the same transaction.
--- ---------------------------------------------------------------------------
-DO $replace$
-DECLARE
-    f record;
-    roles text;
-BEGIN
-    FOR f IN
-        SELECT * FROM (VALUES
-            ('@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb)',
-             $create$CREATE FUNCTION @extschema@.idem_finish(
-                 owner bigint, operation text, key text, http_status integer, body json,
-                 resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL,
-                 header_list json DEFAULT NULL)
-             RETURNS void AS 'MODULE_PATHNAME', 'idem_finish' LANGUAGE C VOLATILE$create$,
-             '@extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json)', 'app'),
-            ('@extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb)',
-             $create$CREATE FUNCTION @extschema@.idem_complete(
-                 task_id bigint, token bigint, http_status integer, body json,
-                 resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL,
-                 header_list json DEFAULT NULL)
-             RETURNS void AS 'MODULE_PATHNAME', 'idem_complete' LANGUAGE C VOLATILE$create$,
-             '@extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json)', 'worker'),
-            ('@extschema@.idem_consume(text, text, interval)',
-             $create$CREATE FUNCTION @extschema@.idem_consume(
-                 consumer text, message_id text, ttl interval DEFAULT NULL, owner bigint DEFAULT NULL)
-             RETURNS boolean AS 'MODULE_PATHNAME', 'idem_consume' LANGUAGE C VOLATILE$create$,
-             '@extschema@.idem_consume(text, text, interval, bigint)', 'consumer')
-        ) AS v (old, create_it, new, kind)
-    LOOP
-        SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)), ', ')
-          INTO roles
-          FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
-         WHERE p.oid OPERATOR(pg_catalog.=) f.old::pg_catalog.regprocedure
-           AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE'
-           AND a.grantee OPERATOR(pg_catalog.<>) 0
-           AND a.grantee OPERATOR(pg_catalog.<>) p.proowner;
-        EXECUTE 'DROP FUNCTION ' OPERATOR(pg_catalog.||) f.old;
-        EXECUTE f.create_it;
-        EXECUTE 'REVOKE ALL ON FUNCTION ' OPERATOR(pg_catalog.||) f.new OPERATOR(pg_catalog.||) ' FROM PUBLIC';
-        IF roles IS NOT NULL THEN
-            RAISE WARNING 'idem 1.11 replaced % by %: EXECUTE granted to % on the old function is not carried over',
-                f.old, f.new, roles
-                USING HINT = pg_catalog.format('Grant it again in the same transaction as the update: SELECT idem_grant(role, %L) for each role, or GRANT EXECUTE ON FUNCTION %s TO %s.',
-                                               f.kind, f.new, roles);
-        END IF;
-    END LOOP;
-END
-$replace$;
-
-COMMENT ON FUNCTION @extschema@.idem_finish(bigint, text, text, integer, json, bigint, jsonb, json) IS
-    'idem: store the result of the key this transaction claimed with idem_begin';
-COMMENT ON FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json) IS
-    'idem: store the task''s result in the worker''s transaction (2xx/3xx SUCCEEDED, 4xx FAILED_FINAL); IK004 if the token is stale';
-COMMENT ON FUNCTION @extschema@.idem_consume(text, text, interval, bigint) IS
-    'idem: true the first time consumer takes message_id in a committed transaction, false for every redelivery';
-
--- idem_set_policy(operation, ...): every argument after operation named and
--- optional; omitted: unchanged; NULL: the GUC.  Superuser or the
--- extension's owner only (42501); bad values 22023.  Returns the policy.
-CREATE FUNCTION @extschema@.idem_set_policy(
-    operation text,
-    ttl interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
-    failure_ttl interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
-    wait_timeout interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
-    max_attempts integer DEFAULT idem_internal.idem_policy_unchanged_integer(),
-    retry_base interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
-    retry_max interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
-    audit_ttl interval DEFAULT idem_internal.idem_policy_unchanged_interval(),
-    reuse_after_expiry text DEFAULT idem_internal.idem_policy_unchanged_text(),
-    redact text[] DEFAULT idem_internal.idem_policy_unchanged_textarray(),
-    key_format text DEFAULT idem_internal.idem_policy_unchanged_text(),
-    reject_weak_keys boolean DEFAULT idem_internal.idem_policy_unchanged_boolean())
-RETURNS idem_internal.idem_policy
-LANGUAGE C VOLATILE CALLED ON NULL INPUT AS 'MODULE_PATHNAME', 'idem_set_policy';
-REVOKE ALL ON FUNCTION @extschema@.idem_set_policy(text, interval, interval, interval, integer, interval, interval, interval, text, text[], text, boolean) FROM PUBLIC;
-
--- the policies, readable by pg_monitor
-CREATE VIEW @extschema@.idem_policies AS
-    SELECT operation, ttl, failure_ttl, wait_timeout, max_attempts, retry_base, retry_max,
-           audit_ttl, reuse_after_expiry, redact, key_format, reject_weak_keys, updated_at
-    FROM idem_internal.idem_policy;
-REVOKE ALL ON @extschema@.idem_policies FROM PUBLIC;
-GRANT SELECT ON @extschema@.idem_policies TO pg_monitor;
-
--- ---------------------------------------------------------------------------
--- idem_audit: every execution of a key, the live records and the history,
--- without requests or responses.  pg_monitor reads every owner; another
--- role granted SELECT on the view and EXECUTE on idem_audit_entries()
--- reads only the owners its idem.allowed_owners names (every owner when
--- that is empty, as for calls).  A function, read as idem's owner, so that
--- no view depends on the columns of idem's tables; given an owner, it reads
--- that owner's rows only, through the indexes.
--- ---------------------------------------------------------------------------
-CREATE FUNCTION @extschema@.idem_audit_entries(
-    owner bigint DEFAULT NULL,
-    OUT owner_id bigint, OUT operation text, OUT idempotency_key text, OUT record_id bigint,
-    OUT status text, OUT http_status integer, OUT resource_id bigint, OUT request_hash text,
-    OUT executed_at timestamptz, OUT finished_at timestamptz, OUT expires_at timestamptz,
-    OUT archived_at timestamptz, OUT audit_until timestamptz, OUT live boolean)
-RETURNS SETOF record
-AS 'MODULE_PATHNAME', 'idem_audit_entries'
-LANGUAGE C STABLE CALLED ON NULL INPUT;
-REVOKE ALL ON FUNCTION @extschema@.idem_audit_entries(bigint) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION @extschema@.idem_audit_entries(bigint) TO pg_monitor;
-
--- (its argument typed: no other idem_audit_entries can be the one called)
-CREATE VIEW @extschema@.idem_audit AS
-    SELECT * FROM @extschema@.idem_audit_entries(NULL::pg_catalog.int8);
-REVOKE ALL ON @extschema@.idem_audit FROM PUBLIC;
-GRANT SELECT ON @extschema@.idem_audit TO pg_monitor;
-
-COMMENT ON VIEW @extschema@.idem_audit IS
-    'idem: every execution of a key, live (the record) or past (idem_history), without requests or responses';
-
--- ---------------------------------------------------------------------------
--- idem_forget_owner(owner): an erasure request.  Removes every record,
--- order (idem_create_order's), history row and inbox entry of the owner,
--- and (undelivered => 'delete', 1.13) its outbox messages not yet
--- delivered, in batches of batch_size rows a statement, at most
--- max_batches batches a table (all when NULL); returns how many rows went.
--- Superuser only.
--- ---------------------------------------------------------------------------
-
--- ---------------------------------------------------------------------------
--- idem_forget_owner (a superuser's): its tables in idem_internal.
--- ---------------------------------------------------------------------------
-CREATE FUNCTION @extschema@.idem_forget_owner(
-    owner bigint,
-    batch_size integer DEFAULT 10000,
-    max_batches integer DEFAULT NULL,
-    undelivered text DEFAULT 'keep')
-RETURNS bigint
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    total bigint := 0;
-    n bigint;
-    batches integer;
-    tbl text;
-    keys text;
-BEGIN
-    IF NOT (SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
-        RAISE EXCEPTION 'permission denied to forget an owner'
-            USING ERRCODE = '42501', HINT = 'Only a superuser may call idem_forget_owner.';
-    END IF;
-    IF owner IS NULL OR batch_size IS NULL OR undelivered IS NULL THEN
-        RAISE EXCEPTION 'argument "%" must not be null',
-            CASE WHEN owner IS NULL THEN 'owner' WHEN batch_size IS NULL THEN 'batch_size' ELSE 'undelivered' END
-            USING ERRCODE = '22004';
-    END IF;
-    IF batch_size OPERATOR(pg_catalog.<) 1 THEN
-        RAISE EXCEPTION 'batch_size must be at least 1' USING ERRCODE = '22023',
-            DETAIL = pg_catalog.format('The call has batch_size %s.', batch_size);
-    END IF;
-    IF max_batches OPERATOR(pg_catalog.<) 1 THEN
-        RAISE EXCEPTION 'max_batches must be at least 1, or NULL for no limit' USING ERRCODE = '22023',
-            DETAIL = pg_catalog.format('The call has max_batches %s.', max_batches);
-    END IF;
-    IF undelivered OPERATOR(pg_catalog.<>) ALL (ARRAY['keep', 'delete']) THEN
-        RAISE EXCEPTION 'undelivered must be ''keep'' or ''delete''' USING ERRCODE = '22023',
-            DETAIL = pg_catalog.format('The call has undelivered %L.', undelivered),
-            HINT = '''keep'': the owner''s messages not yet delivered are delivered, then erased at their acknowledgement; ''delete'': they are erased now and never delivered.';
-    END IF;
-
-    -- the owner's outbox dead letters (1.13), whatever undelivered says: a
-    -- dead letter is delivered only if redriven; its blocked key goes on
-    IF EXISTS (SELECT FROM idem_internal.idem_outbox_dead d WHERE d.owner_id OPERATOR(pg_catalog.=) owner) THEN
-        total := @extschema@.idem_outbox_discard(ARRAY(
-            SELECT d.message_id FROM idem_internal.idem_outbox_dead d WHERE d.owner_id OPERATOR(pg_catalog.=) owner));
-    END IF;
-
-    -- each table in statements of batch_size rows, at most max_batches
-    FOR tbl, keys IN SELECT t.tbl, t.keys FROM (VALUES
-        ('idem_internal.idempotency_record', 'id', true),
-        ('idem_internal.purchase_order', 'id', true),
-        ('idem_internal.idem_history', 'record_id', true),
-        ('idem_internal.idem_inbox', 'consumer, message_id', true),
-        ('idem_internal.idem_inbox_failure', 'consumer, message_id', true),
-        ('idem_internal.idem_outbox', 'message_id', undelivered OPERATOR(pg_catalog.=) 'delete')) AS t (tbl, keys, wanted)
-        WHERE t.wanted
-    LOOP
-        batches := 0;
-        LOOP
-            EXECUTE pg_catalog.format(
-                'DELETE FROM %1$s WHERE owner_id OPERATOR(pg_catalog.=) $1 AND (%2$s) IN'
-                ' (SELECT %2$s FROM %1$s WHERE owner_id OPERATOR(pg_catalog.=) $1 LIMIT $2)', tbl, keys)
-                USING owner, batch_size;
-            GET DIAGNOSTICS n = ROW_COUNT;
-            total := total OPERATOR(pg_catalog.+) n;
-            batches := batches OPERATOR(pg_catalog.+) 1;
-            EXIT WHEN n OPERATOR(pg_catalog.<) batch_size OR batches OPERATOR(pg_catalog.>=) max_batches;
-        END LOOP;
-    END LOOP;
-    RETURN total;
-END
-$$;
-REVOKE ALL ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer, text) FROM PUBLIC;
-
-COMMENT ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer, text) IS
-    'idem: an erasure request: remove every record, order, history row, inbox entry and failure, outbox dead letter and (undelivered => ''delete'') outbox message of owner (superuser only)';
-
--- ===========================================================================
--- since 1.12
--- ===========================================================================
-
--- ---------------------------------------------------------------------------
--- The outbox's drain, made cheaper without changing what it guarantees
--- (per-key commit order, leases, at-least-once delivery):
---
--- * An acknowledged message is deleted by idem_outbox_ack itself instead of
---   being marked (acked_at, ready = false) for the cleanup to delete later:
---   one write per message instead of two.  Messages acknowledged before the
---   update are still deleted by the cleanup (idem_outbox_acked).
--- * The lease of idem_outbox_fetch is a HOT update (it changes no indexed
---   column): with fillfactor 50 a page keeps room for a new version of each
---   of its rows, so a lease no longer moves a row to another page and adds
---   an entry to each index.  Pages written from now on; a table rewrite
---   (VACUUM FULL) applies it to the older ones.
--- * An acknowledgement of more than 16 keys took the outbox-wide key lock
---   in EXCLUSIVE mode, so that two such publishers' acknowledgements ran
---   one at a time; it now takes it in SHARE mode, which still excludes
---   every committing emitter and lets acknowledgements run together.  They
---   order themselves on the rows: every message an acknowledgement deletes
---   is its key's head (the one ready message of the key: all a fetch hands
---   out), and the key's next message is touched by nobody else meanwhile.
---   An acknowledgement of a message that is not its key's head (an id not
---   obtained from a fetch) takes the lock in EXCLUSIVE mode, as before.
---   The acknowledgement is C now (outbox.c), one pass over the messages
---   instead of four statements.
--- ---------------------------------------------------------------------------
-ALTER TABLE idem_internal.idem_outbox SET (fillfactor = 50);
-
--- ---------------------------------------------------------------------------
--- No sequence value twice across a promotion.  idem hands values of its
--- sequences out (message ids an inbox keeps, fencing tokens a cut-off
--- worker holds, order ids and numbers, task ids); a standby promoted after
--- asynchronous replication has only the values it replayed and would hand
--- out again those the old primary drew since.  So the first draw on a new
--- timeline moves each idem sequence 2^36 ahead, and idem_timeline_seq
--- records the timeline that was done for (sequence.c).  Marked now with the
--- current timeline: only a later one moves the sequences.
--- ---------------------------------------------------------------------------
-CREATE SEQUENCE idem_internal.idem_timeline_seq MINVALUE 0 START 0;
-
-COMMENT ON SEQUENCE idem_internal.idem_timeline_seq IS
-    'idem: the timeline idem''s sequences were last moved ahead for (a new one moves them 2^36 on its first draw)';
-
-REVOKE ALL ON SEQUENCE idem_internal.idem_timeline_seq FROM PUBLIC;
-
-CREATE FUNCTION idem_internal.idem_timeline_mark()
-RETURNS void
-AS 'MODULE_PATHNAME', 'idem_timeline_mark'
-LANGUAGE C VOLATILE STRICT;
-
-COMMENT ON FUNCTION idem_internal.idem_timeline_mark() IS
-    'idem: record the current timeline in idem_timeline_seq without moving the sequences (CREATE EXTENSION, the update to 1.12)';
-
-REVOKE ALL ON FUNCTION idem_internal.idem_timeline_mark() FROM PUBLIC;
-
-SELECT idem_internal.idem_timeline_mark();
-
--- ===========================================================================
--- since 1.13
--- ===========================================================================
--- Whose a message is (1.13): the owner given to idem_outbox_emit, or the
--- owner of the emitting transaction's unfinished claims; idem_forget_owner
--- finds it.
-ALTER TABLE idem_internal.idem_outbox ADD COLUMN owner_id bigint;
-COMMENT ON COLUMN idem_internal.idem_outbox.owner_id IS
-    'idem: the owner the message is about (idem_outbox_emit''s owner, or the owner of the emitting transaction''s claims), for idem_forget_owner';
-CREATE INDEX idem_outbox_owner ON idem_internal.idem_outbox (owner_id) WHERE owner_id IS NOT NULL;
-
--- How often a task's lease lapsed, or its bound session ended, before its
--- worker ended the attempt (1.13): each counts as an attempt, so that a
--- task whose worker keeps dying ends FAILED_FINAL after max_attempts.
-ALTER TABLE idem_internal.idempotency_record ADD COLUMN task_lapses integer;
-COMMENT ON COLUMN idem_internal.idempotency_record.task_lapses IS
-    'idem: how many of the task''s attempts ended by their lease lapsing (or their bound session ending), not by idem_complete or idem_fail';
-
--- The request's digest (1.13): SipHash-2-4-128 of its jsonb bytes, keyed
--- with idem_digest_secret (or, for a record keyed by a file secret, with a
--- key derived from that secret).  A replay that sends the very same bytes
--- is recognised by it without the canonical text and SHA-256; any other
--- request is compared by request_hash, as before.  NULL: not recorded
--- (idem_create_order, records from before 1.13); request_hash decides.
-ALTER TABLE idem_internal.idempotency_record ADD COLUMN request_digest bytea;
-COMMENT ON COLUMN idem_internal.idempotency_record.request_digest IS
-    'idem: SipHash-2-4-128 of the request''s jsonb bytes under idem_digest_secret (or fingerprint_version''s file secret); a replay of the same bytes matches it without the canonical text; NULL: request_hash decides';
-
--- The key of request digests (1.13): 16 random bytes (gen_random_uuid, from
--- the server's strong random source), one row, never changed.  Only idem's
--- owner reads it.  Not dumped: a database restored from a dump draws a
--- secret of its own, and its restored records are compared by request_hash.
-CREATE TABLE idem_internal.idem_digest_secret (
-    secret bytea NOT NULL
-        CHECK (pg_catalog.length(secret) OPERATOR(pg_catalog.=) 16)
-);
-INSERT INTO idem_internal.idem_digest_secret (secret)
-    SELECT pg_catalog.uuid_send(pg_catalog.gen_random_uuid());
-REVOKE ALL ON TABLE idem_internal.idem_digest_secret FROM PUBLIC;
-COMMENT ON TABLE idem_internal.idem_digest_secret IS
-    'idem: the key of request digests (idempotency_record.request_digest); one row, never changed';
-
--- idem_finish, returning what idem stored: the answer as a replay returns
--- it, after the operation's policy redacted it (for a copy kept elsewhere,
--- such as a fast layer in Redis, that must hold the same bytes).
-CREATE FUNCTION @extschema@.idem_finish_stored(
-    owner bigint, operation text, key text, http_status integer, body json,
-    resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL,
-    header_list json DEFAULT NULL)
-RETURNS @extschema@.idem_outcome
-AS 'MODULE_PATHNAME', 'idem_finish_stored'
-LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION @extschema@.idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json) IS
-    'idem: idem_finish, returning the answer as stored (redacted) and as a replay will return it';
-REVOKE ALL ON FUNCTION @extschema@.idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json) FROM PUBLIC;
-
--- The cleanup of a Citus cluster runs on each worker node: there it calls
--- this one, in idem_internal, not the one in the extension's schema.
-CREATE FUNCTION idem_internal.idem_cleanup_node(batch_size integer, max_batches integer)
-RETURNS bigint
-AS 'MODULE_PATHNAME', 'idem_cleanup_expired'
-LANGUAGE C VOLATILE
-SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
-
-REVOKE ALL ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) FROM PUBLIC;
-
-COMMENT ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) IS
-    'idem: idem_cleanup_expired on one Citus worker node (the coordinator''s cleanup calls it there)';
--- ---------------------------------------------------------------------------
--- Dead letters (1.13): one message that can never be delivered or applied
--- no longer stops a topic.  docs/dead-letters.md.
+-- Dead letters: one message that can never be delivered or applied does
+-- not stop a topic.  docs/dead-letters.md.
 --
 -- Only a publisher's explicit report counts: idem_outbox_nack.  A lease that
 -- lapses (a relay that died, a broker down for a while) is never a reason
@@ -1563,23 +1072,6 @@ COMMENT ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) IS
 -- or discards it (idem_outbox_discard), or idem_forget_owner erases it: the
 -- cleanup never deletes one (it is a committed message nobody received).
 -- ---------------------------------------------------------------------------
-ALTER TABLE idem_internal.idem_outbox
-    ADD COLUMN nacks integer,
-    ADD COLUMN lapses integer,
-    ADD COLUMN last_reason text,
-    ADD COLUMN not_before timestamptz,
-    ADD COLUMN dead_at timestamptz;
-COMMENT ON COLUMN idem_internal.idem_outbox.nacks IS
-    'idem: how many times a publisher reported the message not delivered (idem_outbox_nack); NULL: never';
-COMMENT ON COLUMN idem_internal.idem_outbox.lapses IS
-    'idem: how many of its leases lapsed without an ack or a nack (a publisher gone, a broker down); never a reason to dead-letter it';
-COMMENT ON COLUMN idem_internal.idem_outbox.last_reason IS
-    'idem: the reason of its last nack';
-COMMENT ON COLUMN idem_internal.idem_outbox.not_before IS
-    'idem: not fetched before this time (a nack''s retry_after)';
-COMMENT ON COLUMN idem_internal.idem_outbox.dead_at IS
-    'idem: when it became a dead letter of a topic whose on_dead is ''block'': its key''s head, not deliverable until redriven';
-
 CREATE TABLE idem_internal.idem_outbox_topic (
     topic          varchar(128) PRIMARY KEY,
     max_deliveries integer,
@@ -1614,41 +1106,9 @@ CREATE INDEX idem_outbox_dead_owner ON idem_internal.idem_outbox_dead (owner_id)
 COMMENT ON TABLE idem_internal.idem_outbox_dead IS
     'idem: outbox messages given up (refused for good, or nacked max_deliveries times), with their attempts and last reason, until redriven, discarded or erased';
 
--- A consumer's failures: a message whose effect failed (an undecodable
--- payload, a handler that raised) has a row here, written outside the
--- effect's transaction (idem_consume_failed), so that its attempts survive
--- restarts; past the limit it is dead (dead_at).  A dead message of a topic
--- whose on_dead is 'block' holds its key back for that consumer: the key's
--- later messages are set aside (behind names the dead one) until the
--- operator redrives them (idem_inbox_redrive) and the broker delivers them
--- again.  A row goes when its message is applied (idem_consume_check, in
--- the effect's transaction), or when discarded or erased; never by age.
-CREATE TABLE idem_internal.idem_inbox_failure (
-    consumer        varchar(64) NOT NULL,
-    message_id      varchar(512) NOT NULL,
-    msg_key         varchar(256),
-    owner_id        bigint,
-    attempts        integer NOT NULL,
-    last_reason     text,
-    first_failed_at timestamptz NOT NULL,
-    last_failed_at  timestamptz NOT NULL,
-    dead_at         timestamptz,
-    blocks          boolean NOT NULL,
-    behind          varchar(512),
-    redriven        boolean NOT NULL,
-    CONSTRAINT pk_idem_inbox_failure PRIMARY KEY (consumer, message_id)
-);
-CREATE INDEX idem_inbox_failure_blocking ON idem_internal.idem_inbox_failure (consumer, msg_key)
-    WHERE dead_at IS NOT NULL AND blocks;
-CREATE INDEX idem_inbox_failure_owner ON idem_internal.idem_inbox_failure (owner_id) WHERE owner_id IS NOT NULL;
-COMMENT ON TABLE idem_internal.idem_inbox_failure IS
-    'idem: messages a consumer failed to apply: attempts, last reason, dead letters and the messages set aside behind them';
-
 SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_outbox_topic', '');
 SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_outbox_dead', '');
-SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_inbox_failure', '');
-REVOKE ALL ON TABLE idem_internal.idem_outbox_topic, idem_internal.idem_outbox_dead,
-                    idem_internal.idem_inbox_failure FROM PUBLIC;
+REVOKE ALL ON TABLE idem_internal.idem_outbox_topic, idem_internal.idem_outbox_dead FROM PUBLIC;
 
 -- Make each key's first undelivered message its head (ready), unless it is
 -- already or a dead letter is first: after a head left the outbox (a
@@ -1945,6 +1405,77 @@ REVOKE ALL ON FUNCTION @extschema@.idem_outbox_discard(bigint[]) FROM PUBLIC;
 COMMENT ON FUNCTION @extschema@.idem_outbox_discard(bigint[]) IS
     'idem: give dead letters up for good (their blocked keys go on); returns how many';
 
+-- ===========================================================================
+-- Inbox
+-- ===========================================================================
+
+-- ---------------------------------------------------------------------------
+-- Inbox: one row per (consumer, message_id) a consumer's transaction took
+-- effect for.
+-- ---------------------------------------------------------------------------
+CREATE TABLE idem_internal.idem_inbox (
+    consumer    varchar(64) NOT NULL,
+    message_id  varchar(512) NOT NULL,
+    consumed_at timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    owner_id    bigint,
+    CONSTRAINT pk_idem_inbox PRIMARY KEY (consumer, message_id)
+);
+CREATE INDEX idem_inbox_expires ON idem_internal.idem_inbox (expires_at);
+-- the owner idem_consume was given: what idem_forget_owner finds
+CREATE INDEX idem_inbox_owner ON idem_internal.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
+
+COMMENT ON TABLE idem_internal.idem_inbox IS
+    'idem: the messages each consumer has taken effect for, until they expire';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_inbox', '');
+
+REVOKE ALL ON TABLE idem_internal.idem_inbox FROM PUBLIC;
+
+-- Take effect for a message once per consumer.
+CREATE FUNCTION @extschema@.idem_consume(
+    consumer text, message_id text, ttl interval DEFAULT NULL, owner bigint DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_consume'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_consume(text, text, interval, bigint) IS
+    'idem: true the first time consumer takes message_id in a committed transaction, false for every redelivery';
+REVOKE ALL ON FUNCTION @extschema@.idem_consume(text, text, interval, bigint) FROM PUBLIC;
+
+-- A consumer's failures: a message whose effect failed (an undecodable
+-- payload, a handler that raised) has a row here, written outside the
+-- effect's transaction (idem_consume_failed), so that its attempts survive
+-- restarts; past the limit it is dead (dead_at).  A dead message of a topic
+-- whose on_dead is 'block' holds its key back for that consumer: the key's
+-- later messages are set aside (behind names the dead one) until the
+-- operator redrives them (idem_inbox_redrive) and the broker delivers them
+-- again.  A row goes when its message is applied (idem_consume_check, in
+-- the effect's transaction), or when discarded or erased; never by age.
+CREATE TABLE idem_internal.idem_inbox_failure (
+    consumer        varchar(64) NOT NULL,
+    message_id      varchar(512) NOT NULL,
+    msg_key         varchar(256),
+    owner_id        bigint,
+    attempts        integer NOT NULL,
+    last_reason     text,
+    first_failed_at timestamptz NOT NULL,
+    last_failed_at  timestamptz NOT NULL,
+    dead_at         timestamptz,
+    blocks          boolean NOT NULL,
+    behind          varchar(512),
+    redriven        boolean NOT NULL,
+    CONSTRAINT pk_idem_inbox_failure PRIMARY KEY (consumer, message_id)
+);
+CREATE INDEX idem_inbox_failure_blocking ON idem_internal.idem_inbox_failure (consumer, msg_key)
+    WHERE dead_at IS NOT NULL AND blocks;
+CREATE INDEX idem_inbox_failure_owner ON idem_internal.idem_inbox_failure (owner_id) WHERE owner_id IS NOT NULL;
+COMMENT ON TABLE idem_internal.idem_inbox_failure IS
+    'idem: messages a consumer failed to apply: attempts, last reason, dead letters and the messages set aside behind them';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_inbox_failure', '');
+REVOKE ALL ON TABLE idem_internal.idem_inbox_failure FROM PUBLIC;
+
 -- ---------------------------------------------------------------------------
 -- A consumer's side (SECURITY DEFINER, a consumer's).
 --
@@ -2107,10 +1638,45 @@ REVOKE ALL ON FUNCTION @extschema@.idem_inbox_redrive(text, text[], boolean) FRO
 COMMENT ON FUNCTION @extschema@.idem_inbox_redrive(text, text[], boolean) IS
     'idem: let a consumer apply its dead letters when delivered again (or discard them: their keys go on); returns how many';
 
--- idem_stats (since 1.7; 1.13: each topic's and consumer's dead letters
--- and the oldest one's age, read from the tables, beside the counters:
--- a topic or consumer with dead letters has a row even with no counters
--- since the last reset or restart, its counters NULL).
+-- ===========================================================================
+-- Statistics and health
+-- ===========================================================================
+
+CREATE FUNCTION @extschema@.idem_stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_stats_reset'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION @extschema@.idem_stats_reset() IS
+    'idem: set every counter of idem_stats back to 0';
+
+-- Count n in idem_stats at commit (for idem's own PL/pgSQL functions).
+CREATE FUNCTION idem_internal.idem_stats_add(name text, counter text, n bigint)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_stats_add'
+LANGUAGE C VOLATILE STRICT;
+REVOKE ALL ON FUNCTION @extschema@.idem_stats_reset() FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_internal.idem_stats_add(text, text, bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_reset() TO pg_monitor;
+
+CREATE FUNCTION @extschema@.idem_stats_entries(
+    OUT dbid oid, OUT operation text, OUT kind text,
+    OUT calls bigint, OUT executed bigint, OUT replayed bigint, OUT conflicts bigint,
+    OUT in_flight bigint, OUT waits bigint, OUT renewed bigint, OUT failed_final bigint,
+    OUT leases bigint, OUT takeovers bigint, OUT stale_tokens bigint, OUT retries bigint,
+    OUT outbox_emitted bigint, OUT outbox_acked bigint, OUT inbox_duplicates bigint,
+    OUT cleanup_deleted bigint, OUT stats_reset timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_stats_entries'
+LANGUAGE C VOLATILE STRICT;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_stats_entries() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_stats_entries() TO pg_monitor;
+
+-- idem_stats: the counters, and each topic's and consumer's dead letters
+-- and the oldest one's age, read from the tables: a topic or consumer with
+-- dead letters has a row even with no counters since the last reset or
+-- restart, its counters NULL.
 CREATE VIEW @extschema@.idem_stats AS
 SELECT COALESCE(e.dbid, dl.dbid) AS dbid, d.datname,
        COALESCE(e.operation, dl.name) AS operation, COALESCE(e.kind, dl.kind) AS kind,
@@ -2230,13 +1796,112 @@ COMMENT ON FUNCTION @extschema@.idem_health() IS
 REVOKE ALL ON FUNCTION @extschema@.idem_health() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.idem_health() TO pg_monitor;
 
--- ---------------------------------------------------------------------------
--- Citus: idem_distribute() and its per-node part on the new layout.
--- ---------------------------------------------------------------------------
+-- ===========================================================================
+-- Sequences across a promotion
+-- ===========================================================================
 
--- the entry points delegated to the node of their first argument's shard,
--- with the table they go with: OIDs bound here
+-- ---------------------------------------------------------------------------
+-- No sequence value twice across a promotion.  idem hands values of its
+-- sequences out (message ids an inbox keeps, fencing tokens a cut-off
+-- worker holds, order ids and numbers, task ids); a standby promoted after
+-- asynchronous replication has only the values it replayed and would hand
+-- out again those the old primary drew since.  So the first draw on a new
+-- timeline moves each idem sequence 2^36 ahead, and idem_timeline_seq
+-- records the timeline that was done for (sequence.c).  Marked now with the
+-- current timeline: only a later one moves the sequences.
+-- ---------------------------------------------------------------------------
+CREATE SEQUENCE idem_internal.idem_timeline_seq MINVALUE 0 START 0;
 
+COMMENT ON SEQUENCE idem_internal.idem_timeline_seq IS
+    'idem: the timeline idem''s sequences were last moved ahead for (a new one moves them 2^36 on its first draw)';
+
+REVOKE ALL ON SEQUENCE idem_internal.idem_timeline_seq FROM PUBLIC;
+
+CREATE FUNCTION idem_internal.idem_timeline_mark()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_timeline_mark'
+LANGUAGE C VOLATILE STRICT;
+
+COMMENT ON FUNCTION idem_internal.idem_timeline_mark() IS
+    'idem: record the current timeline in idem_timeline_seq without moving the sequences (CREATE EXTENSION, the update to 1.12)';
+
+REVOKE ALL ON FUNCTION idem_internal.idem_timeline_mark() FROM PUBLIC;
+
+SELECT idem_internal.idem_timeline_mark();
+
+-- ===========================================================================
+-- Grants
+-- ===========================================================================
+
+-- Grant or revoke a kind's privileges; the checks by OID.  The GRANT itself
+-- names the object as it is called now (a GRANT runs nothing).
+CREATE FUNCTION idem_internal.idem_grant_kind(role regrole, kind text, grant_them boolean)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p record;
+    can boolean;
+    schema_name name := (SELECT n.nspname FROM pg_catalog.pg_extension e
+                         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+                         WHERE e.extname OPERATOR(pg_catalog.=) 'idem');
+    needs_usage boolean;
+BEGIN
+    IF role IS NULL OR kind IS NULL THEN
+        RAISE EXCEPTION 'idem_%: role and kind must not be NULL', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF NOT EXISTS (SELECT FROM idem_internal.idem_privileges(kind)) THEN
+        RAISE EXCEPTION 'unknown kind of idem user: "%"', kind
+            USING ERRCODE = '22023',
+                  HINT = 'The kinds are app, worker, publisher, consumer and monitor.';
+    END IF;
+    -- every privilege is checked first: nothing is granted unless all can be
+    FOR p IN SELECT * FROM idem_internal.idem_privileges(kind) LOOP
+        IF p.fn IS NOT NULL THEN
+            can := pg_catalog.has_function_privilege(p.fn::pg_catalog.oid, 'EXECUTE WITH GRANT OPTION');
+        ELSE
+            can := pg_catalog.has_table_privilege(p.rel::pg_catalog.oid, 'SELECT WITH GRANT OPTION');
+        END IF;
+        IF NOT can THEN
+            RAISE EXCEPTION 'permission denied to % idem''s "%" privileges', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END, kind
+                USING ERRCODE = '42501',
+                      DETAIL = pg_catalog.format('%I cannot grant %s ON %s.', current_user, p.privilege, p.object),
+                      HINT = 'Run it as idem''s owner or as a superuser.';
+        END IF;
+    END LOOP;
+    needs_usage := grant_them AND NOT pg_catalog.has_schema_privilege(role, schema_name, 'USAGE');
+    IF needs_usage AND NOT pg_catalog.has_schema_privilege(schema_name, 'USAGE WITH GRANT OPTION') THEN
+        RAISE EXCEPTION 'permission denied to grant idem''s "%" privileges', kind
+            USING ERRCODE = '42501',
+                  DETAIL = pg_catalog.format('%I cannot grant USAGE ON SCHEMA %I.', current_user, schema_name),
+                  HINT = 'Run it as idem''s owner or as a superuser.';
+    END IF;
+    IF needs_usage THEN
+        EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO %s', schema_name, role);
+        privilege := 'USAGE';
+        object := pg_catalog.format('SCHEMA %I', schema_name);
+        RETURN NEXT;
+    END IF;
+    FOR p IN SELECT * FROM idem_internal.idem_privileges(kind) LOOP
+        IF grant_them THEN
+            EXECUTE pg_catalog.format('GRANT %s ON %s TO %s', p.privilege, p.object, role);
+        ELSE
+            EXECUTE pg_catalog.format('REVOKE %s ON %s FROM %s', p.privilege, p.object, role);
+        END IF;
+        privilege := p.privilege;
+        object := p.object;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- (PUBLIC keeps EXECUTE on idem_grant_kind: it runs with the caller's
+-- rights, so it can grant only what the caller could; idem_grant and
+-- idem_revoke, which a granting role is given, call it.)
+COMMENT ON FUNCTION idem_internal.idem_grant_kind(regrole, text, boolean) IS
+    'idem: for idem_grant and idem_revoke';
 
 -- ---------------------------------------------------------------------------
 -- The privileges of each kind of user, as OIDs bound when this script runs.
@@ -2314,6 +1979,192 @@ COMMENT ON FUNCTION @extschema@.idem_revoke(regrole, text) IS
     'idem: revoke from role what idem_grant gave it for one kind (its schema USAGE stays)';
 REVOKE ALL ON FUNCTION @extschema@.idem_revoke(regrole, text) FROM PUBLIC;
 
+-- ===========================================================================
+-- Citus
+-- ===========================================================================
+
+-- ---------------------------------------------------------------------------
+-- idem_distribute() spreads idem over a Citus cluster: idempotency_record and
+-- purchase_order by owner_id, co-located, idem_inbox by consumer, and every
+-- function that takes an owner (or a consumer) delegated by it, so that a call
+-- through the coordinator runs on the node that holds the owner's shard.  The
+-- outbox stays a table of each node: a message commits with the transaction
+-- that emitted it, on the node where it ran.
+--
+-- Citus wants the distribution column in every primary key and unique
+-- constraint: the keys become (owner_id, id) and (owner_id, order_no); the
+-- scope constraint (owner_id, operation, idempotency_key) already has it.  The
+-- extension's tables on each node are that node's own (Citus does not create
+-- the tables of an extension), so idem_distribute_node() runs on every node.
+-- ---------------------------------------------------------------------------
+
+-- This node's part: the keys, an index of tasks by id, and idem's sequences
+-- in a range of this node's
+-- own (group g > 0 draws from [g * 2^48 + 1, (g + 1) * 2^48 - 1], as Citus
+-- does for the sequences of distributed tables), so that ids, order numbers,
+-- message ids and fencing tokens stay unique across nodes.  Revoked from
+-- PUBLIC; its DDL needs the tables' owner.
+CREATE FUNCTION idem_internal.idem_distribute_node()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET citus.enable_ddl_propagation = off
+AS $$
+DECLARE
+    grp integer;
+    lo bigint;
+    seq text;
+BEGIN
+    IF (SELECT pg_catalog.array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
+         WHERE c.conrelid OPERATOR(pg_catalog.=) 'idem_internal.idempotency_record'::pg_catalog.regclass
+           AND c.contype OPERATOR(pg_catalog.=) 'p') OPERATOR(pg_catalog.=) 1 THEN
+        ALTER TABLE idem_internal.idempotency_record
+            DROP CONSTRAINT idempotency_record_pkey,
+            ADD CONSTRAINT idempotency_record_pkey PRIMARY KEY (owner_id, id);
+    END IF;
+    IF (SELECT pg_catalog.array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
+         WHERE c.conrelid OPERATOR(pg_catalog.=) 'idem_internal.purchase_order'::pg_catalog.regclass
+           AND c.contype OPERATOR(pg_catalog.=) 'p') OPERATOR(pg_catalog.=) 1 THEN
+        ALTER TABLE idem_internal.purchase_order
+            DROP CONSTRAINT purchase_order_pkey,
+            ADD CONSTRAINT purchase_order_pkey PRIMARY KEY (owner_id, id),
+            DROP CONSTRAINT purchase_order_order_no_key,
+            ADD CONSTRAINT purchase_order_order_no_key UNIQUE (owner_id, order_no);
+    END IF;
+    -- a task's holder knows its id, not its owner: its calls find it by id
+    -- in the shards of the node it leased from
+    IF pg_catalog.to_regclass('idem_internal.idem_task_id') IS NULL THEN
+        CREATE INDEX idem_task_id ON idem_internal.idempotency_record (id)
+            WHERE task_attempts IS NOT NULL;
+    END IF;
+
+    EXECUTE 'SELECT groupid FROM pg_catalog.pg_dist_local_group' INTO grp;
+    IF grp OPERATOR(pg_catalog.>) 0 THEN
+        lo := grp::pg_catalog.int8 OPERATOR(pg_catalog.*) 281474976710656 OPERATOR(pg_catalog.+) 1;
+        FOREACH seq IN ARRAY ARRAY['idempotency_record_id_seq', 'purchase_order_id_seq',
+                                   'idem_outbox_message_id_seq', 'idem_task_token_seq'] LOOP
+            IF (SELECT s.seqmin FROM pg_catalog.pg_sequence s
+                 WHERE s.seqrelid OPERATOR(pg_catalog.=)
+                       pg_catalog.format('idem_internal.%I', seq)::pg_catalog.regclass)
+               OPERATOR(pg_catalog.<) lo THEN
+                EXECUTE pg_catalog.format('ALTER SEQUENCE idem_internal.%I MINVALUE %s MAXVALUE %s START %s RESTART %s',
+                                          seq, lo, lo OPERATOR(pg_catalog.+) 281474976710654, lo, lo);
+            END IF;
+        END LOOP;
+    END IF;
+END
+$$;
+
+COMMENT ON FUNCTION idem_internal.idem_distribute_node() IS
+    'idem_distribute()''s part on each node: keys with the distribution column, sequences in this node''s range';
+
+-- Run once on the Citus coordinator, as a superuser; running it again
+-- changes nothing.
+CREATE FUNCTION @extschema@.idem_distribute()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r record;
+    version text;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles ro
+                    WHERE ro.rolname OPERATOR(pg_catalog.=) CURRENT_USER AND ro.rolsuper) THEN
+        RAISE EXCEPTION 'permission denied to distribute idem'
+            USING ERRCODE = '42501', HINT = 'Run idem_distribute() as a superuser.';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e
+                    WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RAISE EXCEPTION 'idem_distribute() needs the Citus extension'
+            USING ERRCODE = '0A000',
+                  DETAIL = 'Citus is not installed in this database; nothing was changed.',
+                  HINT = 'Install Citus (its packages are at https://github.com/citusdata/citus), CREATE EXTENSION citus before idem, and add the worker nodes.';
+    END IF;
+    IF (SELECT groupid FROM pg_catalog.pg_dist_local_group) OPERATOR(pg_catalog.<>) 0 THEN
+        RAISE EXCEPTION 'idem_distribute() must run on the Citus coordinator'
+            USING ERRCODE = '55000';
+    END IF;
+    PERFORM idem_internal.idem_distribute_node();
+
+    SELECT e.extversion INTO version FROM pg_catalog.pg_extension e
+     WHERE e.extname OPERATOR(pg_catalog.=) 'idem';
+    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
+               FROM pg_catalog.run_command_on_workers(
+                    'SELECT extversion FROM pg_catalog.pg_extension WHERE extname OPERATOR(pg_catalog.=) ''idem''') w LOOP
+        IF NOT r.success OR r.result IS DISTINCT FROM version THEN
+            RAISE EXCEPTION 'idem % is not installed on worker node %:%', version, r.nodename, r.nodeport
+                USING ERRCODE = '55000',
+                      DETAIL = pg_catalog.format('The node answered: %s', r.result),
+                      HINT = 'Citus creates an extension on every node when it is created on the coordinator: install idem''s files on every node, then ALTER EXTENSION idem UPDATE.';
+        END IF;
+    END LOOP;
+    FOR r IN SELECT w.nodename, w.nodeport, w.success, w.result
+               FROM pg_catalog.run_command_on_workers(
+                    'SELECT idem_internal.idem_distribute_node()') w LOOP
+        IF NOT r.success THEN
+            RAISE EXCEPTION 'idem_distribute() failed on worker node %:%', r.nodename, r.nodeport
+                USING ERRCODE = '55000', DETAIL = r.result;
+        END IF;
+    END LOOP;
+
+    -- the distributed tables, each once: records and orders by owner,
+    -- co-located; the inbox by consumer; an owner's history with its records
+    FOR r IN SELECT * FROM (VALUES
+                 ('idem_internal.idempotency_record', 'owner_id', 'default'),
+                 ('idem_internal.purchase_order', 'owner_id', 'idem_internal.idempotency_record'),
+                 ('idem_internal.idem_inbox', 'consumer', 'default'),
+                 ('idem_internal.idem_history', 'owner_id', 'idem_internal.idempotency_record')) AS v (tbl, col, colocate)
+    LOOP
+        IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                        WHERE p.logicalrelid OPERATOR(pg_catalog.=) r.tbl::pg_catalog.regclass) THEN
+            PERFORM pg_catalog.create_distributed_table(r.tbl::pg_catalog.regclass, r.col,
+                                                        colocate_with => r.colocate);
+        END IF;
+    END LOOP;
+    -- the inbox by owner (on a cluster distributed before 1.11)
+    IF pg_catalog.to_regclass('idem_internal.idem_inbox_owner') IS NULL THEN
+        CREATE INDEX idem_inbox_owner ON idem_internal.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
+    END IF;
+    -- the policies on every node
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                    WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.idem_policy'::pg_catalog.regclass) THEN
+        -- its statement trigger only tells the node's backends that the
+        -- policies changed: Citus puts it on every placement
+        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+        PERFORM pg_catalog.create_reference_table('idem_internal.idem_policy');
+    END IF;
+
+    -- force_delegation: delegated inside a transaction block too, as part of
+    -- the distributed transaction
+    FOR r IN SELECT f.fn, f.tbl FROM idem_internal.idem_delegated_functions() f LOOP
+        PERFORM pg_catalog.create_distributed_function(r.fn, '$1', colocate_with => r.tbl::pg_catalog.text,
+                                                       force_delegation => true);
+    END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION @extschema@.idem_distribute() IS
+    'distribute idem over a Citus cluster by owner (run once, on the coordinator, as a superuser)';
+
+REVOKE ALL ON FUNCTION idem_internal.idem_distribute_node() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_distribute() FROM PUBLIC;
+
+-- The cleanup of a Citus cluster runs on each worker node: there it calls
+-- this one, in idem_internal, not the one in the extension's schema.
+CREATE FUNCTION idem_internal.idem_cleanup_node(batch_size integer, max_batches integer)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_cleanup_expired'
+LANGUAGE C VOLATILE
+SECURITY DEFINER SET search_path = pg_catalog, pg_temp;
+
+REVOKE ALL ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) FROM PUBLIC;
+
+COMMENT ON FUNCTION idem_internal.idem_cleanup_node(integer, integer) IS
+    'idem: idem_cleanup_expired on one Citus worker node (the coordinator''s cleanup calls it there)';
+
+-- the entry points delegated to the node of their first argument's shard,
+-- with the table they go with: OIDs bound here
 CREATE FUNCTION idem_internal.idem_delegated_functions()
 RETURNS TABLE (fn pg_catalog.regprocedure, tbl pg_catalog.regclass)
 LANGUAGE sql IMMUTABLE
@@ -2331,6 +2182,10 @@ BEGIN ATOMIC
 END;
 
 REVOKE ALL ON FUNCTION idem_internal.idem_delegated_functions() FROM PUBLIC;
+
+-- ===========================================================================
+-- Default privileges
+-- ===========================================================================
 
 -- ---------------------------------------------------------------------------
 -- Nothing in idem_internal carries a privilege idem did not grant.  Default

@@ -107,7 +107,7 @@ if [ -w "$script" ] && [ -n "${IDEM_PG_ORIGIN:-}" ]; then
 	done <<-'EXPRS'
 	a statement of a function body changed|0,/SELECT pg_catalog.count\(\*\)/s//SELECT pg_catalog.count(*) + 0/
 	a column of idem_history dropped|/^    archived_at +timestamptz NOT NULL,$/d
-	the outbox's fillfactor changed|s/idem_outbox SET \(fillfactor = 50\)/idem_outbox SET (fillfactor = 60)/
+	the outbox's fillfactor changed|/^CREATE TABLE idem_internal.idem_outbox \(/,/^\) WITH/s/fillfactor = 50/fillfactor = 60/
 	a table's comment changed|s/^    'idem: one claim per /    'idem: a claim per /
 	a sequence's parameters changed|s/^(CREATE SEQUENCE idem_internal.idem_outbox_message_id_seq);/\1 CACHE 2;/
 	an extconfig entry dropped|s/^SELECT pg_catalog.pg_extension_config_dump\('idem_internal.purchase_order', ''\);//
