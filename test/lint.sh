@@ -7,6 +7,8 @@
 #     as citus's ci/check_all_tests_are_run.sh checks;
 #   - the released scripts are pinned and the next one's copies generated
 #     (test/upgrade/scripts.py);
+#   - the error table's copies are generated from docs/errors.tsv
+#     (test/errors.py);
 #   - every shell script of the repository passes shellcheck (warnings and
 #     errors; Debian's shellcheck, installed if missing).
 #
@@ -30,6 +32,10 @@ check "the TAP files are run by their wildcard (test/t/*.pl: $(ls test/t/*.pl | 
 # the scripts of released versions as released; the next update script's
 # copies of idem.sql generated (test/upgrade/scripts.py)
 /usr/bin/python3 test/upgrade/scripts.py || true
+
+# docs/errors.tsv: the copies generated from it current, the pages that
+# describe it complete (test/errors.py)
+/usr/bin/python3 test/errors.py || true
 
 # the two commands of the README run from a copy of the tree: neither
 # builds nor writes in the checkout

@@ -26,7 +26,7 @@
 // IDEM_PG_CONSUMER_CRASH_BEFORE_ACK=N exits after the N-th commit, before
 // its ack.
 import { createHash } from 'node:crypto';
-import { consume } from './index.js';
+import { consume } from './api.js';
 import { statement } from './schema.js';
 
 const RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";

@@ -9,8 +9,9 @@
 //   http.createServer(idem.handler('CREATE_ORDER', {}, async (req, res) => { ... }));   // node:http
 //
 // The handler's answer is buffered and sent once the transaction committed.
-import { appGrants, begin, finishStored, IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, Misconfigured, NotAllowed, RawJson, ReadOnly,
-  SerializationFailure, translate } from './index.js';
+import { appGrants, begin, finishStored, RawJson } from './api.js';
+import { Forbidden, IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, Misconfigured, ReadOnly,
+  SerializationFailure, translate } from './errors.js';
 
 const KEY_PATTERN = /^[A-Za-z0-9_-]{16,128}$/;       // idem's own key check
 const SF_STRING = /^"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\["\\])*)"$/;
@@ -189,7 +190,7 @@ export function problemOf(error, settings) {
     return new Problem(503, 'read-only', 'the service cannot take writes now; retry later',
       { 'retry-after': String(settings.readOnlyRetryAfter) });
   }
-  if (error instanceof NotAllowed) return new Problem(403, 'forbidden', 'this request is not allowed for this owner or operation');
+  if (error instanceof Forbidden) return new Problem(403, 'forbidden', 'this request is not allowed for this owner or operation');
   if (error instanceof InvalidRequest) return new Problem(400, 'invalid-request', invalidDetail(error));
   if (error instanceof SerializationFailure) {
     return new Problem(503, 'retry', 'the request raced another one; retry it', { 'retry-after': '0' });
@@ -354,7 +355,7 @@ async function execute(settings, route, p, req, res, next) {
   } catch (e) {
     if (cap) cap.restore();
     await client.query('ROLLBACK').catch(() => {});
-    if (e instanceof NotAllowed) {
+    if (e instanceof Forbidden) {
       const { granted, role } = await appGrants(client);
       if (!granted) throw notGranted(role, settings);
     }

@@ -15,14 +15,15 @@ clients/CONTRACT.md), ``wsgi``, ``asgi`` and ``django`` (its middlewares),
 from .core import (Claim, Outcome, RawJson, Submission, begin, claim, consume, emit, finish, finish_stored, run,
                    submit)
 from .schema import use_schema
-from .errors import (IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, LeaseLost, Misconfigured, NestedRun, NoClaim,
-                     NotAllowed,
-                     ReadOnly, SerializationFailure, UnfinishedClaim, retry_serializable, translate)
+from .errors import (Forbidden, IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, KeyRunning, LeaseLost,
+                     Misconfigured, NestedRun, NoClaim, NotAllowed, ReadOnly, SerializationFailure, StaleToken,
+                     TaskStateConflict, UnfinishedClaim, retry_serializable, translate)
 from .tasks import Task, TaskWorker
 
 __version__ = "1.15.0"
 
 __all__ = ["Claim", "Outcome", "RawJson", "Submission", "begin", "claim", "consume", "emit", "finish", "run",
-           "submit", "finish_stored", "IdemError", "InFlight", "InvalidRequest", "KeyExpired", "KeyReused", "LeaseLost", "Misconfigured", "NestedRun", "NoClaim",
-           "NotAllowed", "ReadOnly", "SerializationFailure", "UnfinishedClaim", "retry_serializable", "translate",
-           "Task", "TaskWorker", "use_schema"]
+           "submit", "finish_stored", "IdemError", "Forbidden", "InFlight", "InvalidRequest", "KeyExpired", "KeyReused",
+           "KeyRunning", "Misconfigured", "NoClaim", "ReadOnly", "SerializationFailure", "StaleToken",
+           "TaskStateConflict", "UnfinishedClaim", "LeaseLost", "NestedRun", "NotAllowed", "retry_serializable",
+           "translate", "Task", "TaskWorker", "use_schema"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import core
-from .errors import (IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, Misconfigured, NotAllowed, ReadOnly,
+from .errors import (IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, Misconfigured, Forbidden, ReadOnly,
                      SerializationFailure, sqlstate_of, translate)
 
 log = logging.getLogger("idem_pg")
@@ -339,7 +339,7 @@ def problem_of(error: BaseException, settings: Settings) -> Problem:
     if isinstance(error, ReadOnly):
         return Problem(503, "read-only", "the service cannot take writes now; retry later",
                        [("Retry-After", str(settings.read_only_retry_after))])
-    if isinstance(error, NotAllowed):
+    if isinstance(error, Forbidden):
         return Problem(403, "forbidden", "this request is not allowed for this owner or operation")
     if isinstance(error, InvalidRequest):
         return Problem(400, "invalid-request", invalid_detail(error))
@@ -502,7 +502,7 @@ def _execute(p: _Prepared, params: Dict[str, str], call: Callable[[Context], Ans
              transaction: Callable[[], Any]) -> Tuple[Answer, core.Outcome]:
     try:
         return _execute_once(p, params, call, settings, transaction)
-    except NotAllowed:
+    except Forbidden:
         with transaction() as db:
             granted, role = core.app_grants(db)
         if not granted:
@@ -578,7 +578,7 @@ async def _execute_async(p: _Prepared, params: Dict[str, str], call: Callable[[C
     from . import aio
     try:
         return await _execute_async_once(p, params, call, settings)
-    except NotAllowed:
+    except Forbidden:
         async with _async_transaction(settings) as db:
             granted, role = await aio.app_grants(db)
         if not granted:

@@ -8,7 +8,7 @@ with the fencing token carried for it (docs/long-flows.md).
             conn.execute("INSERT INTO shipment ...")
             task.complete(conn, 201, {"tracking": tracking})
 
-A stale token (the lease was taken over) raises LeaseLost from heartbeat,
+A stale token (the lease was taken over) raises StaleToken (IK004) from heartbeat,
 complete and fail, and changes nothing: the business write in the same
 transaction rolls back with it.
 """

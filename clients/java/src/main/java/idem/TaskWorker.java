@@ -11,7 +11,7 @@ import java.util.List;
 
 /**
  * A long flow's worker: leases the due tasks of one operation; each {@link Task} carries its
- * fencing token for heartbeat, complete and fail (IK004, {@link IdemException.LeaseLost},
+ * fencing token for heartbeat, complete and fail (IK004, {@link IdemException.StaleToken},
  * once it was taken over: nothing changes).
  */
 public final class TaskWorker {

@@ -22,6 +22,7 @@ import org.junit.jupiter.api.TestFactory;
  * database of test/clients/java.sh), run by Maven's Surefire: the scenario runs once, and each
  * of its checks is a test of its own in the report.
  */
+@SuppressWarnings("deprecation") // it tests the deprecated names LeaseLost and NotAllowed too
 public final class IdemTest {
     private static final List<DynamicTest> CHECKS = new ArrayList<>();
 
@@ -135,8 +136,9 @@ public final class IdemTest {
             }
             try (Connection app = connect("shop_app", null)) {
                 app.setAutoCommit(false);
-                check("42501 is NotAllowed (an owner outside idem.allowed_owners)",
-                    stateOf(app, () -> idem.begin(app, 5000000, "DEBIT", key(), "{}", null)).equals("NotAllowed 42501"), "");
+                check("42501 is Forbidden, a NotAllowed too (its deprecated name; an owner outside idem.allowed_owners)",
+                    stateOf(app, () -> idem.begin(app, 5000000, "DEBIT", key(), "{}", null)).equals("Forbidden 42501")
+                        && IdemException.NotAllowed.class.isAssignableFrom(IdemException.Forbidden.class), "");
             }
 
             // idem_run with the SQL handler of examples/schema.sql

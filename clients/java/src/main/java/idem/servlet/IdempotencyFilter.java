@@ -179,7 +179,7 @@ public final class IdempotencyFilter implements Filter {
             }
             tx.commit();
             return a;
-        } catch (IdemException.NotAllowed e) {
+        } catch (IdemException.Forbidden e) {
             SQLException why = e;
             try {
                 why = notGranted(request).orElse(e);
@@ -416,7 +416,7 @@ public final class IdempotencyFilter implements Filter {
             return new Problem(503, "read-only", "the service cannot take writes now; retry later")
                 .with("retry-after", Integer.toString(settings.readOnlyRetryAfter));
         }
-        if (e instanceof IdemException.NotAllowed) {
+        if (e instanceof IdemException.Forbidden) {
             return new Problem(403, "forbidden", "this request is not allowed for this owner or operation");
         }
         if (e instanceof IdemException.InvalidRequest) {

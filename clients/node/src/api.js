@@ -1,0 +1,181 @@
+// idem from Node: the SQL API of the idem extension on a pg client (or
+// anything with pg's query(text, values)), in the caller's transaction.
+// None of these functions commits or rolls back: the caller's transaction
+// decides, so the business writes and idem's record commit together.
+// int8 values (owner, resource and task ids, tokens) come back as strings,
+// as pg returns them.
+
+import { statement } from './schema.js';
+
+import { translate, NoClaim } from './errors.js';
+
+async function query(db, text, values) {
+  try {
+    return (await db.query(await statement(db, text), values)).rows;
+  } catch (e) {
+    throw translate(e);
+  }
+}
+
+const json = (v) => (v === undefined || v === null ? null
+  : v instanceof RawJson ? v.text : Buffer.isBuffer(v) ? v.toString('utf8') : JSON.stringify(v));
+const ttl = (t) => (t === undefined || t === null ? null : `${Number(t)} seconds`);
+
+// JSON text passed as it is (a response body stored byte for byte).
+export class RawJson {
+  constructor(text) { this.text = Buffer.isBuffer(text) ? text.toString('utf8') : String(text); }
+}
+
+const OUTCOME = 'replayed, http_status, body::pg_catalog.text AS body, headers, resource_id, expires_at';
+// Every statement names idem's schema (@idem@, schema.js) and casts every
+// argument to the type of idem's parameter.
+const outcome = (r) => ({
+  replayed: r.replayed, httpStatus: r.http_status, body: r.body, headers: r.headers,
+  resourceId: r.resource_id, expiresAt: r.expires_at,
+});
+
+// Whether the session's role may call what idem_grant(role, 'app') gives
+// (asked after a 42501, which also means an owner outside
+// idem.allowed_owners): { granted, role }.
+export async function appGrants(db) {
+  const [r] = await query(db, 'SELECT pg_catalog.has_function_privilege('
+    + "'@idem@.idem_begin(bigint, text, text, jsonb, interval)', 'EXECUTE') AND pg_catalog.has_function_privilege("
+    + "'@idem@.idem_finish_stored(bigint, text, text, integer, json, bigint, jsonb, json)', 'EXECUTE') AS granted,"
+    + ' current_user::pg_catalog.text AS role', []);
+  return { granted: r.granted, role: r.role };
+}
+
+// idem_begin: claim the key for this transaction ({replayed: false}), or replay.
+export async function begin(db, { owner, operation, key, request, ttl: t }) {
+  const [r] = await query(db, `SELECT ${OUTCOME} FROM @idem@.idem_begin($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.jsonb, $5::pg_catalog.interval)`,
+    [owner, operation, key, json(request), ttl(t)]);
+  return outcome(r);
+}
+
+// idem_finish: store this transaction's claim's answer (2xx-4xx).
+const finishParams = ({ owner, operation, key, status, body, resourceId, headers }) => [owner, operation, key,
+  status, json(body), resourceId ?? null, headers ? JSON.stringify(headers) : null];
+
+export async function finish(db, args) {
+  await query(db, 'SELECT @idem@.idem_finish($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.int4, $5::pg_catalog.json, $6::pg_catalog.int8, $7::pg_catalog.jsonb)', finishParams(args));
+}
+
+// idem_finish_stored (idem 1.13): finish, returning the answer as stored --
+// after the operation's redact policy -- exactly as a replay returns it
+// ({replayed: false}): what a copy kept elsewhere (the fast layer) keeps.
+export async function finishStored(db, args) {
+  const [r] = await query(db, `SELECT ${OUTCOME} FROM @idem@.idem_finish_stored($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.int4, $5::pg_catalog.json, $6::pg_catalog.int8, $7::pg_catalog.jsonb)`,
+    finishParams(args));
+  return outcome(r);
+}
+
+// idem_run: call the SQL handler (a regprocedure) once per key, or replay.
+export async function run(db, { owner, operation, key, request, handler, ttl: t }) {
+  const [r] = await query(db,
+    `SELECT ${OUTCOME} FROM @idem@.idem_run($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.jsonb, $5::pg_catalog.regprocedure, $6::pg_catalog.interval)`,
+    [owner, operation, key, json(request), handler, ttl(t)]);
+  return outcome(r);
+}
+
+// idem_submit: start a long flow, or tell its state.
+export async function submit(db, { owner, operation, key, request, payload, ttl: t }) {
+  const [r] = await query(db, 'SELECT replayed, status, http_status, body::pg_catalog.text AS body, headers, resource_id, task_id'
+    + ' FROM @idem@.idem_submit($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.jsonb, $5::pg_catalog.jsonb, $6::pg_catalog.interval)',
+  [owner, operation, key, json(request), json(payload), ttl(t)]);
+  return { replayed: r.replayed, status: r.status, httpStatus: r.http_status, body: r.body,
+    headers: r.headers, resourceId: r.resource_id, taskId: r.task_id };
+}
+
+// idem_consume: true the first time the consumer sees the message.
+// owner (idem 1.11): kept with the inbox entry, for idem_forget_owner.
+export async function consume(db, { consumer, messageId, ttl: t, owner }) {
+  const [r] = owner == null
+    ? await query(db, 'SELECT @idem@.idem_consume($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.interval) AS first', [consumer, messageId, ttl(t)])
+    : await query(db, 'SELECT @idem@.idem_consume($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.interval, $4::pg_catalog.int8) AS first',
+      [consumer, messageId, ttl(t), String(owner)]);
+  return r.first;
+}
+
+// idem_outbox_emit: a message published once this transaction commits; its id.
+export async function emit(db, { topic, payload, key, headers }) {
+  const [r] = await query(db, 'SELECT @idem@.idem_outbox_emit($1::pg_catalog.text, $2::pg_catalog.jsonb, $3::pg_catalog.text, $4::pg_catalog.jsonb) AS id',
+    [topic, json(payload), key ?? null, headers ? JSON.stringify(headers) : null]);
+  return r.id;
+}
+
+// claim(db, scope, work): begin; a replay returns its outcome; otherwise
+// work({finish}) runs (in the caller's transaction) and must finish.
+export async function claim(db, scope, work) {
+  const o = await begin(db, scope);
+  if (o.replayed) return o;
+  let finished = null;
+  const c = {
+    outcome: o,
+    // the answer as stored (after the operation's redact policy), as a
+    // replay returns it: c.outcome too from then on
+    async finish(status, body, { resourceId, headers } = {}) {
+      finished = await finishStored(db, { ...scope, status, body, resourceId, headers });
+      c.outcome = finished;
+      return finished;
+    },
+  };
+  await work(c);
+  if (!finished) throw new NoClaim('the claim of the key was not finished: call finish() in the work', 'IK003');
+  return finished;
+}
+
+// Run transaction() (which opens, does and commits one transaction) again
+// on 40001, up to attempts times, with a random backoff in between.
+export async function retrySerializable(transaction, { attempts = 5, baseDelayMs = 10, maxDelayMs = 1000 } = {}) {
+  for (let i = 0; ; i++) {
+    try {
+      return await transaction();
+    } catch (e) {
+      const t = translate(e);
+      if (!(t instanceof SerializationFailure) || i === attempts - 1) throw t;
+      await new Promise((r) => setTimeout(r, Math.random() * Math.min(maxDelayMs, baseDelayMs * 2 ** i)));
+    }
+  }
+}
+
+// A long flow's worker: leases due tasks of one operation; each task
+// carries its fencing token for heartbeat, complete and fail (StaleToken
+// when it was taken over: nothing changes).
+export class TaskWorker {
+  constructor(operation, worker, { leaseSeconds = 30, bindSession = false } = {}) {
+    Object.assign(this, { operation, worker, leaseSeconds, bindSession });
+  }
+
+  async lease(db, batch = 1) {
+    const rows = await query(db, 'SELECT task_id, owner, key, request, payload, attempt, token, lease_expires_at'
+      + ' FROM @idem@.idem_lease($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.interval, $4::pg_catalog.int4, $5::pg_catalog.bool)',
+    [this.operation, this.worker, ttl(this.leaseSeconds), batch, this.bindSession]);
+    return rows.map((r) => new Task(r));
+  }
+}
+
+export class Task {
+  constructor(r) {
+    Object.assign(this, { taskId: r.task_id, owner: r.owner, key: r.key, request: r.request,
+      payload: r.payload, attempt: r.attempt, token: r.token, leaseExpiresAt: r.lease_expires_at });
+  }
+
+  async heartbeat(db, extendSeconds) {
+    const [r] = await query(db, 'SELECT @idem@.idem_heartbeat($1::pg_catalog.int8, $2::pg_catalog.int8, $3::pg_catalog.interval) AS until',
+      [this.taskId, this.token, ttl(extendSeconds)]);
+    this.leaseExpiresAt = r.until;
+    return r.until;
+  }
+
+  async complete(db, status, body, { resourceId, headers } = {}) {
+    await query(db, 'SELECT @idem@.idem_complete($1::pg_catalog.int8, $2::pg_catalog.int8, $3::pg_catalog.int4, $4::pg_catalog.json, $5::pg_catalog.int8, $6::pg_catalog.jsonb)',
+      [this.taskId, this.token, status, json(body), resourceId ?? null, headers ? JSON.stringify(headers) : null]);
+  }
+
+  async fail(db, error, retryable = true) {
+    const [r] = await query(db, 'SELECT @idem@.idem_fail($1::pg_catalog.int8, $2::pg_catalog.int8, $3::pg_catalog.jsonb, $4::pg_catalog.bool) AS status',
+      [this.taskId, this.token, json(error), retryable]);
+    return r.status;
+  }
+}
+
