@@ -220,7 +220,7 @@ finished_here(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now)
 /*
  * idem_finish's work: store the result of this transaction's claim; *res
  * becomes what was stored (redacted), *cat the catalog, and the expiry is
- * returned.  header_list (json, 1.11) keeps the headers as given; headers
+ * returned.  header_list (json) keeps the headers as given; headers
  * is their jsonb form.  False when the owner's shard is on another node.
  */
 static bool
@@ -284,7 +284,7 @@ idem_finish(PG_FUNCTION_ARGS)
 
 /*
  * SQL: idem_finish_stored(the arguments of idem_finish) returns
- * idem_outcome (1.13): idem_finish, returning the answer as stored, after
+ * idem_outcome: idem_finish, returning the answer as stored, after
  * the operation's policy redacted it, as a replay will return it
  * (replayed = false): what a copy kept elsewhere (a fast layer) must hold.
  */
@@ -301,7 +301,7 @@ idem_finish_stored(PG_FUNCTION_ARGS)
 }
 
 /*
- * idem_response (1.11), the type a handler returns for headers in json
+ * idem_response, the type a handler returns for headers in json
  * form, in the schema of idem_result; InvalidOid before 1.11.
  */
 static Oid
@@ -439,7 +439,7 @@ call_handler(FmgrInfo *flinfo, Jsonb *request, IdemResult *res)
 	tuple.t_tableOid = InvalidOid;
 	tuple.t_data = th;
 	heap_deform_tuple(&tuple, desc, values, isnull);
-	/* idem_response has its headers in json form (1.11) */
+	/* idem_response has its headers in json form */
 	as_list = TupleDescAttr(desc, RESULT_HEADERS - 1)->atttypid == JSONOID;
 	ReleaseTupleDesc(desc);
 	status = idem_result_make(res, isnull[RESULT_HTTP - 1], DatumGetInt32(values[RESULT_HTTP - 1]),

@@ -54,7 +54,7 @@ static const char audit_query[] =
  * The query's FROM prefix and condition on alias's owner_id: $1 (an owner
  * asked for, or NULL), and, for a role bound by idem.allowed_owners that
  * is not pg_monitor, its ranges ($2, $3), joined so that only those
- * owners' rows are read, through the owner's index (1.13).
+ * owners' rows are read, through the owner's index.
  */
 static void
 owner_cond(bool bound, char alias, char **from, char **cond)
@@ -73,7 +73,7 @@ owner_cond(bool bound, char alias, char **from, char **cond)
  * as idem's owner (the caller has no privilege on the tables), through a
  * cursor a batch at a time into the result's tuplestore, which keeps
  * work_mem and spills the rest to disk: the backend's memory does not grow
- * with the trail (1.13; before, the whole trail was read into memory).
+ * with the trail.
  */
 Datum
 idem_audit_entries(PG_FUNCTION_ARGS)

@@ -76,11 +76,10 @@ static const IdemColumnSpec inbox_columns[IN_NCOLS] = {
 	[IN_MESSAGE] = {"message_id", VARCHAROID, INBOX_MESSAGE_ID_MAX_LEN, false, false},
 	[IN_CONSUMED] = {"consumed_at", TIMESTAMPTZOID, 0, false, false},
 	[IN_EXPIRES] = {"expires_at", TIMESTAMPTZOID, 0, false, false},
-	/* 1.11: whose message, for idem_forget_owner */
+	/* whose message, for idem_forget_owner */
 	[IN_OWNER] = {"owner_id", INT8OID, 0, false, true},
 };
 
-/* 1.4 */
 static const IdemTableSpec inbox_table = {
 	"idem_inbox", NULL, inbox_columns, IN_NCOLS,
 	"pk_idem_inbox", 2, true, {NULL}
@@ -230,7 +229,7 @@ typedef struct InboxCall
 	text	   *message_id;
 	TimestampTz now;
 	TimestampTz expires;		/* of a new entry */
-	bool		has_owner;		/* idem_consume's owner (1.11) */
+	bool		has_owner;		/* idem_consume's owner */
 	int64		owner;
 } InboxCall;
 
@@ -372,7 +371,7 @@ idem_consume(PG_FUNCTION_ARGS)
 	if (!idem_citus_route(&c.cat, inbox_table_index, PointerGetDatum(c.consumer), TEXTOID))
 		return idem_citus_redispatch(fcinfo);
 
-	/* in the consumer's row: calls, and the first consumptions as executed (1.13) */
+	/* in the consumer's row: calls, and the first consumptions as executed */
 	idem_stats_count(IDEM_KIND_CONSUMER, c.consumer_name, IDEM_STAT_CALLS, 1);
 	inbox_locktag(&tag, c.consumer, c.message_id);
 	if (!idem_lock_key(&tag, IDEM_KIND_CONSUMER, c.consumer_name))

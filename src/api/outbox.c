@@ -68,21 +68,19 @@ static const IdemColumnSpec outbox_columns[OB_NCOLS] = {
 	[OB_READY] = {"ready", BOOLOID, 0, false, false},
 	[OB_LEASED] = {"leased_until", TIMESTAMPTZOID, 0, false, false},
 	[OB_ACKED] = {"acked_at", TIMESTAMPTZOID, 0, false, false},
-	/* 1.13 */
 	[OB_OWNER] = {"owner_id", INT8OID, 0, false, true},
-	/* 1.13: written by the SQL of idem_outbox_nack and idem_outbox_fetch */
+	/* written by the SQL of idem_outbox_nack and idem_outbox_fetch */
 	[OB_NACKS] = {"nacks", INT4OID, 0, false, true},
 	[OB_LAPSES] = {"lapses", INT4OID, 0, false, true},
 	[OB_REASON] = {"last_reason", TEXTOID, 0, false, true},
 	[OB_NOT_BEFORE] = {"not_before", TIMESTAMPTZOID, 0, false, true},
-	/* 1.13: a dead letter holding its key back (on_dead 'block') */
+	/* a dead letter holding its key back (on_dead 'block') */
 	[OB_DEAD] = {"dead_at", TIMESTAMPTZOID, 0, false, true},
 };
 
 /* idem.outbox_max_deliveries: read by idem_outbox_nack (SQL) */
 static int	idem_outbox_max_deliveries = 5;
 
-/* 1.4 */
 static const IdemTableSpec outbox_table = {
 	"idem_outbox", "idem_outbox_message_id_seq", outbox_columns, OB_NCOLS,
 	NULL, 0, true, {NULL}

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * outbox_ack.c
- *	  The acknowledgement of outbox messages (1.12): idem_outbox_ack.
+ *	  The acknowledgement of outbox messages: idem_outbox_ack.
  *
  * Every message acknowledged is deleted at once; each key whose head it
  * was gets its next message made the head (ready).  In order:
@@ -25,7 +25,7 @@
  * 4. With a snapshot taken now, each key's first message after its
  *    acknowledged head (from the key's start if a message behind its head
  *    was acknowledged) is made ready, unless it already is or is a dead
- *    letter (1.13: its key waits behind it; an acknowledgement of a dead
+ *    letter (its key waits behind it; an acknowledgement of a dead
  *    letter itself is ignored).
  *
  *-------------------------------------------------------------------------
@@ -133,8 +133,8 @@ ack_ids(ArrayType *array, int *n)
 }
 
 /*
- * Whether the message in slot is a dead letter holding its key back (1.13:
- * dead_at set; a late acknowledgement of it changes nothing, and no
+ * Whether the message in slot is a dead letter holding its key back
+ * (dead_at set; a late acknowledgement of it changes nothing, and no
  * message behind it becomes its key's head).
  */
 static bool

@@ -437,7 +437,7 @@ keep_target(const IdemCatalog *cat, const IdemTableLayout *t)
 
 /*
  * SQL: idem_outbox_emit(topic text, payload jsonb, msg_key text, headers jsonb,
- * owner bigint) returns bigint.  owner (1.13): whose the message is, for
+ * owner bigint) returns bigint.  owner: whose the message is, for
  * idem_forget_owner; NULL: the owner of the transaction's unfinished claims
  * (idem_begin's), if they are all one owner's, else none.
  */
@@ -462,7 +462,7 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 	m->msg_key = PG_ARGISNULL(2) ? NULL : keep(PG_GETARG_DATUM(2));
 	m->payload = keep(PG_GETARG_DATUM(1));
 	m->headers = PG_ARGISNULL(3) ? NULL : keep(PG_GETARG_DATUM(3));
-	/* whose: the owner given (1.13), else the owner of the transaction's unfinished claims */
+	/* whose: the owner given, else the owner of the transaction's unfinished claims */
 	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
 	{
 		m->owner = PG_GETARG_INT64(4);

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * policies.c
- *	  idem_set_policy and idem_drop_policy (1.10): per-operation settings
+ *	  idem_set_policy and idem_drop_policy: per-operation settings
  *	  kept in idem_policy, and the trigger that tells every backend the
  *	  table changed (src/core/policy.c keeps each backend's copy).
  *
@@ -247,7 +247,7 @@ check_setting(int i, Datum value)
 /*
  * A WARNING when the policy as stored (row) refuses reused keys, itself or
  * through idem.reuse_after_expiry, but keeps no audit period, its own or
- * idem.audit_ttl (1.13): its expired keys would execute again silently.
+ * idem.audit_ttl: its expired keys would execute again silently.
  */
 static void
 warn_if_unaudited(const char *operation, HeapTuple row, TupleDesc desc)

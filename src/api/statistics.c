@@ -28,7 +28,7 @@ static void stats_row(Oid dbid, const char *name, const char *kind, const uint64
 typedef struct StatsRows
 {
 	ReturnSetInfo *rsinfo;
-	bool		with_kind;		/* 1.7's kind column; not before the update */
+	bool		with_kind;		/* the kind column; absent before the update */
 } StatsRows;
 
 /* SQL: idem_stats_entries() returns setof record (the idem_stats view's rows) */

@@ -198,7 +198,7 @@ idem_task_init(void)
 /* ---------- helpers ---------- */
 
 /*
- * Check that this database's idem has tasks (1.5) and the indexes they are
+ * Check that this database's idem has tasks and the indexes they are
  * found through (the catalog's), and look up the token sequence once per
  * catalog build.
  */
@@ -416,7 +416,7 @@ idem_task_max_attempts(const char *operation)
  * End the task of tr with status (SUCCEEDED or FAILED_FINAL) at now: its
  * record expires after its ttl (or operation's), and no worker leases it
  * again; its request and payload, which only a worker needed, are cleared
- * (the request's fingerprint stays, 1.10).
+ * (the request's fingerprint stays).
  */
 void
 task_record_end(TaskRecord *tr, IdemStatus status, TimestampTz now, const char *operation)

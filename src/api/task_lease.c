@@ -98,7 +98,7 @@ lock_scanned(LeaseCall *lc)
 
 /*
  * The locked row's lease lapsed, or its bound session ended, before its
- * worker ended the attempt: that attempt counts (1.13).  Past the
+ * worker ended the attempt: that attempt counts.  Past the
  * operation's max_attempts, the task ends FAILED_FINAL with the reason, as
  * an idem_fail of its own would (the client's repeat gets that stored
  * failure), and true is returned: it is not leased again.

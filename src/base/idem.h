@@ -13,7 +13,7 @@
 
 /* Length of a lowercase hex SHA-256 digest, without the terminating NUL. */
 #define IDEM_HASH_HEX_LEN		64
-/* A request digest (SipHash-2-4-128 of its jsonb bytes) and its secret (1.13) */
+/* A request digest (SipHash-2-4-128 of its jsonb bytes) and its secret */
 #define IDEM_DIGEST_LEN			16
 #define IDEM_DIGEST_SECRET_LEN	16
 

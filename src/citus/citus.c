@@ -477,7 +477,7 @@ idem_citus_local_relations(Oid relid)
 
 /*
  * The name of the function in schema nspid (idem's tables') that cleans one
- * node: idem_cleanup_node from 1.13, idem_cleanup_expired before.
+ * node: idem_cleanup_node, or idem_cleanup_expired on an older version.
  */
 static const char *
 cleanup_node_function(Oid nspid)
@@ -521,8 +521,8 @@ idem_citus_cleanup_workers(Oid nspid, int batch_size, int max_batches)
 		return 0;
 	}
 	/*
-	 * From 1.13 each node runs idem_internal.idem_cleanup_node, which only
-	 * idem's owner can create, rename or drop; before, the one function.
+	 * Each node runs idem_internal.idem_cleanup_node, which only idem's
+	 * owner can create, rename or drop (an older version: the one function).
 	 */
 	initStringInfo(&cmd);
 	appendStringInfo(&cmd, "SELECT %s.%s(%d, %s)",

@@ -48,7 +48,7 @@ replayable(IdemStatus status)
 /*
  * Read the key's record under each of its spellings (idem_scope_spelling):
  * a record stored before the operation's key_format changed is found under
- * the other (1.13).  If both have one (two executions under 1.12), the
+ * the other.  If both have one (two executions under 1.12), the
  * older answers, with a WARNING naming both.
  */
 static bool
@@ -156,7 +156,7 @@ claim_absent(IdemClaim *c, bool found)
 	{
 		if (probe != IDEM_PROBE_FOUND)
 		{
-			/* a new execution: the policy's key checks apply (1.10) */
+			/* a new execution: the policy's key checks apply */
 			idem_check_key_policy(c->scope);
 			return CLAIM_EXECUTE;
 		}
@@ -169,7 +169,7 @@ claim_absent(IdemClaim *c, bool found)
 
 	/*
 	 * expired: the old record goes, unless another changed it first; its
-	 * audit fields stay, for the operation's audit period (1.11)
+	 * audit fields stay, for the operation's audit period
 	 */
 	idem_check_key_policy(c->scope);
 	idem_use_safe_search_path(c->identity);
@@ -209,7 +209,7 @@ claim_replay(IdemClaim *c)
 
 /*
  * The key's record expired (found) or is gone: where its operation refuses
- * reuse (reuse_after_expiry 'refuse', 1.11), IK007 while the earlier
+ * reuse (reuse_after_expiry 'refuse'), IK007 while the earlier
  * execution is in its audit period: the expired record's own, or a row of
  * idem_history.  The cleanup moves a record to the history in one
  * transaction, so a read sees the one or the other.

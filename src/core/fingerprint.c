@@ -9,7 +9,7 @@
  * spelling, so the raw JSON text is never hashed.  The digest is
  * PostgreSQL's own (pg_cryptohash), the one pgcrypto's digest() computes.
  *
- * Keyed fingerprints (1.11): a low-entropy request (a PIN, an amount) could
+ * Keyed fingerprints: a low-entropy request (a PIN, an amount) could
  * be found again from its plain SHA-256 by trying values.  With
  * idem.fingerprint_keys_file naming a file of versioned secrets ("v2:..."
  * lines), a record stores HMAC-SHA-256(secret, plain hex fingerprint) under
@@ -19,7 +19,7 @@
  * does (looked at once a transaction); the secrets live in this backend's
  * memory only, never in a setting.
  *
- * Request digests (1.13): a record also stores SipHash-2-4-128 of the
+ * Request digests: a record also stores SipHash-2-4-128 of the
  * request's jsonb bytes (siphash.c), keyed with the database's own secret
  * (idem_internal.idem_digest_secret) or, for a record keyed with a file
  * secret, with a key derived from that secret.  A replay whose request has
@@ -164,7 +164,7 @@ parse_key_line(const char *path, int lineno, char *line)
 	nkeys++;
 }
 
-/* The longest line a keys file may have, its newline not counted (1.13). */
+/* The longest line a keys file may have, its newline not counted. */
 #define FP_MAX_LINE		1023
 /* The largest keys file read. */
 #define FP_MAX_FILE		(1024 * 1024)
@@ -249,7 +249,7 @@ read_keys_text(const char *path, FILE *f, const struct stat *st)
  * open descriptor's status is what is checked and remembered, so that what
  * is read is the file that was checked.  Errors are 58P01/F0000; a line
  * longer than FP_MAX_LINE bytes refuses the file (it would be split, its
- * tail read as another line, 1.13); 55000 for a version whose secret
+ * tail read as another line); 55000 for a version whose secret
  * changed.
  */
 static void
@@ -319,7 +319,7 @@ load_keys(void)
  * (a rotation needs no reload).  A file modified within 2 s of when it was
  * last read is read again at each look, whatever its status says: a
  * rewrite of the same size within the clock's resolution leaves the status
- * as it was (1.13).
+ * as it was.
  */
 static void
 current_keys(void)
@@ -445,7 +445,7 @@ idem_fingerprints_equal(const char *a, const char *b)
 	return equal_in_constant_time(a, b, IDEM_HASH_HEX_LEN);
 }
 
-/* ---------- a call's request: its fingerprint and its digest (1.13) ---------- */
+/* ---------- a call's request: its fingerprint and its digest ---------- */
 
 /*
  * The key of request digests under secret version: the database's own

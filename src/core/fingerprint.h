@@ -17,7 +17,7 @@
 typedef char IdemFingerprint[IDEM_HASH_HEX_LEN + 1];
 
 /*
- * A call's request as a claim compares it with a record (1.13): the
+ * A call's request as a claim compares it with a record: the
  * fingerprint (SHA-256 of the canonical text), computed when first asked
  * for, and the digest of the request's jsonb bytes under the secret of a
  * record's fingerprint version, which a replay of the very same bytes

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * history.c
- *	  idem_history (1.11): when a finished record expires, the audit fields
+ *	  idem_history: when a finished record expires, the audit fields
  *	  of its execution (owner, operation, key, request fingerprint, status,
  *	  HTTP status, resource id, times) outlive it for the operation's audit
  *	  period, its policy's audit_ttl or idem.audit_ttl.  They are moved here
@@ -64,7 +64,6 @@ static const IdemColumnSpec history_columns[HIST_NCOLS] = {
 
 #define HIST_INDEX_KEY 0		/* idem_history_key: (owner_id, operation, idempotency_key) */
 
-/* 1.11 */
 static const IdemTableSpec history_spec = {
 	"idem_history", NULL, history_columns, HIST_NCOLS,
 	NULL, 0, true, {[HIST_INDEX_KEY] = "idem_history_key"}

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * history.h
- *	  idem_history (1.11): the audit fields of expired executions, kept
+ *	  idem_history: the audit fields of expired executions, kept
  *	  for the operation's audit period.
  *
  *-------------------------------------------------------------------------

@@ -12,10 +12,10 @@
  * abort, at most idem.wait_timeout.  The wait is an ordinary lock wait: it
  * shows in pg_blocking_pids and takes part in deadlock detection.
  *
- * Here too: the checks of names (operations, topics, consumers, workers),
- * the errors that refuse a key (IK001, IK002, IK007), and the one log line
- * per call that idem.log_outcomes asks for.  Which owners and operations a
- * role may act for is binding.c's.
+ * Here too: the checks of keys and names (operations, topics, consumers,
+ * workers) and the errors that refuse a key (IK001, IK002, IK007).  A
+ * call's scope is made in key_spelling.c, the outcome's log line in
+ * key_log.c; which owners and operations a role may act for is binding.c's.
  *
  *-------------------------------------------------------------------------
  */
@@ -37,11 +37,9 @@
 #include "utils/resowner.h"
 
 #include "idem.h"
-#include "binding.h"
 #include "key.h"
 #include "policy.h"
 #include "stats.h"
-#include "util.h"
 
 /* GUC variables */
 int			idem_wait_timeout = 5000;
@@ -162,37 +160,6 @@ void
 idem_check_operation(const char *operation, int len)
 {
 	idem_check_name("operation", operation, len, IDEM_OPERATION_MAX_LEN);
-}
-
-/*
- * Fill scope from text arguments, checking the key and the operation.  The
- * strings are allocated in the current memory context.
- */
-void
-idem_scope_init(IdemScope *scope, int64 owner, Datum operation_text, Datum key_text)
-{
-	text	   *op = DatumGetTextPP(operation_text);
-
-	idem_check_owner(owner);
-	scope->owner = owner;
-	scope->operation = text_to_cstring(op);
-	idem_check_operation(scope->operation, VARSIZE_ANY_EXHDR(op));
-	idem_check_operation_allowed(scope->operation);
-	scope->operation_text = PointerGetDatum(op);
-	idem_scope_set_key(scope, key_text);
-}
-
-/*
- * (owner, operation, key) from a call's arguments 0..2: none NULL (22004),
- * each checked.
- */
-void
-idem_scope_from_args(FunctionCallInfo fcinfo, IdemScope *scope)
-{
-	idem_check_not_null(fcinfo, 0, "owner");
-	idem_check_not_null(fcinfo, 1, "operation");
-	idem_check_not_null(fcinfo, 2, "key");
-	idem_scope_init(scope, PG_GETARG_INT64(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2));
 }
 
 /* The lock tag of one (owner, operation, key) in this database. */

@@ -1,10 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * key_spelling.c
- *	  A key's spellings and the key checks of its operation's policy: a key
- *	  shaped like a UUID or a ULID is one key in either case (1.13), and
- *	  key_format and reject_weak_keys (1.10) refuse only keys about to be
- *	  executed.
+ *	  A call's scope (owner, operation, key) from its arguments, the key's
+ *	  spellings and the key checks of its operation's policy.  A key shaped
+ *	  like a UUID or a ULID is one key in either case; key_format and
+ *	  reject_weak_keys refuse only keys about to be executed.
  *
  *-------------------------------------------------------------------------
  */
@@ -12,9 +12,12 @@
 
 #include <ctype.h>
 
+#include "fmgr.h"
 #include "utils/builtins.h"
 
 #include "idem.h"
+#include "util.h"
+#include "binding.h"
 #include "key.h"
 #include "policy.h"
 
@@ -29,7 +32,7 @@ refuse_key(const IdemScope *scope, const char *why, const char *hint)
 			 errhint("%s", hint)));
 }
 
-/* The shapes of key a key_format names (1.10). */
+/* The shapes of key a key_format names. */
 typedef enum KeyShape
 {
 	KEY_SHAPE_TOKEN,
@@ -81,11 +84,10 @@ key_shape(const char *key, int len, char **norm)
 /*
  * Set scope's key from key_text, checked (idem_check_key).  A key shaped
  * like a UUID or a ULID has one spelling (a UUID in lower case, a ULID in
- * upper case), as key_format has kept it since 1.10, whatever the
- * operation's policy (1.13): scope->key, under which a new record is
+ * upper case), whatever the operation's key_format: scope->key, under which a new record is
  * stored, the key lock taken and a transaction's claims kept, so that two
  * spellings of one identifier are one key.  A lookup tries it first, then
- * the key as sent (sent_key), under which a record stored before 1.13
+ * the key as sent (sent_key), under which an older record stored
  * without a key_format is.
  */
 void
@@ -109,6 +111,37 @@ idem_scope_set_key(IdemScope *scope, Datum key_text)
 }
 
 /*
+ * Fill scope from text arguments, checking the key and the operation.  The
+ * strings are allocated in the current memory context.
+ */
+void
+idem_scope_init(IdemScope *scope, int64 owner, Datum operation_text, Datum key_text)
+{
+	text	   *op = DatumGetTextPP(operation_text);
+
+	idem_check_owner(owner);
+	scope->owner = owner;
+	scope->operation = text_to_cstring(op);
+	idem_check_operation(scope->operation, VARSIZE_ANY_EXHDR(op));
+	idem_check_operation_allowed(scope->operation);
+	scope->operation_text = PointerGetDatum(op);
+	idem_scope_set_key(scope, key_text);
+}
+
+/*
+ * (owner, operation, key) from a call's arguments 0..2: none NULL (22004),
+ * each checked.
+ */
+void
+idem_scope_from_args(FunctionCallInfo fcinfo, IdemScope *scope)
+{
+	idem_check_not_null(fcinfo, 0, "owner");
+	idem_check_not_null(fcinfo, 1, "operation");
+	idem_check_not_null(fcinfo, 2, "key");
+	idem_scope_init(scope, PG_GETARG_INT64(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2));
+}
+
+/*
  * Spelling i (0 .. IDEM_KEY_SPELLINGS - 1) of scope's key, in the order a
  * lookup tries them, as a scope of its own in *spelled; false if the key
  * has no spelling i.
@@ -128,12 +161,12 @@ idem_scope_spelling(const IdemScope *scope, int i, IdemScope *spelled)
 }
 
 /*
- * The key checks of the operation's policy (1.10): key_format 'uuid' or
+ * The key checks of the operation's policy: key_format 'uuid' or
  * 'ulid' (either case: see idem_scope_set_key); reject_weak_keys refuses
  * all-digit keys (timestamps, ids) and keys of fewer than 8 distinct
  * characters.  Asked only of a key about to be executed: a key with a
  * record or an audit row from before the policy is replayed (or refused
- * with IK007) as any other (1.13).
+ * with IK007) as any other.
  */
 void
 idem_check_key_policy(const IdemScope *scope)

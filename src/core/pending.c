@@ -167,7 +167,7 @@ idem_pending_check_unclaimed(const IdemScope *scope, IdemRequestPrint *print)
 /*
  * The owner of this transaction's unfinished claims (idem_begin's, not yet
  * finished), if it has some and they are all one owner's: whose a message
- * emitted in the middle of them is (idem_outbox_emit, 1.13).
+ * emitted in the middle of them is (idem_outbox_emit).
  */
 bool
 idem_pending_owner(int64 *owner)

@@ -45,7 +45,7 @@ typedef struct PolicyEntry
 	IdemPolicy	policy;
 } PolicyEntry;
 
-/* GUC variables (1.11) */
+/* GUC variables */
 int			idem_audit_ttl = 0;
 int			idem_reuse_after_expiry = IDEM_REUSE_EXECUTE;
 
@@ -300,7 +300,7 @@ load_policies(void)
 	PG_TRY();
 	{
 		/*
-		 * On Citus idem_policy is a reference table (1.11): its rows are in
+		 * On Citus idem_policy is a reference table: its rows are in
 		 * the placement on this node, whose own trigger invalidates it; a
 		 * node without one has no policies
 		 */
@@ -392,7 +392,7 @@ keeps_no_audit(const IdemPolicy *policy)
 /*
  * The operations that refuse reused keys (reuse_after_expiry 'refuse') but
  * keep no audit period, so that their expired keys execute again as if
- * 'execute' (1.13): their names, and "*" for the operations without a
+ * 'execute': their names, and "*" for the operations without a
  * policy of their own when the GUCs say so.  In the current memory context.
  */
 List *

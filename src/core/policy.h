@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * policy.h
- *	  Per-operation policy (idem_policy, 1.10): what an operation's row
+ *	  Per-operation policy (idem_policy): what an operation's row
  *	  overrides of the GUCs, read once per backend and again only after
  *	  the table changed.
  *
@@ -40,8 +40,7 @@ typedef struct IdemPolicy
 	int			max_attempts;		/* 0: unset */
 	int			retry_base_ms;		/* 0: unset */
 	int			retry_max_ms;		/* 0: unset */
-	bool		has_audit_ttl;	/* 1.11 */
-	Interval	audit_ttl;
+	bool		has_audit_ttl;		Interval	audit_ttl;
 	int			reuse_after_expiry;	/* -1: unset; else an IdemReuse */
 	IdemKeyFormat key_format;
 	bool		reject_weak_keys;

@@ -374,9 +374,9 @@ idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec)
 
 /*
  * The columns of record that store res, without what the operation's
- * policy redacts (1.10): res is changed to what is stored, so that the
- * caller can return it (idem_finish_stored, 1.13).  Headers in json form
- * where the table has the column (1.11), else as their jsonb object.
+ * policy redacts: res is changed to what is stored, so that the
+ * caller can return it (idem_finish_stored).  Headers in json form
+ * where the table has the column, else as their jsonb object.
  */
 static void
 set_result(IdemRow *record, const char *operation, IdemResult *res)
@@ -448,14 +448,14 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	idem_row_set(&record, REC_OWNER, Int64GetDatum(scope->owner));
 	idem_row_set(&record, REC_OPERATION, scope->operation_text);
 	idem_row_set(&record, REC_KEY, scope->key_text);
-	/* keyed where idem.fingerprint_keys_file has a secret (1.11) */
+	/* keyed where idem.fingerprint_keys_file has a secret */
 	if (rt->att[REC_FP_VERSION] != InvalidAttrNumber)
 		fp_version = idem_fingerprint_sign_version();
 	idem_fingerprint_keyed(idem_print_fingerprint(print), fp_version, stored);
 	idem_row_set(&record, REC_HASH, CStringGetTextDatum(stored));
 	if (fp_version > 0)
 		idem_row_set(&record, REC_FP_VERSION, Int16GetDatum((int16) fp_version));
-	/* the digest of the request's bytes under the same version's secret (1.13) */
+	/* the digest of the request's bytes under the same version's secret */
 	if (rt->att[REC_DIGEST] != InvalidAttrNumber &&
 		(digest = idem_print_digest(print, idem_catalog_digest_secret(cat), fp_version)) != NULL)
 	{

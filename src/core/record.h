@@ -31,7 +31,7 @@ typedef struct IdemResult
 	bool		snapshot_isnull;
 	Datum		headers;		/* jsonb object of strings */
 	bool		headers_isnull;
-	Datum		header_list;	/* json: an object or [name, value] pairs, as given (1.11) */
+	Datum		header_list;	/* json: an object or [name, value] pairs, as given */
 	bool		has_header_list;
 	int64		resource_id;
 	bool		resource_isnull;
@@ -45,7 +45,7 @@ typedef struct IdemRecord
 	bool		is_task;		/* written by idem_submit */
 	IdemFingerprint request_hash;
 	int			fp_version;		/* request_hash's secret; 0: plain SHA-256 */
-	bool		has_digest;		/* request_digest is set (1.13) */
+	bool		has_digest;		/* request_digest is set */
 	uint8		digest[IDEM_DIGEST_LEN];	/* keyed with fp_version's secret */
 	IdemStatus	status;
 	bool		expired;		/* expires_at < now */

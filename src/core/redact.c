@@ -9,7 +9,7 @@
  * Never an error: a pointer that does not apply to a value (a member that
  * is not there, a pointer through a scalar, an array index that is not a
  * canonical index of the array) is skipped, whatever shape a client's
- * echoed field gives the body (1.13).  Header names are matched without
+ * echoed field gives the body.  Header names are matched without
  * regard to case, as HTTP compares them: "/Authorization" removes
  * "authorization".
  *
@@ -206,7 +206,7 @@ idem_redact_headers(const char *operation, Datum jsonb)
 }
 
 /*
- * Headers in json form (1.11) without the redacted names: an object's
+ * Headers in json form without the redacted names: an object's
  * members, or the [name, value] pairs, whose name a one-segment pointer
  * names in any case ("/Authorization").  The same text, byte for byte, if
  * none is there.

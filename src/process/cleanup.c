@@ -70,10 +70,7 @@ typedef struct CleanupTarget
 
 static const CleanupTarget targets[] = {
 	{"idempotency_record", "expires_at", "operation", IDEM_KIND_OPERATION, false, false},
-	{"idem_inbox", "expires_at", "consumer", IDEM_KIND_CONSUMER, true, false},	/* 1.4 */
-	{"idem_outbox", "acked_at", "topic", IDEM_KIND_TOPIC, true, true},	/* 1.4 */
-	{"idem_history", "audit_until", NULL, IDEM_KIND_OPERATION, true, false},	/* 1.11 */
-};
+	{"idem_inbox", "expires_at", "consumer", IDEM_KIND_CONSUMER, true, false},		{"idem_outbox", "acked_at", "topic", IDEM_KIND_TOPIC, true, true},		{"idem_history", "audit_until", NULL, IDEM_KIND_OPERATION, true, false},	};
 
 #define TARGET_RECORD	0
 #define TARGET_HISTORY	3
@@ -179,7 +176,7 @@ delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_
 						target->table, target->column),
 				 errhint("Undo the change, or drop and re-create the extension idem.")));
 	index = open_expiry_index(heap, expires, target);
-	/* a record's audit fields outlive it in idem_history (1.11) */
+	/* a record's audit fields outlive it in idem_history */
 	if (OidIsValid(history))
 		(void) idem_archive_begin(&archive, history, relid, now);
 

@@ -375,7 +375,7 @@ database_still_ours(void)
 
 /*
  * Once a round per database: a WARNING for each operation that refuses
- * reused keys but keeps no audit period (1.13): its expired keys execute
+ * reused keys but keeps no audit period: its expired keys execute
  * again, as with 'execute', which its policy says they must not.
  */
 static void

@@ -3,7 +3,7 @@
  * keycheck.c
  *	  A keyed check value of each fingerprint secret version, recorded the
  *	  first time a backend of this server reads the version from
- *	  idem.fingerprint_keys_file (1.13).
+ *	  idem.fingerprint_keys_file.
  *
  * Each backend reads the file on its own.  Were a version's secret
  * rewritten, a backend that read it before would keep the old secret while

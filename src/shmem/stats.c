@@ -25,7 +25,7 @@
  * ProcessUtility hook sees both).  The slots are in shared memory only: a
  * restart between PREPARE and COMMIT PREPARED loses that transaction's
  * counts, and a transaction with more distinct counts than a slot holds
- * adds the rest at PREPARE, as before 1.7.
+ * adds the rest at PREPARE.
  *
  *-------------------------------------------------------------------------
  */

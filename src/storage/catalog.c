@@ -58,10 +58,8 @@ static const IdemColumnSpec record_columns[REC_NCOLS] = {
 	[REC_CREATED] = {"created_at", TIMESTAMPTZOID, 0, false, false},
 	[REC_UPDATED] = {"updated_at", TIMESTAMPTZOID, 0, false, false},
 	[REC_EXPIRES] = {"expires_at", TIMESTAMPTZOID, 0, false, false},
-	/* 1.3 */
 	[REC_BODY] = {"response_body", JSONOID, 0, false, true},
 	[REC_HEADERS] = {"response_headers", JSONBOID, 0, false, true},
-	/* 1.5 */
 	[REC_TASK_REQUEST] = {"task_request", JSONBOID, 0, false, true},
 	[REC_TASK_PAYLOAD] = {"task_payload", JSONBOID, 0, false, true},
 	[REC_TASK_ATTEMPTS] = {"task_attempts", INT4OID, 0, false, true},
@@ -73,10 +71,8 @@ static const IdemColumnSpec record_columns[REC_NCOLS] = {
 	[REC_TASK_SESSION] = {"task_session", INT8OID, 0, false, true},
 	[REC_TASK_LAST_ERROR] = {"task_last_error", JSONBOID, 0, false, true},
 	[REC_TASK_TTL] = {"task_ttl", INTERVALOID, 0, false, true},
-	/* 1.11 */
 	[REC_FP_VERSION] = {"fingerprint_version", INT2OID, 0, false, true},
 	[REC_HEADER_LIST] = {"response_header_list", JSONOID, 0, false, true},
-	/* 1.13 */
 	[REC_TASK_LAPSES] = {"task_lapses", INT4OID, 0, false, true},
 	[REC_DIGEST] = {"request_digest", BYTEAOID, 0, false, true},
 };

@@ -79,7 +79,7 @@ typedef enum IdemRecordColumn
 } IdemRecordColumn;
 
 /* idempotency_record's other indexes: the lease's, and (on Citus) the holder's */
-#define REC_INDEX_TASK_DUE		0	/* idem_task_due, 1.5 */
+#define REC_INDEX_TASK_DUE		0	/* idem_task_due */
 #define REC_INDEX_TASK_ID		1	/* idem_task_id, made by idem_distribute() */
 
 /* idempotency_record is table 0; the others register in _PG_init */
@@ -108,7 +108,7 @@ typedef struct IdemCatalog
 	int			nentries;
 	IdemEntryPoint entries[IDEM_MAX_ENTRY_POINTS];
 	uint64		generation;		/* tells one build from the next */
-	bool		has_digest_secret;	/* idem_digest_secret holds one (1.13) */
+	bool		has_digest_secret;	/* idem_digest_secret holds one */
 	uint8		digest_secret[IDEM_DIGEST_SECRET_LEN];
 } IdemCatalog;
 

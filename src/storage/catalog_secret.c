@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * catalog_secret.c
- *	  The database's request digest secret (1.13): the one row of
+ *	  The database's request digest secret: the one row of
  *	  idem_internal.idem_digest_secret, read with the catalog.
  *
  * The install and update scripts fill it with 16 random bytes
@@ -27,7 +27,7 @@
 #include "idem.h"
 #include "catalog.h"
 
-/* Read the secret into cat, if the table (1.13) holds one of the right length. */
+/* Read the secret into cat, if the table holds one of the right length. */
 void
 idem_catalog_load_digest_secret(IdemCatalog *cat)
 {
