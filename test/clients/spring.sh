@@ -6,7 +6,9 @@
 # idem; its service role shop_app): the article's tests through JdbcTemplate
 # and JPA, 20 threads on one key, failures that must store nothing, the
 # ProblemDetail answers, Actuator's meters and health.  One line per Surefire
-# test case.  Then each line's jar as a service: the HTTP contract
+# test case, the starters' own context tests (ApplicationContextRunner, no
+# server: each condition, a bean of the application's replacing the
+# default, the start-up failure's analysis, the meters' tags) first.  Then each line's jar as a service: the HTTP contract
 # (test/clients/contract.py, as for every other stack), the double click in
 # headless Chromium (Boot 3.5), and a smoke of the Boot 4.1 jar on the
 # newest JDK under /usr/lib/jvm (Temurin) when it is newer than the default.
@@ -72,7 +74,10 @@ newer_java() {
 
 mvn_step "mvn install builds idem-pg" "$CLIENTS/java" -q -DskipTests install || exit 0
 mvn_step "mvn install builds idem-spring-boot-starter (Spring Boot 3.5.7) and idem-spring-boot4-starter (4.1.2), -Xlint:all -Werror" \
-	"$CLIENTS/java/spring" -q install || exit 0
+	"$CLIENTS/java/spring" -q -Dmaven.test.failure.ignore=true install || exit 0
+# the starters' context tests (ApplicationContextRunner: the conditions, no server), on each line
+surefire_lines "starter boot 3.5" "$CLIENTS/java/spring/boot3/target/surefire-reports"
+surefire_lines "starter boot 4.1" "$CLIENTS/java/spring/boot4/target/surefire-reports"
 # the classes each Boot line has in its own names differ in those names only
 boot_packages() {
 	sed -e 's/org\.springframework\.boot\.actuate\.health/HEALTH/g; s/org\.springframework\.boot\.health\.contributor/HEALTH/g' \

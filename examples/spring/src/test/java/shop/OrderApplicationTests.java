@@ -259,14 +259,14 @@ class OrderApplicationTests extends ServiceTests {
         for (int i = 0; i < 300; i++) {
             prom = HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port
                 + "/actuator/prometheus")).build(), HttpResponse.BodyHandlers.ofString());
-            if (prom.body().contains("idem_requests_seconds_count{operation=\"CREATE_ORDER\",outcome=\"executed\"}")) {
+            if (prom.body().contains("idem_requests_seconds_count{operation=\"CREATE_ORDER\",outcome=\"executed\",status=\"2xx\"}")) {
                 break;
             }
             Thread.sleep(100);
         }
         String names = HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port
             + "/actuator/metrics")).build(), HttpResponse.BodyHandlers.ofString()).body();
-        assertTrue(prom.body().contains("idem_requests_seconds_count{operation=\"CREATE_ORDER\",outcome=\"executed\"}"),
+        assertTrue(prom.body().contains("idem_requests_seconds_count{operation=\"CREATE_ORDER\",outcome=\"executed\",status=\"2xx\"}"),
             prom.body().lines().filter(l -> l.startsWith("idem")).toList() + " of " + names);
         // details to an authenticated caller only (show-details=when-authorized; TestSecurity's users)
         HttpResponse<String> health = HTTP.send(HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + port

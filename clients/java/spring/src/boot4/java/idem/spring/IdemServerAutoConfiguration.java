@@ -7,6 +7,7 @@ import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnWebApplication;
 import org.springframework.boot.tomcat.servlet.TomcatServletWebServerFactory;
 import org.springframework.boot.web.server.WebServerFactoryCustomizer;
@@ -22,6 +23,7 @@ import org.springframework.context.annotation.Configuration;
 @AutoConfiguration(after = IdemAutoConfiguration.class)
 @ConditionalOnWebApplication(type = ConditionalOnWebApplication.Type.SERVLET)
 @ConditionalOnBean(DataSource.class)
+@ConditionalOnProperty(prefix = "idem", name = "enabled", havingValue = "true", matchIfMissing = true)
 public class IdemServerAutoConfiguration {
     /**
      * Actuator's health: is idem installed in the database? One catalog lookup, never
@@ -47,6 +49,7 @@ public class IdemServerAutoConfiguration {
         "org.springframework.boot.tomcat.servlet.TomcatServletWebServerFactory"})
     static class Tomcat {
         @Bean
+        @ConditionalOnMissingBean(name = "idemTomcatCustomizer")
         WebServerFactoryCustomizer<TomcatServletWebServerFactory> idemTomcatCustomizer(IdemProperties properties) {
             return factory -> factory.addContextCustomizers(
                 context -> TomcatProblemValve.install(context.getParent(), properties.getErrorsUrl()));

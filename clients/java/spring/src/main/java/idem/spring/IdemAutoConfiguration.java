@@ -21,10 +21,11 @@ import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.beans.factory.SmartInitializingSingleton;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnWebApplication;
 import org.springframework.boot.context.properties.EnableConfigurationProperties;
-import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Configuration;
 import org.springframework.core.Ordered;
@@ -39,7 +40,10 @@ import org.springframework.web.servlet.mvc.method.annotation.StreamingResponseBo
 /**
  * idem for a Spring MVC application: the {@link Idempotent} handler methods go through idem's
  * servlet filter, in a transaction of the application's transaction manager; {@link IdemTemplate}
- * for services. Needs an {@link IdemOwnerResolver} bean: start-up fails without one.
+ * for services. Applies to a servlet web application with idem-pg and a {@link DataSource} bean,
+ * unless {@code idem.enabled=false}; every bean gives way to one of the application's. Needs an
+ * {@link IdemOwnerResolver} bean: start-up fails without one ({@link OwnerResolverFailureAnalyzer}
+ * says what to define).
  */
 @AutoConfiguration(afterName = {
     "org.springframework.boot.autoconfigure.jdbc.DataSourceAutoConfiguration",
@@ -53,7 +57,9 @@ import org.springframework.web.servlet.mvc.method.annotation.StreamingResponseBo
     "org.springframework.boot.actuate.autoconfigure.metrics.CompositeMeterRegistryAutoConfiguration",
     "org.springframework.boot.micrometer.metrics.autoconfigure.CompositeMeterRegistryAutoConfiguration"})
 @ConditionalOnWebApplication(type = ConditionalOnWebApplication.Type.SERVLET)
+@ConditionalOnClass({Idem.class, IdempotencyFilter.class, DataSource.class, RequestMappingHandlerMapping.class})
 @ConditionalOnBean(DataSource.class)
+@ConditionalOnProperty(prefix = "idem", name = "enabled", havingValue = "true", matchIfMissing = true)
 @EnableConfigurationProperties(IdemProperties.class)
 public class IdemAutoConfiguration {
     /** Return types answered after the handler returned: never stored in its transaction. */
@@ -74,15 +80,14 @@ public class IdemAutoConfiguration {
 
     /** The filter, after Spring Security's (its principal is the owner's source). */
     @Bean
+    @ConditionalOnMissingBean
     public IdemFilter idemFilter(IdemProperties properties, ObjectProvider<IdemOwnerResolver> owners,
                                  BeanFactory beans, RequestMappingHandlerMapping requestMappingHandlerMapping,
                                  ObjectProvider<IdemMetrics> metrics,
                                  ObjectProvider<RequestMappingHandlerAdapter> adapters) {
         IdemOwnerResolver owner = owners.getIfAvailable();
         if (owner == null) {
-            throw new IllegalStateException("idem: define a bean of type idem.spring.IdemOwnerResolver: the owner "
-                + "(tenant) of a request, from its authentication (IdemOwnerResolver.fromPrincipal(...) with Spring "
-                + "Security); never a header the client chooses (clients/CONTRACT.md)");
+            throw new NoOwnerResolverException();
         }
         Settings settings = new Settings(null, owner::ownerOf)
             .matcher(new IdempotentRoutes(requestMappingHandlerMapping))
@@ -106,6 +111,7 @@ public class IdemAutoConfiguration {
     }
 
     @Bean
+    @ConditionalOnMissingBean
     public FailureMarker idemFailureMarker() {
         return new FailureMarker();
     }
@@ -115,6 +121,7 @@ public class IdemAutoConfiguration {
      * operation's meters are registered.
      */
     @Bean
+    @ConditionalOnMissingBean(name = "idemAsyncCheck")
     public SmartInitializingSingleton idemAsyncCheck(RequestMappingHandlerMapping requestMappingHandlerMapping,
                                                      ObjectProvider<IdemMetrics> metrics) {
         return () -> {
@@ -151,8 +158,18 @@ public class IdemAutoConfiguration {
     @ConditionalOnClass(name = "io.micrometer.core.instrument.MeterRegistry")
     static class Metrics {
         @Bean
+        @ConditionalOnMissingBean
         IdemMetrics idemMetrics(ObjectProvider<io.micrometer.core.instrument.MeterRegistry> registries) {
             return new IdemMetrics(registries);
+        }
+    }
+
+    /** Start-up without an {@link IdemOwnerResolver} bean ({@link OwnerResolverFailureAnalyzer}). */
+    public static final class NoOwnerResolverException extends IllegalStateException {
+        private static final long serialVersionUID = 1L;
+
+        NoOwnerResolverException() {
+            super("idem: no bean of type idem.spring.IdemOwnerResolver");
         }
     }
 
@@ -162,7 +179,8 @@ public class IdemAutoConfiguration {
         public static final int ORDER = -50;
         private final IdempotencyFilter filter;
 
-        IdemFilter(IdempotencyFilter filter) {
+        /** idem's filter with settings of the application's own (a bean of its own replaces the starter's). */
+        public IdemFilter(IdempotencyFilter filter) {
             this.filter = filter;
         }
 

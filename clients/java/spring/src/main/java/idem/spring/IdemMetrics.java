@@ -10,11 +10,12 @@ import io.micrometer.core.instrument.Timer;
 
 /**
  * Micrometer meters of the idempotent routes (Actuator's metrics and Prometheus endpoints):
- * {@code idem.requests} (a timer: count and latency) by operation and outcome — executed,
+ * {@code idem.requests} (a timer: count and latency) by operation, outcome — executed,
  * replayed, conflict (a key reused with another request), in_flight (the key's first request
- * still running: 409 with Retry-After), refused (the other 4xx of the contract), error; and
+ * still running: 409 with Retry-After), refused (the other 4xx of the contract), error — and
+ * status class (2xx, 4xx, 5xx); and
  * {@code idem.in_flight_waits} (a counter) by operation: the in_flight answers, registered at 0
- * for every {@code @Idempotent} operation at start-up.
+ * for every {@code @Idempotent} operation at start-up.  No tag names a key or an owner.
  */
 public final class IdemMetrics implements Settings.Observer {
     private final ObjectProvider<MeterRegistry> registries;
@@ -58,7 +59,7 @@ public final class IdemMetrics implements Settings.Observer {
         }
         String outcome = outcome(status, replayed, problem);
         Timer.builder("idem.requests").description("Requests of idempotent routes")
-            .tag("operation", operation).tag("outcome", outcome).register(registry)
+            .tag("operation", operation).tag("outcome", outcome).tag("status", status / 100 + "xx").register(registry)
             .record(nanos, TimeUnit.NANOSECONDS);
         if (outcome.equals("in_flight")) {
             inFlightWaits(registry, operation).increment();

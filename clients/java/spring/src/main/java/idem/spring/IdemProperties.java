@@ -7,6 +7,8 @@ import org.springframework.boot.context.properties.ConfigurationProperties;
 /** {@code idem.*} application properties: clients/CONTRACT.md's settings. No property names a header. */
 @ConfigurationProperties("idem")
 public class IdemProperties {
+    /** false: the starter configures nothing (no filter, no IdemTemplate, no health indicator). */
+    private boolean enabled = true;
     /** 409 (the article) or 422 (the IETF draft) for a key reused with another request. */
     private int conflictStatus = 409;
     /** A larger request body is 413 before anything is claimed. */
@@ -20,6 +22,8 @@ public class IdemProperties {
     /** Replay Set-Cookie headers (off: a session cookie must not be handed out twice). */
     private boolean replaySetCookie;
 
+    public boolean isEnabled() { return enabled; }
+    public void setEnabled(boolean enabled) { this.enabled = enabled; }
     public int getConflictStatus() { return conflictStatus; }
     public void setConflictStatus(int conflictStatus) { this.conflictStatus = conflictStatus; }
     public long getMaxBodyBytes() { return maxBodyBytes; }
