@@ -7,10 +7,13 @@ extension in a few lines.
             ...                                   # the work, in the same transaction
             c.finish(201, {"debited": 100})
 
-Modules: ``core`` (re-exported here), ``errors`` (one exception per
-SQLSTATE), ``tasks`` (long-flow workers), ``http`` (the HTTP contract of
-clients/CONTRACT.md), ``wsgi``, ``asgi`` and ``django`` (its middlewares),
-``fast`` (the optional Redis layer).
+Modules: ``core`` (re-exported here) and ``aio`` (the same on an
+AsyncConnection), both running the calls of ``calls`` (each of idem's
+calls written once); ``errors`` (one exception per name of
+docs/errors.tsv); ``tasks`` (long-flow workers); ``http`` (the HTTP
+contract of clients/CONTRACT.md, one generator of steps driven by
+``handle`` and ``handle_async``), ``wsgi``, ``asgi`` and ``django`` (its
+middlewares); ``fast`` (the optional Redis layer).
 """
 from .core import (Claim, Outcome, RawJson, Submission, begin, claim, consume, emit, finish, finish_stored, run,
                    submit)

@@ -18,84 +18,78 @@ import random
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Mapping, Optional, Tuple, TypeVar
 
-from .core import (BEGIN_SQL, FINISH_SQL, GRANTED_SQL, FINISH_STORED_SQL, RUN_SQL, SUBMIT_SQL, Json, Outcome, Submission, Ttl,
-                   _consume_call, _emit_call, _headers_param, _json, _outcome, _submission, _ttl)
+from . import calls
+from .calls import Json, Outcome, Submission, Ttl
 from .errors import NoClaim, SerializationFailure, sqlstate_of, translate
 from .schema import LOOKUP_SQL, PLACEHOLDER, cached, remember, statement
-from .tasks import COMPLETE_SQL, FAIL_SQL, HEARTBEAT_SQL, LEASE_SQL, Task, _complete_params, _task_of
+from .tasks import Task
 
 T = TypeVar("T")
 
 
-async def _rows(conn: Any, sql: str, params: tuple) -> List[tuple]:
+async def rows_of(conn: Any, sql: str, params: tuple) -> List[tuple]:
+    """``core.rows_of`` on an AsyncConnection."""
     if PLACEHOLDER in sql:
         schema = cached(conn)
         if schema is None:
-            found = await _rows(conn, LOOKUP_SQL, ())
+            found = await rows_of(conn, LOOKUP_SQL, ())
             schema = remember(conn, found[0] if found else None)
         sql = statement(sql, schema)
     try:
         cur = await conn.execute(sql, params)
-        return await cur.fetchall()
+        return await cur.fetchall() if cur.description is not None else []
     except Exception as e:  # noqa: BLE001 - translated, or re-raised as it is
         raise translate(e) from e
 
 
-async def _one(conn: Any, sql: str, params: tuple):
-    rows = await _rows(conn, sql, params)
-    return rows[0] if rows else None
+async def perform(conn: Any, call: calls.Call) -> Any:
+    """Run one of idem's calls (calls.py) and read its rows."""
+    return call.read(await rows_of(conn, call.sql, call.params))
 
 
 async def app_grants(conn: Any) -> Tuple[bool, str]:
     """(may the role call idem_begin and idem_finish_stored, the role)."""
-    row = await _one(conn, GRANTED_SQL, ())
-    return bool(row[0]), row[1]
+    return await perform(conn, calls.app_grants())
 
 
 async def begin(conn: Any, owner: int, operation: str, key: str, request: Json, ttl: Ttl = None) -> Outcome:
-    """idem_begin: claim the key for this transaction, or replay."""
-    return _outcome(await _one(conn, BEGIN_SQL, (owner, operation, key, _json(request), _ttl(ttl))))
+    """``idem_pg.begin``, awaited; raises what it raises."""
+    return await perform(conn, calls.begin(owner, operation, key, request, ttl))
 
 
 async def finish(conn: Any, owner: int, operation: str, key: str, http_status: int, body: Json = None,
                  resource_id: Optional[int] = None, headers: Optional[Mapping[str, str]] = None) -> None:
-    """idem_finish: store this transaction's claim's answer (2xx-4xx)."""
-    await _one(conn, FINISH_SQL, (owner, operation, key, http_status, _json(body), resource_id,
-                                  _headers_param(headers)))
+    """``idem_pg.finish``, awaited; raises what it raises."""
+    await perform(conn, calls.finish(owner, operation, key, http_status, body, resource_id, headers))
 
 
 async def finish_stored(conn: Any, owner: int, operation: str, key: str, http_status: int, body: Json = None,
-                        resource_id: Optional[int] = None,
-                        headers: Optional[Mapping[str, str]] = None) -> Outcome:
-    """idem_finish_stored (idem 1.13): ``finish``, returning the answer as stored."""
-    return _outcome(await _one(conn, FINISH_STORED_SQL, (owner, operation, key, http_status, _json(body),
-                                                         resource_id, _headers_param(headers))))
+                        resource_id: Optional[int] = None, headers: Optional[Mapping[str, str]] = None) -> Outcome:
+    """``idem_pg.finish_stored``, awaited; raises what it raises."""
+    return await perform(conn, calls.finish_stored(owner, operation, key, http_status, body, resource_id, headers))
 
 
 async def run(conn: Any, owner: int, operation: str, key: str, request: Json, handler: str,
               ttl: Ttl = None) -> Outcome:
-    """idem_run: call the SQL ``handler`` once per key, or replay."""
-    return _outcome(await _one(conn, RUN_SQL, (owner, operation, key, _json(request), handler, _ttl(ttl))))
+    """``idem_pg.run``, awaited; raises what it raises."""
+    return await perform(conn, calls.run(owner, operation, key, request, handler, ttl))
 
 
 async def submit(conn: Any, owner: int, operation: str, key: str, request: Json, payload: Json = None,
                  ttl: Ttl = None) -> Submission:
-    """idem_submit: start a long flow (a task for the workers), or tell its state."""
-    return _submission(await _one(conn, SUBMIT_SQL, (owner, operation, key, _json(request), _json(payload),
-                                                     _ttl(ttl))))
+    """``idem_pg.submit``, awaited; raises what it raises."""
+    return await perform(conn, calls.submit(owner, operation, key, request, payload, ttl))
 
 
 async def consume(conn: Any, consumer: str, message_id: str, ttl: Ttl = None, owner: Optional[int] = None) -> bool:
-    """idem_consume: True the first time this consumer sees the message."""
-    return bool((await _one(conn, *_consume_call(consumer, message_id, ttl, owner)))[0])
+    """``idem_pg.consume``, awaited; raises what it raises."""
+    return await perform(conn, calls.consume(consumer, message_id, ttl, owner))
 
 
 async def emit(conn: Any, topic: str, payload: Json, key: Optional[str] = None,
                headers: Optional[Mapping[str, str]] = None, owner: Optional[int] = None) -> int:
-    """idem_outbox_emit: a message, published once this transaction commits.
-    Returns its message id.  ``owner`` (idem 1.13): whose it is, for
-    idem_forget_owner (default: the owner of the transaction's claims)."""
-    return int((await _one(conn, *_emit_call(topic, payload, key, headers, owner)))[0])
+    """``idem_pg.emit``, awaited; raises what it raises."""
+    return await perform(conn, calls.emit(topic, payload, key, headers, owner))
 
 
 class Claim:
@@ -156,23 +150,25 @@ class TaskWorker:
         self.bind_session = bind_session
 
     async def lease(self, conn: Any, batch: int = 1) -> List[Task]:
-        rows = await _rows(conn, LEASE_SQL, (self.operation, self.worker, _ttl(self.lease_for), batch,
-                                             self.bind_session))
-        return [_task_of(r) for r in rows]
+        rows = await perform(conn, calls.lease(self.operation, self.worker, self.lease_for, batch, self.bind_session))
+        return [Task.of(r) for r in rows]
 
     @staticmethod
     async def heartbeat(conn: Any, task: Task, extend: Ttl = None):
-        task.lease_expires_at = (await _one(conn, HEARTBEAT_SQL, (task.task_id, task.token, _ttl(extend))))[0]
+        """``Task.heartbeat``, awaited: raises StaleToken (IK004)."""
+        task.lease_expires_at = await perform(conn, calls.heartbeat(task.task_id, task.token, extend))
         return task.lease_expires_at
 
     @staticmethod
     async def complete(conn: Any, task: Task, http_status: int, body: Json = None,
                        resource_id: Optional[int] = None, headers: Optional[Mapping[str, str]] = None) -> None:
-        await _one(conn, COMPLETE_SQL, _complete_params(task, http_status, body, resource_id, headers))
+        """``Task.complete``, awaited: raises StaleToken (IK004)."""
+        await perform(conn, calls.complete(task.task_id, task.token, http_status, body, resource_id, headers))
 
     @staticmethod
     async def fail(conn: Any, task: Task, error: Json, retryable: bool = True) -> str:
-        return (await _one(conn, FAIL_SQL, (task.task_id, task.token, _json(error), retryable)))[0]
+        """``Task.fail``, awaited: raises StaleToken (IK004)."""
+        return await perform(conn, calls.fail(task.task_id, task.token, error, retryable))
 
 
 __all__ = ["begin", "finish", "finish_stored", "run", "submit", "consume", "emit", "claim", "Claim",

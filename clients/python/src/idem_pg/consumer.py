@@ -57,7 +57,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psycopg
 
-from .core import _sql, consume
+from .core import consume, with_schema
 
 log = logging.getLogger("idem_pg.consumer")
 
@@ -183,7 +183,7 @@ class _Inbox:
                 conn = self.connection()
                 try:
                     attempts, dead = conn.execute(
-                        _sql(conn, _FAILED), (self.consumer, message_id, reason[:1000], key, self.topic,
+                        with_schema(conn, _FAILED), (self.consumer, message_id, reason[:1000], key, self.topic,
                                               1 if malformed else self.max_attempts,
                                               self._owner_of_fields(fields, message_id, key, partition, redelivered)),
                         prepare=False).fetchone()
@@ -217,7 +217,7 @@ class _Inbox:
             raise _Failed() from e
         try:
             with conn.transaction():
-                verdict, blocked_by = conn.execute(_sql(conn, _CHECK), (self.consumer, message_id, key, owner),
+                verdict, blocked_by = conn.execute(with_schema(conn, _CHECK), (self.consumer, message_id, key, owner),
                                                    prepare=False).fetchone()
                 if verdict != "apply":
                     why = "behind the dead letter %s of its key" % blocked_by if blocked_by else "a dead letter"

@@ -18,7 +18,7 @@ import json
 import secrets
 from typing import Any, Optional
 
-from .http import Answer, Problem, _Prepared, http_date, replayed_headers
+from .http import Answer, Problem, Prepared, http_date, replayed_headers
 
 # the article's release: delete the marker only if it is still ours
 RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
@@ -36,7 +36,7 @@ class FastLayer:
         self.settings = settings
         self._release = client.register_script(RELEASE)
 
-    def _name(self, p: _Prepared) -> str:
+    def _name(self, p: Prepared) -> str:
         # the key is hashed: a raw key never reaches Redis's keyspace or logs
         digest = hashlib.sha256(p.key.encode()).hexdigest()[:32]
         return "%s:%d:%s:%s" % (self.prefix, p.owner, p.route.operation, digest)
@@ -46,7 +46,7 @@ class FastLayer:
         text = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def before(self, p: _Prepared) -> Optional[Answer]:
+    def before(self, p: Prepared) -> Optional[Answer]:
         """A cached answer of this request, or None (go to the database).
         Raises the in-flight problem when a holder with this fingerprint is
         executing it now."""
@@ -75,7 +75,7 @@ class FastLayer:
                           [("Retry-After", retry), ("X-Idem-Cache", "in-flight")])
         return None
 
-    def after(self, p: _Prepared, answer: Answer, outcome: Any) -> None:
+    def after(self, p: Prepared, answer: Answer, outcome: Any) -> None:
         """Cache the answer as the record holds it -- a replay's, or what
         idem_finish_stored returned for a first execution that committed:
         the bytes the database stored, after its ``redact`` policy, never
@@ -94,7 +94,7 @@ class FastLayer:
         except self.errors:
             pass
 
-    def release(self, p: _Prepared) -> None:
+    def release(self, p: Prepared) -> None:
         if p.marker is None:
             return
         try:

@@ -15,9 +15,9 @@ import logging
 import re
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, Generator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
-from . import core
+from . import calls, core
 from .errors import (IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, Misconfigured, Forbidden, ReadOnly,
                      SerializationFailure, sqlstate_of, translate)
 
@@ -406,7 +406,7 @@ def _check_json_body(answer: Answer, route: Route) -> Optional[core.RawJson]:
 
 
 @dataclass
-class _Prepared:
+class Prepared:
     route: Route
     key: str
     owner: int
@@ -418,17 +418,17 @@ class _Prepared:
 
 
 def prepare(exchange: Exchange, route: Route, params: Dict[str, str], raw_body: bytes,
-            settings: Settings, key: str) -> _Prepared:
+            settings: Settings, key: str) -> Prepared:
     """Everything checked before anything is claimed."""
     check_length(len(raw_body), settings)
     body = parse_body(raw_body)
     owner = settings.owner(exchange.native)
     if owner is None:
         raise Problem(401, "no-owner", "the request has no authenticated owner")
-    return _Prepared(route, key, int(owner), body, route.request_of(body, params), params)
+    return Prepared(route, key, int(owner), body, route.request_of(body, params), params)
 
 
-def _storable(p: _Prepared, settings: Settings, app_answer: Answer) -> Optional[core.RawJson]:
+def _storable(p: Prepared, settings: Settings, app_answer: Answer) -> Optional[core.RawJson]:
     """The handler's answer's body as idem_finish stores it; a 5xx is
     discarded (_Discard), a body that is not JSON is a 500."""
     if not 200 <= app_answer.status <= 499:
@@ -436,16 +436,111 @@ def _storable(p: _Prepared, settings: Settings, app_answer: Answer) -> Optional[
     return _check_json_body(app_answer, p.route)
 
 
-def _settle(p: _Prepared, settings: Settings, db: Any, app_answer: Answer,
-            ctx: Context) -> Tuple[Answer, core.Outcome]:
-    """After the handler: store its 2xx-4xx answer in its transaction (or
-    discard a 5xx).  Returns the handler's answer, for its caller, and the
-    answer as stored (redacted), for a copy kept elsewhere (the fast layer)."""
+# The contract, written once for both kinds of framework: the steps are a
+# generator that yields what needs the framework or the database (the
+# effects below) and is sent each one's result, or thrown its error;
+# ``handle`` performs the effects synchronously, ``handle_async`` awaits
+# them.  (psycopg writes its async classes and generates the sync ones;
+# here the I/O is five effects, so a shared core needs no generator of code.)
+
+class _Call(NamedTuple):
+    """Run the framework's handler with this context."""
+    ctx: Context
+
+
+class _Read(NamedTuple):
+    """The request's body, up to n bytes."""
+    n: int
+
+
+class _Fast(NamedTuple):
+    """A call of the fast layer: short and bounded (a thread when async)."""
+    fn: Callable[..., Any]
+    args: tuple
+
+
+class _Db(NamedTuple):
+    """One of idem's calls on the transaction's connection."""
+    call: calls.Call
+
+
+class _Transaction(NamedTuple):
+    """Run steps(connection) in a transaction of their own; commit if they return."""
+    steps: Callable[[Any], Generator[Any, Any, Any]]
+
+
+def _answer(exchange: Exchange, route: Route, params: Dict[str, str], settings: Settings) -> Generator:
+    try:
+        return (yield from _contract(exchange, route, params, settings))
+    except _Discard as d:
+        return d.answer
+    except Exception as e:  # noqa: BLE001 - every error becomes an answer
+        return problem_of(e, settings).answer(settings)
+
+
+def _contract(exchange: Exchange, route: Route, params: Dict[str, str], settings: Settings) -> Generator:
+    route = resolve(route, exchange.native)
+    key = parse_key(exchange.header("idempotency-key")) if route is not None else None
+    if key is None:
+        if route is not None and route.key_required:
+            raise Problem(400, "key-missing", "this request needs an Idempotency-Key header")
+        return (yield _Call(Context(None, 0, route.operation if route else "", "", None, None, params)))
+    check_length(exchange.content_length, settings)
+    p = prepare(exchange, route, params, (yield _Read(settings.max_body_bytes + 1)), settings, key)
+    fast = settings.fast
+    if fast is not None:
+        hit = yield _Fast(fast.before, (p,))
+        if hit is not None:
+            return hit
+    try:
+        answer, outcome = yield from _execute(p, params, settings)
+        if fast is not None:
+            yield _Fast(fast.after, (p, answer, outcome))
+        return answer
+    finally:
+        if fast is not None:
+            yield _Fast(fast.release, (p,))
+
+
+def _execute(p: Prepared, params: Dict[str, str], settings: Settings) -> Generator:
+    try:
+        return (yield _Transaction(lambda db: _claim_and_run(p, params, settings, db)))
+    except Forbidden:
+        granted, role = yield _Transaction(lambda db: _app_grants())
+        if not granted:
+            raise _not_granted(role) from None
+        raise
+
+
+def _app_grants() -> Generator:
+    return (yield _Db(calls.app_grants()))
+
+
+def _claim_and_run(p: Prepared, params: Dict[str, str], settings: Settings, db: Any) -> Generator:
+    """In the request's transaction: claim (or replay), run the handler,
+    store its 2xx-4xx answer (a 5xx is discarded).  Returns the handler's
+    answer, for its caller, and the answer as stored (redacted), for a copy
+    kept elsewhere (the fast layer)."""
+    outcome = yield _Db(calls.begin(p.owner, p.route.operation, p.key, p.request, settings.ttl))
+    if outcome.replayed:
+        return replay_of(outcome), outcome
+    ctx = Context(db, p.owner, p.route.operation, p.key, p.request, p.body, params)
+    try:
+        app_answer = yield _Call(ctx)
+    except Exception as e:  # noqa: BLE001 - the handler's, answered by problem_of
+        raise HandlerError(e) from e
     body = _storable(p, settings, app_answer)
-    prep = None if settings.server_prepare else False
-    stored = core.finish_stored(db, p.owner, p.route.operation, p.key, app_answer.status, body, ctx.resource_id,
-                                stored_headers(app_answer.headers, settings), prep)
+    stored = yield _Db(calls.finish_stored(p.owner, p.route.operation, p.key, app_answer.status, body,
+                                           ctx.resource_id, stored_headers(app_answer.headers, settings)))
     return _finished(stored.expires_at, False, app_answer.status, app_answer.headers, app_answer.body), stored
+
+
+def _step(steps: Generator, value: Any, error: Optional[BaseException]) -> Tuple[bool, Any]:
+    """Advance the steps: (True, result) when they returned, else (False, the next effect)."""
+    try:
+        return False, (steps.throw(error) if error is not None else steps.send(value))
+    except StopIteration as stop:
+        return True, stop.value
 
 
 def handle(exchange: Exchange, route: Route, params: Dict[str, str], read_body: Callable[[int], bytes],
@@ -454,33 +549,68 @@ def handle(exchange: Exchange, route: Route, params: Dict[str, str], read_body: 
     """The contract around ``call`` (the framework's handler, run with the
     claim's transaction open), for a synchronous framework.
     ``transaction()`` is a context manager giving the connection of a new
-    transaction (default: settings.connection() and conn.transaction())."""
-    try:
-        route = resolve(route, exchange.native)
-        key = parse_key(exchange.header("idempotency-key")) if route is not None else None
-        if key is None:
-            if route is not None and route.key_required:
-                raise Problem(400, "key-missing", "this request needs an Idempotency-Key header")
-            return call(Context(None, 0, route.operation if route else "", "", None, None, params))
-        check_length(exchange.content_length, settings)
-        p = prepare(exchange, route, params, read_body(settings.max_body_bytes + 1), settings, key)
-        fast = settings.fast
-        if fast is not None:
-            hit = fast.before(p)
-            if hit is not None:
-                return hit
-        try:
-            answer, outcome = _execute(p, params, call, settings, transaction or _psycopg_transaction(settings))
-            if fast is not None:
-                fast.after(p, answer, outcome)
-            return answer
-        finally:
-            if fast is not None:
-                fast.release(p)
-    except _Discard as d:
-        return d.answer
-    except Exception as e:  # noqa: BLE001 - every error becomes an answer
-        return problem_of(e, settings).answer(settings)
+    transaction (default: settings.connection() and conn.transaction()).
+    Never raises: every error is an answer (problem+json)."""
+    new_transaction = transaction or _psycopg_transaction(settings)
+    prep = None if settings.server_prepare else False
+
+    def drive(steps: Generator, db: Any) -> Any:
+        value, error = None, None
+        while True:
+            done, effect = _step(steps, value, error)
+            if done:
+                return effect
+            value, error = None, None
+            try:
+                if isinstance(effect, _Db):
+                    value = core.perform(db, effect.call, prep)
+                elif isinstance(effect, _Call):
+                    value = call(effect.ctx)
+                elif isinstance(effect, _Read):
+                    value = read_body(effect.n)
+                elif isinstance(effect, _Fast):
+                    value = effect.fn(*effect.args)
+                else:
+                    with new_transaction() as tx:
+                        value = drive(effect.steps(tx), tx)
+            except Exception as e:  # noqa: BLE001 - thrown into the steps
+                error = e
+
+    return drive(_answer(exchange, route, params, settings), None)
+
+
+async def handle_async(exchange: Exchange, route: Route, params: Dict[str, str],
+                       read_body: Callable[[int], Awaitable[bytes]],
+                       call: Callable[[Context], Awaitable[Answer]], settings: Settings) -> Answer:
+    """``handle`` for an asynchronous framework (ASGI): settings.connection
+    gives psycopg AsyncConnections (AsyncConnectionPool.connection); the
+    fast layer's calls, short and bounded, run in a thread.  Never raises."""
+    import asyncio
+    from . import aio
+
+    async def drive(steps: Generator, db: Any) -> Any:
+        value, error = None, None
+        while True:
+            done, effect = _step(steps, value, error)
+            if done:
+                return effect
+            value, error = None, None
+            try:
+                if isinstance(effect, _Db):
+                    value = await aio.perform(db, effect.call)
+                elif isinstance(effect, _Call):
+                    value = await call(effect.ctx)
+                elif isinstance(effect, _Read):
+                    value = await read_body(effect.n)
+                elif isinstance(effect, _Fast):
+                    value = await asyncio.to_thread(effect.fn, *effect.args)
+                else:
+                    async with _async_transaction(settings) as tx:
+                        value = await drive(effect.steps(tx), tx)
+            except Exception as e:  # noqa: BLE001 - thrown into the steps
+                error = e
+
+    return await drive(_answer(exchange, route, params, settings), None)
 
 
 _missing_grant_logged = False
@@ -498,33 +628,6 @@ def _not_granted(role: str) -> Misconfigured:
     return Misconfigured(message, "42501")
 
 
-def _execute(p: _Prepared, params: Dict[str, str], call: Callable[[Context], Answer], settings: Settings,
-             transaction: Callable[[], Any]) -> Tuple[Answer, core.Outcome]:
-    try:
-        return _execute_once(p, params, call, settings, transaction)
-    except Forbidden:
-        with transaction() as db:
-            granted, role = core.app_grants(db)
-        if not granted:
-            raise _not_granted(role) from None
-        raise
-
-
-def _execute_once(p: _Prepared, params: Dict[str, str], call: Callable[[Context], Answer], settings: Settings,
-                  transaction: Callable[[], Any]) -> Tuple[Answer, core.Outcome]:
-    with transaction() as db:
-        outcome = core.begin(db, p.owner, p.route.operation, p.key, p.request, settings.ttl,
-                             None if settings.server_prepare else False)
-        if outcome.replayed:
-            return replay_of(outcome), outcome
-        ctx = Context(db, p.owner, p.route.operation, p.key, p.request, p.body, params)
-        try:
-            app_answer = call(ctx)
-        except Exception as e:  # noqa: BLE001 - the handler's, answered by problem_of
-            raise HandlerError(e) from e
-        return _settle(p, settings, db, app_answer, ctx)
-
-
 def _psycopg_transaction(settings: Settings) -> Callable[[], Any]:
     @contextmanager
     def transaction():
@@ -536,72 +639,6 @@ def _psycopg_transaction(settings: Settings) -> Callable[[], Any]:
             with conn.transaction():
                 yield conn
     return transaction
-
-
-async def handle_async(exchange: Exchange, route: Route, params: Dict[str, str],
-                       read_body: Callable[[int], Awaitable[bytes]],
-                       call: Callable[[Context], Awaitable[Answer]], settings: Settings) -> Answer:
-    """``handle`` for an asynchronous framework (ASGI): settings.connection
-    gives psycopg AsyncConnections (AsyncConnectionPool.connection); the
-    fast layer's calls, short and bounded, run in a thread."""
-    import asyncio
-    try:
-        route = resolve(route, exchange.native)
-        key = parse_key(exchange.header("idempotency-key")) if route is not None else None
-        if key is None:
-            if route is not None and route.key_required:
-                raise Problem(400, "key-missing", "this request needs an Idempotency-Key header")
-            return await call(Context(None, 0, route.operation if route else "", "", None, None, params))
-        check_length(exchange.content_length, settings)
-        p = prepare(exchange, route, params, await read_body(settings.max_body_bytes + 1), settings, key)
-        fast = settings.fast
-        if fast is not None:
-            hit = await asyncio.to_thread(fast.before, p)
-            if hit is not None:
-                return hit
-        try:
-            answer, outcome = await _execute_async(p, params, call, settings)
-            if fast is not None:
-                await asyncio.to_thread(fast.after, p, answer, outcome)
-            return answer
-        finally:
-            if fast is not None:
-                await asyncio.to_thread(fast.release, p)
-    except _Discard as d:
-        return d.answer
-    except Exception as e:  # noqa: BLE001 - every error becomes an answer
-        return problem_of(e, settings).answer(settings)
-
-
-async def _execute_async(p: _Prepared, params: Dict[str, str], call: Callable[[Context], Awaitable[Answer]],
-                         settings: Settings) -> Tuple[Answer, core.Outcome]:
-    from . import aio
-    try:
-        return await _execute_async_once(p, params, call, settings)
-    except Forbidden:
-        async with _async_transaction(settings) as db:
-            granted, role = await aio.app_grants(db)
-        if not granted:
-            raise _not_granted(role) from None
-        raise
-
-
-async def _execute_async_once(p: _Prepared, params: Dict[str, str], call: Callable[[Context], Awaitable[Answer]],
-                              settings: Settings) -> Tuple[Answer, core.Outcome]:
-    from . import aio
-    async with _async_transaction(settings) as db:
-        outcome = await aio.begin(db, p.owner, p.route.operation, p.key, p.request, settings.ttl)
-        if outcome.replayed:
-            return replay_of(outcome), outcome
-        ctx = Context(db, p.owner, p.route.operation, p.key, p.request, p.body, params)
-        try:
-            app_answer = await call(ctx)
-        except Exception as e:  # noqa: BLE001 - the handler's, answered by problem_of
-            raise HandlerError(e) from e
-        body = _storable(p, settings, app_answer)
-        stored = await aio.finish_stored(db, p.owner, p.route.operation, p.key, app_answer.status, body,
-                                         ctx.resource_id, stored_headers(app_answer.headers, settings))
-        return _finished(stored.expires_at, False, app_answer.status, app_answer.headers, app_answer.body), stored
 
 
 @asynccontextmanager

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import psycopg
 
-from .core import _sql
+from .core import with_schema
 
 _REDRIVE = ("SELECT @idem@.idem_inbox_redrive(%s::pg_catalog.text, %s::pg_catalog.text[],"
             " %s::pg_catalog.bool)")
@@ -114,7 +114,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         def record(ids: List[Any]) -> None:
-            conn.execute(_sql(conn, _REDRIVE),
+            conn.execute(with_schema(conn, _REDRIVE),
                          (args.consumer, [str(i) for i in ids], args.discard), prepare=False)
 
         if args.broker.startswith(("redis://", "rediss://", "unix://")):

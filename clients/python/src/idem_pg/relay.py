@@ -31,7 +31,6 @@ published with confirms, mandatory).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import select
 import signal
@@ -43,7 +42,7 @@ from typing import Tuple, Any, Callable, Dict, List, Optional, Sequence
 
 import psycopg
 
-from .core import _sql
+from .core import with_schema
 
 _FETCH = ("SELECT message_id, msg_key, payload::pg_catalog.text, headers::pg_catalog.text, attempt,"
           " extract(epoch FROM pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) emitted_at)::pg_catalog.float8"
@@ -387,7 +386,7 @@ class Relay:
         self.stopping = True
 
     def _fetch(self, conn: Any) -> List[Message]:
-        rows = conn.execute(_sql(conn, _FETCH), (self.topic, self.batch, self.lease), prepare=False).fetchall()
+        rows = conn.execute(with_schema(conn, _FETCH), (self.topic, self.batch, self.lease), prepare=False).fetchall()
         if rows:
             self._window["fetched"] += len(rows)
             self._window["wait"] = max(self._window["wait"], max(r[5] for r in rows))
@@ -400,7 +399,7 @@ class Relay:
         if self._health is False:
             return "backlog unknown (grant the relay's role idem_grant(role, 'monitor') to see it)"
         try:
-            row = conn.execute(_sql(conn, _HEALTH), prepare=False).fetchone()
+            row = conn.execute(with_schema(conn, _HEALTH), prepare=False).fetchone()
         except psycopg.errors.InsufficientPrivilege:
             self._health = False
             return self._backlog(conn)
@@ -438,11 +437,11 @@ class Relay:
             return 0
         out = broker.publish(messages)
         if out.confirmed:
-            conn.execute(_sql(conn, _ACK), (out.confirmed,), prepare=False)
+            conn.execute(with_schema(conn, _ACK), (out.confirmed,), prepare=False)
         for message_id, reason in out.refused.items():
             log.warning("idem_pg.relay: topic %s: message %d refused for good, nacked as permanent"
                         " (a dead letter; docs/dead-letters.md): %s", self.topic, message_id, reason)
-            conn.execute(_sql(conn, _NACK), ([message_id], reason), prepare=False)
+            conn.execute(with_schema(conn, _NACK), ([message_id], reason), prepare=False)
         left = len(messages) - len(out.confirmed) - len(out.refused)
         if left:
             log.warning("idem_pg.relay: %d of %d messages not taken by the broker; their leases will lapse",

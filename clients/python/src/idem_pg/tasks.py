@@ -15,33 +15,13 @@ transaction rolls back with it.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import select
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Mapping, Optional
+from typing import Any, List, Mapping, Optional
 
-from .core import Json, Ttl, _json, _one, _rows, _ttl
-
-
-HEARTBEAT_SQL = ("SELECT @idem@.idem_heartbeat(%s::pg_catalog.int8, %s::pg_catalog.int8,"
-                 " %s::pg_catalog.interval)")
-COMPLETE_SQL = ("SELECT @idem@.idem_complete(%s::pg_catalog.int8, %s::pg_catalog.int8, %s::pg_catalog.int4,"
-                " %s::pg_catalog.json, %s::pg_catalog.int8, %s::pg_catalog.jsonb)")
-FAIL_SQL = ("SELECT @idem@.idem_fail(%s::pg_catalog.int8, %s::pg_catalog.int8, %s::pg_catalog.jsonb,"
-            " %s::pg_catalog.bool)")
-LEASE_SQL = ("SELECT task_id, owner, key, request::pg_catalog.text, payload::pg_catalog.text, attempt, token,"
-             " lease_expires_at FROM @idem@.idem_lease(%s::pg_catalog.text, %s::pg_catalog.text,"
-             " %s::pg_catalog.interval, %s::pg_catalog.int4, %s::pg_catalog.bool)")
-
-
-def _task_of(row, prepare: Optional[bool] = None) -> "Task":
-    return Task(row[0], row[1], row[2], _loads(row[3]), _loads(row[4]), row[5], row[6], row[7], prepare)
-
-
-def _complete_params(task: "Task", http_status: int, body: Json, resource_id: Optional[int],
-                     headers: Optional[Mapping[str, str]]) -> tuple:
-    return (task.task_id, task.token, http_status, _json(body), resource_id,
-            json.dumps(dict(headers)) if headers is not None else None)
+from . import calls
+from .calls import Json, Ttl, loads
+from .core import perform
 
 
 @dataclass
@@ -57,20 +37,28 @@ class Task:
     lease_expires_at: _dt.datetime
     prepare: Optional[bool] = None
 
+    @classmethod
+    def of(cls, row: tuple, prepare: Optional[bool] = None) -> "Task":
+        """The task of a row of idem_lease (calls.lease)."""
+        return cls(row[0], row[1], row[2], loads(row[3]), loads(row[4]), row[5], row[6], row[7], prepare)
+
     def heartbeat(self, db: Any, extend: Ttl = None) -> _dt.datetime:
-        """Extend the lease (by the granted interval, or ``extend``); its new end."""
-        self.lease_expires_at = _one(db, HEARTBEAT_SQL, (self.task_id, self.token, _ttl(extend)), self.prepare)[0]
+        """Extend the lease (by the granted interval, or ``extend``); its new
+        end.  Raises StaleToken (IK004) if the lease is no longer this
+        token's."""
+        self.lease_expires_at = perform(db, calls.heartbeat(self.task_id, self.token, extend), self.prepare)
         return self.lease_expires_at
 
     def complete(self, db: Any, http_status: int, body: Json = None, resource_id: Optional[int] = None,
                  headers: Optional[Mapping[str, str]] = None) -> None:
-        """Store the result (2xx-4xx), in the transaction of the business write."""
-        _one(db, COMPLETE_SQL, _complete_params(self, http_status, body, resource_id, headers), self.prepare)
+        """Store the result (2xx-4xx), in the transaction of the business
+        write.  Raises StaleToken (IK004): roll that transaction back."""
+        perform(db, calls.complete(self.task_id, self.token, http_status, body, resource_id, headers), self.prepare)
 
     def fail(self, db: Any, error: Json, retryable: bool = True) -> str:
         """A failed attempt: 'FAILED_RETRYABLE' (due again after a backoff)
-        or 'FAILED_FINAL'."""
-        return _one(db, FAIL_SQL, (self.task_id, self.token, _json(error), retryable), self.prepare)[0]
+        or 'FAILED_FINAL'.  Raises StaleToken (IK004)."""
+        return perform(db, calls.fail(self.task_id, self.token, error, retryable), self.prepare)
 
 
 class TaskWorker:
@@ -86,9 +74,9 @@ class TaskWorker:
     def lease(self, db: Any, batch: int = 1) -> List[Task]:
         """Up to ``batch`` due tasks, each with a new token (committed at
         once when ``db`` is in autocommit)."""
-        rows = _rows(db, LEASE_SQL, (self.operation, self.worker, _ttl(self.lease_for), batch, self.bind_session),
-                     self.prepare)
-        return [_task_of(r, self.prepare) for r in rows]
+        rows = perform(db, calls.lease(self.operation, self.worker, self.lease_for, batch, self.bind_session),
+                       self.prepare)
+        return [Task.of(r, self.prepare) for r in rows]
 
     def wait(self, conn: Any, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a notification of a submit
@@ -103,7 +91,3 @@ class TaskWorker:
             return False
         conn.execute("SELECT 1")     # reads the notifications that came
         return True
-
-
-def _loads(text: Optional[str]) -> Json:
-    return None if text is None else json.loads(text)
