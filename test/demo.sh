@@ -58,11 +58,12 @@ SQL
 echo "-> SQLSTATE IK001: refused, never silently replayed (HTTP 409, or 422)."
 
 say "5. A duplicate while the original is still in flight"
+gate_close sql
 "$PG_BINDIR/psql" -X -q -d "$DB" -c "BEGIN" \
 	-c "SELECT order_no FROM idem_create_order(44, '01JZ6Q4X7M9K8P2A6T3B5C1D11', 1004, 1)" \
-	-c "SELECT pg_sleep(3)" -c "COMMIT" >/dev/null &
+	-c "SELECT $(gate_lock)" -c "COMMIT" >/dev/null &
 original=$!
-sleep 0.5
+gate_waited sql		# the original claimed its key and is held open
 start=$(date +%s%N)
 sql_script <<'SQL'
 SET idem.wait_timeout = '1s';
@@ -70,6 +71,7 @@ SELECT * FROM idem_create_order(44, '01JZ6Q4X7M9K8P2A6T3B5C1D11', 1004, 1);
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 SQL
 echo "-> SQLSTATE IK002 after waiting $(( ($(date +%s%N) - start) / 1000000 )) ms (idem.wait_timeout = 1s): answer 409 with Retry-After."
+gate_open sql
 wait "$original"
 sql -c "SELECT * FROM idem_create_order(44, '01JZ6Q4X7M9K8P2A6T3B5C1D11', 1004, 1)"
 echo "-> once the original committed, the retry replayed it."
@@ -89,8 +91,8 @@ sql -c "UPDATE idem_internal.idempotency_record SET expires_at = now() - interva
     -c "SELECT count(*) AS expired_now FROM idem_internal.idempotency_record WHERE expires_at < now()"
 echo "-> the server started with idem.cleanup_interval = 60s; pace it at one round a second:"
 sql -c "ALTER SYSTEM SET idem.cleanup_interval = '1s'" -c "SELECT pg_reload_conf()" >/dev/null
-sleep 2
-sql -c "SELECT count(*) AS expired_2s_later FROM idem_internal.idempotency_record WHERE expires_at < now()" \
+until_sql 0 sql -At -c "SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()"
+sql -c "SELECT count(*) AS expired_now FROM idem_internal.idempotency_record WHERE expires_at < now()" \
     -c "SELECT datname, last_run_deleted, total_deleted, runs, last_error FROM idem_cleanup_status()"
 echo "-> the worker deleted it by itself; idem_cleanup_status() shows what it did."
 

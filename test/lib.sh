@@ -36,6 +36,42 @@ lib_version() { echo "$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/
 IDEM_WAIT=${PG_TEST_TIMEOUT_DEFAULT:-180}
 export IDEM_WAIT
 
+# until_sql EXPECTED COMMAND...: run COMMAND (a psql invocation printing one
+# value) every 0.1 s until it prints EXPECTED; false after IDEM_WAIT s.
+until_sql() {
+	local expected=$1 deadline=$((SECONDS + IDEM_WAIT))
+	shift
+	while [ "$SECONDS" -lt "$deadline" ]; do
+		[ "$("$@" 2>/dev/null)" = "$expected" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# A transaction held open until the test lets it go, instead of a
+# pg_sleep a slow machine may outlast: gate_close PSQL... starts a session
+# holding the advisory lock IDEM_GATE; the transaction to hold takes
+# pg_advisory_xact_lock(IDEM_GATE) last and waits there; gate_waited
+# PSQL... returns once it waits; gate_open PSQL... ends the holding
+# session, and the waiting transaction goes on.
+IDEM_GATE=424242
+gate_lock() { echo "pg_catalog.pg_advisory_xact_lock($IDEM_GATE)"; }
+gate_locks() {	# gate_locks granted|waiting PSQL...: does such a lock of the gate exist
+	local which=$1
+	shift
+	"$@" -X -At -c "SELECT count(*) > 0 FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND classid = 0 AND objid = $IDEM_GATE AND $([ "$which" = granted ] || echo NOT) granted"
+}
+gate_close() {
+	"$@" -c "SELECT pg_catalog.pg_advisory_lock($IDEM_GATE)" -c "SELECT pg_catalog.pg_sleep(86400)" >/dev/null 2>&1 &
+	IDEM_GATE_JOB=$!
+	until_sql t gate_locks granted "$@"
+}
+gate_waited() { until_sql t gate_locks waiting "$@"; }
+gate_open() {
+	"$@" -X -At -c "SELECT count(pg_catalog.pg_terminate_backend(pid)) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND classid = 0 AND objid = $IDEM_GATE AND granted" >/dev/null
+	wait "$IDEM_GATE_JOB" 2>/dev/null || true
+}
+
 # The run's own directory.  The first script of a run (test/run_all.sh,
 # test/demo.sh, a benchmark run alone) makes it and removes it when it
 # exits; every script it starts works under it: TMPDIR points into it, the

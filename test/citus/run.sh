@@ -208,14 +208,16 @@ check "idem_begin ... idem_finish in one transaction block through the coordinat
 
 # ---- IK002: an original held open on a worker ----
 key="citus-held-$tag"
-c -c "BEGIN" -c "SELECT order_id FROM idem_create_order($owner_w1, '$key', 8, 1)" -c "SELECT pg_sleep(3)" -c "COMMIT" >/dev/null &
+gate_close c
+c -c "BEGIN" -c "SELECT order_id FROM idem_create_order($owner_w1, '$key', 8, 1)" -c "SELECT $(gate_lock)" -c "COMMIT" >/dev/null &
 holder=$!
-sleep 1
+gate_waited c	# the original claimed its key and is held open
 start=$(date +%s%N)
 state=$(sqlstate "SELECT * FROM idem_create_order($owner_w1, '$key', 8, 1)")
 waited=$((($(date +%s%N) - start) / 1000000))
 check "IK002: a duplicate of an original held on worker :$w1 waits idem.wait_timeout (1 s there), then IK002" "IK002 yes" \
-	"$state $([ "$waited" -ge 900 ] && [ "$waited" -lt 2500 ] && echo yes || echo "no ($waited ms)")"
+	"$state $([ "$waited" -ge 900 ] && echo yes || echo "no ($waited ms)")"
+gate_open c
 wait "$holder" || true
 check "IK002: once the original commits, the retry replays it" "t" \
 	"$(c -c "SELECT replayed FROM idem_create_order($owner_w1, '$key', 8, 1)")"
@@ -224,7 +226,7 @@ check "IK002: once the original commits, the retry replays it" "t" \
 key="citus-expiry-$tag"
 req="{\"owner\": $owner_w2, \"amount\": 4}"
 c -c "SELECT * FROM idem_run($owner_w2, 'PAY', '$key', '$req', 'ledger_handler(jsonb)', ttl => '1 second')" >/dev/null
-sleep 1.2
+until_sql t c -c "SELECT bool_and(expires_at < now()) FROM idem_internal.idempotency_record WHERE owner_id = $owner_w2 AND idempotency_key = '$key'"
 check "expiry: an expired key starts fresh (a second entry), in the same record, renewed" "f 2 1 t" \
 	"$(c -c "SELECT replayed FROM idem_run($owner_w2, 'PAY', '$key', '$req', 'ledger_handler(jsonb)', ttl => '1 hour')") $(c -c "SELECT (SELECT count(*) FROM ledger WHERE owner_id = $owner_w2 AND amount = 4), count(*), bool_and(expires_at > now() + interval '50 minutes') FROM idem_internal.idempotency_record WHERE owner_id = $owner_w2 AND idempotency_key = '$key'" | tr '|' ' ')"
 
@@ -239,7 +241,7 @@ check "the inbox entry is in its consumer's shard only" "1 1" \
 for o in $(seq 1 40); do
 	echo "SELECT * FROM idem_run($o, 'PAY', 'citus-expire-$tag-$o', '{\"owner\": $o, \"amount\": 1}', 'ledger_handler(jsonb)', ttl => '1 second');"
 done | c >/dev/null
-sleep 1.2
+until_sql t c -c "SELECT bool_and(expires_at < now()) FROM idem_internal.idempotency_record WHERE idempotency_key LIKE 'citus-expire-$tag-%'"
 expired_by_node=$(rows_by_node idem_internal.idempotency_record "idempotency_key LIKE 'citus-expire-$tag-%' AND expires_at < now()")
 check "cleanup: expired records on both workers" "yes" \
 	"$(echo "$expired_by_node" | awk '{split($1, a, ":"); split($2, b, ":"); print (a[2] > 0 && b[2] > 0) ? "yes" : "no: " $0}')"
@@ -255,7 +257,8 @@ for p in $COORD_PORT $w1 $w2; do
 	cq "$p" -c "ALTER SYSTEM SET idem.cleanup_interval = 1" -c "SELECT pg_reload_conf()" >/dev/null
 done
 left=""
-for _ in $(seq 1 40); do
+deadline=$((SECONDS + IDEM_WAIT))
+while [ "$SECONDS" -lt "$deadline" ]; do
 	left=$(rows_by_node idem_internal.idempotency_record "idempotency_key LIKE 'citus-bgw-$tag-%'")
 	[ "$left" = "$w1:0 $w2:0" ] && break
 	sleep 0.5
@@ -346,7 +349,7 @@ check "tasks: all 20 succeeded; a repeated submit through the coordinator replay
 	"$(c -c "SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = 'SHIP' AND status = 'SUCCEEDED' AND idempotency_key LIKE 'citus-task-$tag-%'") $(c -c "SELECT replayed, status, http_status FROM idem_submit(1, 'SHIP', 'citus-task-$tag-1', '{\"parcel\": 1}')")"
 c -c "SELECT replayed FROM idem_submit($owner_w1, 'SHIP', 'citus-task-$tag-stale', '{}')" >/dev/null
 read -r task_id first_token <<<"$(cq "$w1" -F ' ' -c "SELECT task_id, token FROM idem_lease('SHIP', 'w-a', lease => '1 millisecond')")"
-sleep 0.1
+until_sql t cq "$w1" -c "SELECT task_lease_expires_at < now() FROM idem_internal.idempotency_record WHERE id = $task_id"
 second_token=$(cq "$w1" -c "SELECT token FROM idem_lease('SHIP', 'w-b')" || true)
 check "tasks: a lapsed lease is taken over on its worker; the first holder's token is IK004 there, the new one completes" \
 	"yes IK004 ok" \
@@ -355,12 +358,12 @@ check "tasks: a lapsed lease is taken over on its worker; the first holder's tok
 # ---- a worker node stopped (immediate) mid-load ----
 restart_worker1() {
 	as_pg_user "$PG_BINDIR/pg_ctl" -D "$CITUS_TMP/worker1" -m immediate -w -s stop
-	sleep 1
 	as_pg_user "$PG_BINDIR/pg_ctl" -D "$CITUS_TMP/worker1" -l "$CITUS_TMP/worker1.log" -w -s start
 }
 /usr/bin/python3 "$here/crash_load.py" "$COORD_PORT" "$tag" >"$CITUS_TMP/crash_load.out" &
 loader=$!
-sleep 3
+# mid-load: once the load has stored orders on both workers
+until_sql t c -c "SELECT count(*) >= 100 FROM idem_internal.idempotency_record WHERE idempotency_key LIKE 'citus-crash-$tag-%'"
 restart_worker1
 wait "$loader" || true
 cat "$CITUS_TMP/crash_load.out"

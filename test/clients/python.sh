@@ -66,7 +66,8 @@ INI
 chown -R postgres: "$IDEM_TMP/pgbouncer"
 runuser -u postgres -- pgbouncer "$IDEM_TMP/pgbouncer/pgbouncer.ini" >/dev/null 2>&1 &
 bouncer_pid=$!
-for _ in $(seq 1 50); do
+deadline=$((SECONDS + IDEM_WAIT))
+while [ "$SECONDS" -lt "$deadline" ]; do
 	"$PG_BINDIR/psql" -X -q -h 127.0.0.1 -p "$bport" -U "$SERVICE_USER" -d idem_clients -c 'SELECT 1' >/dev/null 2>&1 && break
 	sleep 0.1
 done

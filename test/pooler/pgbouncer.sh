@@ -88,7 +88,8 @@ bouncer_pid=
 bouncer_start() {
 	runuser -u postgres -- pgbouncer "$W/pgbouncer.ini" >/dev/null 2>&1 &
 	bouncer_pid=$!
-	for _ in $(seq 1 50); do
+	local deadline=$((SECONDS + IDEM_WAIT))
+	while [ "$SECONDS" -lt "$deadline" ]; do
 		"$PG_BINDIR/psql" -X -q -h 127.0.0.1 -p "$BPORT" -U postgres -d "$DB" -c 'SELECT 1' >/dev/null 2>&1 && return 0
 		sleep 0.1
 	done
@@ -232,7 +233,8 @@ SELECT idem_outbox_ack(CAST(:ids AS bigint[])) AS acked \gset
 COMMIT;
 PGB
 relay_fails=0
-for _ in $(seq 1 30); do
+deadline=$((SECONDS + IDEM_WAIT))
+while [ "$SECONDS" -lt "$deadline" ]; do
 	[ "$(direct -c "SELECT count(*) FROM idem_internal.idem_outbox WHERE topic = 'pool'")" = 0 ] && break
 	n=$(bench relay -c 10 -j 2 -T 1 --random-seed=26 -f "$W/relay.pgbench")
 	[ "$n" = 0 ] || relay_fails=$((relay_fails + 1))
@@ -289,7 +291,8 @@ check "bind_session through the pooler: the lease is bound (task_session set)" t
 check "bind_session through the pooler: the client has gone, the pooled server session holds the lease" 0 \
 	"$(direct -c "SELECT count(*) FROM idem_lease('POOL_BOUND', 'pool-other-worker', interval '60 seconds')")"
 bouncer_stop
-for _ in $(seq 1 50); do
+deadline=$((SECONDS + IDEM_WAIT))
+while [ "$SECONDS" -lt "$deadline" ]; do
 	[ "$(direct -c "SELECT count(*) FROM pg_stat_activity WHERE usename = 'pool_app'")" = 0 ] && break
 	sleep 0.1
 done

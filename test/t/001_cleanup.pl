@@ -133,7 +133,11 @@ $node->safe_psql('postgres', 'SELECT pg_reload_conf()');
 ok(defined wait_until($node, 'db_b',
 	q{SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()}, '0', 10),
 	'turned on again, it cleans a listed database');
-sleep(2);
+# two more visits of db_b: a whole round went by after db_b was cleaned
+my $runs_b = $node->safe_psql('db_b', q{SELECT runs FROM idem_cleanup_status() WHERE datname = 'db_b'});
+ok(defined wait_until($node, 'db_b',
+	qq{SELECT (SELECT runs FROM idem_cleanup_status() WHERE datname = 'db_b') >= $runs_b + 2}, 't'),
+	'two more rounds visited db_b');
 is(count_records($node, 'db_a'), '10', 'and leaves a database not in idem.cleanup_databases alone');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_cleanup_status() WHERE datname = 'db_a'}),
 	'0', 'a database no longer visited leaves idem_cleanup_status()');

@@ -89,10 +89,14 @@ ok(defined wait_until($node, 'postgres', qq{
 	  AND pid::text <> ALL (pg_catalog.string_to_array('@{[ $first || 0 ]}', ','))}, 't', 30),
 	'the worker is busy in slow_db, in a round that listed doomed_db');
 $log_offset = -s $node->logfile;
+my $late_runs = q{SELECT runs FROM idem_cleanup_status() WHERE datname = 'late_db'};
+my $runs_at_drop = $node->safe_psql('late_db', $late_runs);
 $node->safe_psql('postgres', 'DROP DATABASE doomed_db');
 # the rest of the round (slow_db's 2 s budget, late_db, doomed_db's turn)
-# and the next round's start
-sleep(5);
+# is over once late_db has been visited twice more: the second visit is in
+# a later round
+ok(defined wait_until($node, 'late_db', qq{SELECT ($late_runs) >= $runs_at_drop + 2}, 't'),
+	'two more visits of late_db after the drop: the round that listed doomed_db is over');
 add_records($node, 'late_db', 'after-drop', 10, '-1 second');
 ok(defined wait_until($node, 'late_db',
 	'SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()', '0', 15),
@@ -145,14 +149,22 @@ $node->safe_psql('other_db', q{
 $node->safe_psql('postgres', 'CREATE DATABASE "MixedCase"');
 $node->safe_psql('MixedCase', 'CREATE EXTENSION idem');
 $node->safe_psql('postgres', q{ALTER SYSTEM SET idem.cleanup_databases = 'MixedCase, "other_db"'});
+my $other_runs = q{SELECT runs FROM idem_cleanup_status() WHERE datname = 'other_db'};
+my $runs_at_reload = $node->safe_psql('other_db', $other_runs);
 $node->reload;
-sleep(3);	# rounds of 1 s: any round begun before the reload is over
+# any round begun before the reload is over once other_db, named before and
+# after, has been visited twice more
+ok(defined wait_until($node, 'other_db', qq{SELECT ($other_runs) >= $runs_at_reload + 2}, 't'),
+	'two more visits of other_db after the reload');
 add_records($node, 'MixedCase', 'old', 50, '-1 second');
 add_records($node, 'late_db', 'skipped', 50, '-1 second');
 ok(defined wait_until($node, 'MixedCase',
 	'SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()', '0', 15),
 	'idem.cleanup_databases = \'MixedCase, "other_db"\' cleans the database "MixedCase"');
-sleep(2);
+# two more rounds reached other_db: late_db was left out of them
+my $runs_cleaned = $node->safe_psql('other_db', $other_runs);
+ok(defined wait_until($node, 'other_db', qq{SELECT ($other_runs) >= $runs_cleaned + 2}, 't'),
+	'two more rounds after MixedCase was cleaned');
 is(count_records($node, 'late_db'), '50', 'and not a database it does not name');
 $node->safe_psql('postgres', q{ALTER SYSTEM RESET idem.cleanup_databases});
 $node->reload;

@@ -93,7 +93,9 @@ is($node->safe_psql('postgres',
 	'false,true', 'an entry committed before the crash stays; the open one is gone');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_outbox_fetch('crash', 100)}),
 	'0', 'the leases taken before the crash still hold');
-sleep 2;
+ok(defined wait_until($node, 'postgres',
+	q{SELECT count(*) FROM idem_internal.idem_outbox WHERE topic = 'crash' AND leased_until > now()}, '0'),
+	'then they lapse');
 
 # drain: every message once, per key in commit order
 my $order = $node->safe_psql('postgres', q{

@@ -95,7 +95,9 @@ is($node->safe_psql('postgres', q{
 	'60/40/0', 'after the crash: 60 tasks PROCESSING, 40 of them leased before it, the open transaction gone');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM idem_lease('CRASH', 'after', '1 hour', 100)}),
 	'40', 'the 20 bound leases lapsed with the crash and are handed out at once with the 20 never leased');
-sleep 3;
+ok(defined wait_until($node, 'postgres', q{SELECT count(*) FROM idem_internal.idempotency_record
+	WHERE operation = 'CRASH' AND task_worker = 'short' AND task_lease_expires_at > now()}, '0'),
+	'the short leases lapse');
 # a worker drains the rest: the short leases lapse, then everything completes once
 my $drained = $node->safe_psql('postgres', q{
 	DO $$
