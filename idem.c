@@ -1,14 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * idem.c
- *	  Module entry of the idem extension: _PG_init hands each module its
+ *	  Module entry of the idem extension.  _PG_init hands each module its
  *	  start-up, and the shared-memory hooks call each module's part.
  *
- * The modules sit in layers, one folder each (base, storage, citus, shmem,
- * core, process, api); src/LAYERS lists them in order and states the rule test/layers.sh
- * checks: a file includes idem headers only of its own module and of the
- * modules listed above it, and an SQL entry point none of another.  This
- * file is the top: it includes every module's start-up.
+ * The modules sit in layers, one folder each.  src/LAYERS lists them in
+ * order and states the rule test/layers.sh checks.  A file includes idem
+ * headers only of its own module and of the modules listed above it, and
+ * an SQL entry point includes none of another.  This file is the top, so
+ * it includes every module's start-up.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * api.c
- *	  The generic API: any SQL the caller runs becomes idempotent under
+ *	  The generic API.  Any SQL the caller runs becomes idempotent under
  *	  (owner, operation, key).
  *
  * idem_begin claims a key for the caller's transaction (or replays, or

@@ -1,13 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * audit.c
- *	  idem_audit_entries, the rows of the idem_audit view: the audit fields
- *	  of the live records and of idem_history (history.c), one trail.
+ *	  idem_audit_entries, the rows of the idem_audit view.  They are the
+ *	  audit fields of the live records and of idem_history, one trail.
  *
- * The view is what an operator or an application reads; the function reads
- * as idem's owner, since the caller has no privilege on the tables, and
- * hands back only the owners the caller may see (pg_monitor: every owner;
- * else those of its idem.allowed_owners, binding.c).
+ * An operator or an application reads the view.  The function reads as
+ * idem's owner, since the caller has no privilege on the tables.  It hands
+ * back only the owners the caller may see.  A member of pg_monitor sees
+ * every owner, any other role those of its idem.allowed_owners (binding.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -51,9 +51,9 @@ static const char audit_query[] =
 #define AUDIT_FETCH		1000
 
 /*
- * The query's FROM prefix and condition on alias's owner_id: $1 (an owner
- * asked for, or NULL), and, for a role bound by idem.allowed_owners that
- * is not pg_monitor, its ranges ($2, $3), joined so that only those
+ * The query's FROM prefix and its condition on alias's owner_id.  $1 is the
+ * owner asked for, or NULL.  A role bound by idem.allowed_owners that is
+ * not pg_monitor also has its ranges ($2, $3) joined, so that only those
  * owners' rows are read, through the owner's index.
  */
 static void
@@ -68,12 +68,12 @@ owner_cond(bool bound, char alias, char **from, char **cond)
 
 /*
  * SQL: idem_audit_entries(owner bigint DEFAULT NULL) returns the rows of
- * idem_audit: every owner's (or owner's only) for a member of pg_monitor,
- * else those of the owners the caller's idem.allowed_owners names.  Read
- * as idem's owner (the caller has no privilege on the tables), through a
- * cursor a batch at a time into the result's tuplestore, which keeps
- * work_mem and spills the rest to disk: the backend's memory does not grow
- * with the trail.
+ * idem_audit.  A member of pg_monitor gets every owner's (or owner's only),
+ * any other role those of the owners its idem.allowed_owners names.  The
+ * rows are read as idem's owner, since the caller has no privilege on the
+ * tables.  A cursor reads them a batch at a time into the result's
+ * tuplestore, which keeps work_mem and spills the rest to disk.  So the
+ * backend's memory does not grow with the trail.
  */
 Datum
 idem_audit_entries(PG_FUNCTION_ARGS)

@@ -4,21 +4,23 @@
  *	  The consumer inbox: idem_consume.
  *
  * idem_consume(consumer, message_id) runs in the consumer's transaction,
- * with the effect of the message: it returns true and writes an inbox row
- * the first time, false once a transaction that consumed the message has
- * committed.  It is the protocol of a key, without a response to replay:
+ * with the effect of the message.  It returns true and writes an inbox row
+ * the first time, and false once a transaction that consumed the message
+ * has committed.  It is the protocol of a key, without a response to
+ * replay.
  *
- *	- callers of one (consumer, message_id) meet on a transaction-scoped
- *	  lock of the two (class IDEM_LOCK_CLASS_INBOX), waited for at most
- *	  idem.wait_timeout, then IK002: a redelivery racing the first delivery
- *	  waits, and then sees its row (false) or, after a rollback, none (true);
- *	- under the lock, the row is looked up with a dirty snapshot: what
- *	  committed before the lock was granted counts, whatever the caller's
- *	  snapshot (in REPEATABLE READ too, false is the right answer then);
- *	- a row past its expires_at is an expired entry: it is deleted and the
- *	  message taken afresh, as an expired key starts afresh;
- *	- the unique index on (consumer, message_id) stays the arbiter against
- *	  writers that bypass idem.
+ * Callers of one (consumer, message_id) meet on a transaction-scoped lock
+ * of the two (class IDEM_LOCK_CLASS_INBOX), waited for at most
+ * idem.wait_timeout, then IK002.  A redelivery racing the first delivery
+ * waits.  It then sees its row (false) or, after a rollback, none (true).
+ *
+ * Under the lock, the row is looked up with a dirty snapshot.  What
+ * committed before the lock was granted counts, whatever the caller's
+ * snapshot; in REPEATABLE READ too, false is the right answer then.  A row
+ * past its expires_at is an expired entry: it is deleted, and the message
+ * is taken afresh, as an expired key starts afresh.  The unique index on
+ * (consumer, message_id) stays the arbiter against writers that bypass
+ * idem.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,15 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * order.c
- *	  The article's "create an order" flow, idem_create_order: a thin user
+ *	  The article's "create an order" flow, idem_create_order, a thin user
  *	  of the protocol core.
  *
  * Operation CREATE_ORDER.  The fingerprint is idem_request_hash of
- * {"qty": qty, "sku": sku}.  A new key (or an expired one) inserts, in one
- * IdemRows with the finished record, the order: id from its sequence,
- * order_no 'ORD-' and the id in at least 12 digits, status CREATED; the
- * record's response (response_json) is {orderId, orderNo, status} with
- * HTTP status 201.  A replay decodes that response.
+ * {"qty": qty, "sku": sku}.  A new key (or an expired one) inserts the
+ * order in one IdemRows with the finished record.  The order's id comes
+ * from its sequence, its order_no is 'ORD-' and the id in at least 12
+ * digits, its status CREATED.  The record's response (response_json) is
+ * {orderId, orderNo, status} with HTTP status 201.  A replay decodes that
+ * response.
  *
  *-------------------------------------------------------------------------
  */

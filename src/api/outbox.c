@@ -11,25 +11,26 @@
  * on the locks here: one per (topic, msg_key), an advisory lock of the
  * key's hash.
  *
- * The locks are two-level, as a table's are to its rows: a transaction of
+ * The locks are two-level, as a table's are to its rows.  A transaction of
  * at most OUTBOX_KEY_LOCKS keys takes the all-keys lock in ROW EXCLUSIVE
- * mode, which such transactions share, and then each key's lock; one of
- * more keys takes the all-keys lock in EXCLUSIVE mode alone, which orders
- * it against every key at once.  So a commit holds at most
- * OUTBOX_KEY_LOCKS + 1 locks, whatever it emitted: a backfill of a million
- * keyed messages cannot fill the server's lock table.  The locks of one
- * transaction are taken in one global order (the all-keys lock, then by
- * hash), so committing transactions cannot deadlock on them.  An
- * acknowledgement takes the same locks, except that one of more keys whose
- * messages are all their keys' heads takes the all-keys lock in SHARE
- * mode: it excludes every emitter, but not the other acknowledgements,
- * which touch only their own heads and the messages after them
- * (outbox_ack.c).
+ * mode, which such transactions share, and then each key's lock.  A
+ * transaction of more keys takes the all-keys lock alone, in EXCLUSIVE
+ * mode, which orders it against every key at once.  So a commit holds at
+ * most OUTBOX_KEY_LOCKS + 1 locks, whatever it emitted, and a backfill of a
+ * million keyed messages cannot fill the server's lock table.  The locks
+ * of one transaction are taken in one global order (the all-keys lock,
+ * then by hash), so committing transactions cannot deadlock on them.
  *
- * The fetch is SQL (idem_outbox_fetch): one UPDATE ... FOR UPDATE SKIP
+ * An acknowledgement takes the same locks.  One of more keys whose
+ * messages are all their keys' heads takes the all-keys lock in SHARE mode
+ * instead.  That excludes every emitter but not the other
+ * acknowledgements, which touch only their own heads and the messages
+ * after them (outbox_ack.c).
+ *
+ * The fetch is SQL (idem_outbox_fetch), one UPDATE ... FOR UPDATE SKIP
  * LOCKED of the keys' heads.  Its first statement is idem_outbox_guard,
- * here; idem_outbox_lock_keys, here too, is what the SQL acknowledgement
- * of 1.4 to 1.11 locked its keys with.
+ * defined here.  idem_outbox_lock_keys, here too, is what the SQL
+ * acknowledgement of older versions locked its keys with.
  *
  *-------------------------------------------------------------------------
  */
@@ -89,11 +90,11 @@ static const IdemTableSpec outbox_table = {
 int			idem_outbox_table_index = -1;
 
 /*
- * Take the commit-order locks of the keys hashes[0..n-1], sorted (a key
- * may repeat), until the end of the transaction (see the file's header):
- * for at most OUTBOX_KEY_LOCKS keys the all-keys lock in ROW EXCLUSIVE mode
- * and each key's, for more the all-keys lock in many_mode alone (EXCLUSIVE
- * for emitters).
+ * Take the commit-order locks of the keys hashes[0..n-1] until the end of
+ * the transaction.  The hashes are sorted; a key may repeat.  At most
+ * OUTBOX_KEY_LOCKS keys take the all-keys lock in ROW EXCLUSIVE mode and
+ * each key's lock.  More keys take the all-keys lock alone, in many_mode
+ * (EXCLUSIVE for emitters).  The file's header says why.
  */
 void
 idem_outbox_lock_key_order(const uint64 *hashes, int n, LOCKMODE many_mode)
@@ -257,11 +258,12 @@ idem_outbox_lock_keys(PG_FUNCTION_ARGS)
 /*
  * SQL: idem_outbox_guard() returns void
  *
- * The first statement of idem_outbox_fetch and idem_outbox_ack, SQL
- * functions that update idem_outbox as the extension's owner: the same
- * refusal as every write of idem's C code (idem_rows_check_triggers), so
- * that no user trigger on the outbox runs as the owner for a caller whose
- * temporary tables could capture the names it does not qualify.
+ * The first statement of idem_outbox_fetch and of the dead-letter
+ * functions (through idem_outbox_dead_letter_check), SQL functions that
+ * update idem_outbox as the extension's owner.  It makes
+ * the refusal every write of idem's C code makes (idem_rows_check_triggers).
+ * No user trigger on the outbox runs as the owner for a caller whose
+ * temporary tables could capture the names the trigger does not qualify.
  */
 Datum
 idem_outbox_guard(PG_FUNCTION_ARGS)

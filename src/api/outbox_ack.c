@@ -10,23 +10,24 @@
  *    shows them: a ready message stays ready until it is deleted, so
  *    whether each keyed one is its key's head holds until step 3.  A
  *    message committed after that snapshot is not acknowledged.
- * 2. Their keys' locks are taken, before any row is written: for at most
- *    OUTBOX_KEY_LOCKS keys each key's, for more the all-keys lock, in
- *    SHARE mode if every keyed message is its key's head, else EXCLUSIVE.
- *    Either excludes the emitters of those keys until the commit, so that
- *    a message an emitter left behind an old head is seen by step 4.
- *    SHARE lets acknowledgements of heads run together: each deletes only
- *    heads (two that delete the same one queue on its row) and touches
- *    only the message after each of its heads, which nobody else writes
- *    meanwhile (a fetch leases heads only; an acknowledgement of a message
- *    behind a head takes EXCLUSIVE).
- * 3. The messages are deleted (row locks, following updates: a fetch may
- *    have leased a message again since step 1), counted per topic.
- * 4. With a snapshot taken now, each key's first message after its
- *    acknowledged head (from the key's start if a message behind its head
- *    was acknowledged) is made ready, unless it already is or is a dead
- *    letter (its key waits behind it; an acknowledgement of a dead
- *    letter itself is ignored).
+ * 2. Their keys' locks are taken, before any row is written.  At most
+ *    OUTBOX_KEY_LOCKS keys take each key's lock, more the all-keys lock.
+ *    The mode is SHARE if every keyed message is its key's head, else
+ *    EXCLUSIVE.  Either excludes the emitters of those keys until the
+ *    commit, so that step 4 sees a message an emitter left behind an old
+ *    head.  SHARE lets acknowledgements of heads run together.  Each
+ *    deletes only heads, and two that delete the same one queue on its
+ *    row.  Each touches only the message after each of its heads, which
+ *    nobody else writes meanwhile.  A fetch leases heads only, and an
+ *    acknowledgement of a message behind a head takes EXCLUSIVE.
+ * 3. The messages are deleted, with row locks that follow updates (a
+ *    fetch may have leased a message again since step 1), and counted per
+ *    topic.
+ * 4. A new snapshot is taken.  Each key's first message after its
+ *    acknowledged head is made ready, unless it already is or is a dead
+ *    letter.  A dead letter's key waits behind it, and an acknowledgement
+ *    of a dead letter itself is ignored.  If a message behind its key's
+ *    head was acknowledged, the search starts from the key's start.
  *
  *-------------------------------------------------------------------------
  */

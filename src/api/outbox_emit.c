@@ -6,15 +6,15 @@
  * A message exists if and only if the transaction that emitted it
  * commits, and for one (topic, msg_key) messages are delivered in the
  * order their transactions committed.  Both follow from when the row is
- * written: idem_outbox_emit draws the message id and keeps the message in
- * the transaction's memory; at PRE_COMMIT (or PRE_PREPARE) every message
- * of the transaction is inserted, and a keyed one gets its commit_seq then,
- * under the commit-order lock of its (topic, msg_key) (outbox.c) that is
- * held until the commit is done.  So of two transactions emitting for one
- * key, the one that commits first draws the smaller commit_seq, and its
- * rows are visible before the other's: a fetcher that sees a message of
- * the key sees every earlier one.  A keyed message is its key's head
- * (ready) if the key had nothing unacknowledged when it was flushed.
+ * written.  idem_outbox_emit draws the message id and keeps the message in
+ * the transaction's memory.  At PRE_COMMIT (or PRE_PREPARE) every message
+ * of the transaction is inserted.  A keyed one gets its commit_seq then,
+ * under the commit-order lock of its (topic, msg_key) (outbox.c), held
+ * until the commit is done.  So of two transactions emitting for one key,
+ * the one that commits first draws the smaller commit_seq, and its rows
+ * are visible before the other's.  A fetcher that sees a message of the
+ * key sees every earlier one.  A keyed message is its key's head (ready)
+ * if the key had nothing unacknowledged when it was flushed.
  *
  * A savepoint rolled back takes its messages with it.  Publishers are
  * woken by NOTIFY idem_outbox, '<topic>' once the transaction has
@@ -235,10 +235,11 @@ flush_pending(void)
 }
 
 /*
- * For each topic of the transaction's messages: count them in idem_stats
- * (at commit), and wake the topic's publishers once the transaction has
- * committed, through the notifier (see notify.c), or, when that cannot be
- * counted on or the transaction is being prepared, by its own NOTIFY.
+ * For each topic of the transaction's messages, count them in idem_stats
+ * (at commit) and wake the topic's publishers once the transaction has
+ * committed.  The notifier (notify.c) wakes them.  When it cannot be
+ * counted on, or the transaction is being prepared, the transaction's own
+ * NOTIFY does.
  */
 static void
 announce_topics(bool preparing)

@@ -1,13 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * policies.c
- *	  idem_set_policy and idem_drop_policy: per-operation settings
+ *	  idem_set_policy and idem_drop_policy, the per-operation settings
  *	  kept in idem_policy, and the trigger that tells every backend the
- *	  table changed (src/core/policy.c keeps each backend's copy).
+ *	  table changed.  src/core/policy.c keeps each backend's copy.
  *
  *	  idem_set_policy tells an omitted argument (unchanged) from an
- *	  explicit NULL (back to the GUC): an omitted one is its default, a
- *	  call of a marker function (idem_policy_unchanged_*()), which the
+ *	  explicit NULL (back to the GUC).  An omitted argument is its default,
+ *	  a call of a marker function (idem_policy_unchanged_*()), which the
  *	  call's expression still shows.
  *
  *-------------------------------------------------------------------------

@@ -6,24 +6,25 @@
  *	  taken over when a lease lapses or its session ends.
  *
  * A call that must not hold a transaction open across an external system
- * commits its record at once with idem_submit: PROCESSING, with the request
- * and a task due now; repeats report the current state (202) and never
- * start a second task.  Workers take due tasks with idem_lease, each with a
- * new fencing token from one sequence, so that every token of a task is
- * greater than the ones before.  idem_heartbeat, idem_complete and idem_fail
- * lock the record and check the token under that lock: a stale one (the
- * lease was taken over, or the task is finished) raises IK004 and changes
- * nothing, so a stale worker's business write in the same transaction rolls
- * back with it.  idem_complete stores the result in the worker's
- * transaction, next to its business write; idem_fail schedules the next
- * attempt after an exponential backoff with full jitter, or ends the task
- * FAILED_FINAL (HTTP 500).
+ * commits its record at once with idem_submit.  The record is PROCESSING,
+ * with the request and a task due now.  Repeats report the current state
+ * (202) and never start a second task.
  *
- * This file holds the submit, the GUCs, the transaction callback (NOTIFY
- * idem_tasks after a commit that submitted) and the record a task call
- * rewrites (TaskRecord); the lease is task_lease.c, the holder's calls
- * task_holder.c, the bound sessions task_sessions.c, each explaining its
- * design.
+ * Workers take due tasks with idem_lease, each with a new fencing token
+ * from one sequence, so every token of a task is greater than the ones
+ * before.  idem_heartbeat, idem_complete and idem_fail lock the record and
+ * check the token under that lock.  A stale token (the lease was taken
+ * over, or the task is finished) raises IK004 and changes nothing, so a
+ * stale worker's business write in the same transaction rolls back with
+ * it.  idem_complete stores the result in the worker's transaction, next
+ * to its business write.  idem_fail schedules the next attempt after an
+ * exponential backoff with full jitter, or ends the task FAILED_FINAL
+ * (HTTP 500).
+ *
+ * This file holds the submit, the GUCs, the record a task call rewrites
+ * (TaskRecord) and the transaction callback that sends NOTIFY idem_tasks
+ * after a commit that submitted.  The lease is task_lease.c, the holder's
+ * calls task_holder.c, the bound sessions task_sessions.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -413,10 +414,10 @@ idem_task_max_attempts(const char *operation)
 }
 
 /*
- * End the task of tr with status (SUCCEEDED or FAILED_FINAL) at now: its
- * record expires after its ttl (or operation's), and no worker leases it
- * again; its request and payload, which only a worker needed, are cleared
- * (the request's fingerprint stays).
+ * End the task of tr with status (SUCCEEDED or FAILED_FINAL) at now.  Its
+ * record expires after its ttl (or its operation's), and no worker leases
+ * it again.  Its request and payload, which only a worker needed, are
+ * cleared; the request's fingerprint stays.
  */
 void
 task_record_end(TaskRecord *tr, IdemStatus status, TimestampTz now, const char *operation)

@@ -5,12 +5,12 @@
  *	  idem_fail.
  *
  * Each locks the task's record and checks the fencing token under that
- * lock: a stale one (the lease was taken over, or the task is finished)
+ * lock.  A stale token (the lease was taken over, or the task is finished)
  * raises IK004 and changes nothing, so a stale worker's business write in
- * the same transaction rolls back with it.  idem_complete stores the result
- * in the worker's transaction, next to its business write; idem_fail
- * schedules the next attempt after an exponential backoff with full jitter,
- * or ends the task FAILED_FINAL (HTTP 500).
+ * the same transaction rolls back with it.  idem_complete stores the
+ * result in the worker's transaction, next to its business write.
+ * idem_fail schedules the next attempt after an exponential backoff with
+ * full jitter, or ends the task FAILED_FINAL (HTTP 500).
  *
  *-------------------------------------------------------------------------
  */

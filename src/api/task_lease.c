@@ -4,15 +4,16 @@
  *	  idem_lease: due tasks handed to a worker, each with a new fencing
  *	  token.
  *
- * The record is the task: task_due_at says when a worker may lease it next
- * (the submit time, the end of the current lease, the time of the next
- * attempt), and one partial index over (operation, task_due_at) serves
- * every lease.  A lease walks that index from the oldest due task, locks
- * each row it would take without waiting (SKIP LOCKED) and updates it with
- * the executor's own row update, no plan: taking a row over is that one
- * guarded update of the version the scan judged due, which nobody has
- * changed since (else the lock fails and the row is skipped).  Tasks of
- * ended sessions (bind_session) are taken over first (task_sessions.c).
+ * The record is the task.  task_due_at says when a worker may lease it
+ * next: the submit time, the end of the current lease, or the time of the
+ * next attempt.  One partial index over (operation, task_due_at) serves
+ * every lease.  A lease walks that index from the oldest due task and
+ * locks each row it would take without waiting (SKIP LOCKED).  It updates
+ * the row with the executor's own row update, without a plan.  So taking
+ * a row over is one guarded update of the version the scan judged due,
+ * which nobody has changed since; if someone has, the lock fails and the
+ * row is skipped.  Tasks of ended sessions (bind_session) are taken over
+ * first (task_sessions.c).
  *
  *-------------------------------------------------------------------------
  */

@@ -149,12 +149,12 @@ idem_jsonb_push(IdemJsonbBuild *b, JsonbIteratorToken token, JsonbValue *value)
 #endif
 
 /*
- * Open the range table rtable of a statement idem writes without planning,
- * checking that the current user has the rights requiredPerms[i] on its
- * i-th relation, as the executor checks them (so the ExecutorCheckPerms
- * hook sees them too).  16 keeps the rights in RTEPermissionInfo entries
- * beside the range table; 18 also names the range table's unpruned entries
- * (all of them here).
+ * Open the range table rtable of a statement idem writes without planning.
+ * The current user must have the rights requiredPerms[i] on its i-th
+ * relation, checked as the executor checks them, so the ExecutorCheckPerms
+ * hook sees them too.  16 keeps the rights in RTEPermissionInfo entries
+ * beside the range table.  18 also names the range table's unpruned
+ * entries, all of them here.
  */
 static inline void
 idem_init_range_table(EState *estate, List *rtable, const AclMode *requiredPerms)

@@ -5,26 +5,29 @@
  *	  shard, with the same direct read and plan-less write as on one server.
  *
  * idem_distribute() distributes idempotency_record and purchase_order by
- * owner_id (co-located) and idem_inbox by consumer, and delegates every
- * function that takes an owner (or a consumer) by that argument: Citus
+ * owner_id (co-located) and idem_inbox by consumer.  It delegates every
+ * function that takes an owner (or a consumer) by that argument, so Citus
  * plans a call on the coordinator as one query sent to the node holding
  * the shard of the argument's value.  There the table idem looked up by
- * name is Citus's empty shell; the rows are in the shard, a table of its
- * own named after the table and the shard id.  So an entry point, once it
- * has its catalog, asks here for the shard of its owner: hash the value as
- * Citus does (the column type's standard hash function), find the shard
- * whose hash range holds it, and, if a placement of that shard is on this
- * node, point the call's copy of the catalog at the shard and its indexes.
+ * name is Citus's empty shell.  The rows are in the shard, a table of its
+ * own named after the table and the shard id.
+ *
+ * So an entry point, once it has its catalog, asks here for the shard of
+ * its owner:
+ *	- hash the value as Citus does (the column type's standard hash);
+ *	- find the shard whose hash range holds it;
+ *	- if a placement of that shard is on this node, point the call's copy
+ *	  of the catalog at the shard and its indexes.
  * The claim then races on the shard's own unique index, as on one server.
  *
  * Citus does not delegate every call: not one whose owner is a column of
  * another table, not one from a PL/pgSQL simple expression, not one in
  * INSERT ... SELECT.  Such a call runs where it was made, often a node
- * without the shard; it then runs itself again as SELECT * FROM fn($1..)
- * with its arguments as constants, which Citus does delegate (the
- * functions are distributed with force_delegation, so also inside a
- * transaction block, as part of the distributed transaction).  If that
- * comes back to this node unresolved, the error says so.
+ * without the shard.  It then runs itself again as SELECT * FROM fn($1..)
+ * with its arguments as constants, which Citus does delegate.  The
+ * functions are distributed with force_delegation, so this holds inside a
+ * transaction block too, as part of the distributed transaction.  If the
+ * call comes back to this node unresolved, the error says so.
  *
  * A task is leased on the node that holds it: idem_lease and the holder's
  * calls go through this node's shards (idem_citus_local_shards, _use_).
@@ -34,9 +37,9 @@
  * name, absent without Citus), and an entry point tests that flag.
  *
  * The shard maps (a table's shards in hash order, which of them are here)
- * are read from Citus's metadata with SPI once per catalog build: Citus
- * invalidates the distributed table's relcache entry whenever its shards or
- * placements change, and that builds the catalog again.
+ * are read from Citus's metadata with SPI once per catalog build.  Citus
+ * invalidates the distributed table's relcache entry whenever its shards
+ * or placements change, and that builds the catalog again.
  *
  *-------------------------------------------------------------------------
  */
@@ -94,10 +97,10 @@ static uint64 maps_generation = 0;
 static MemoryContext maps_cxt = NULL;
 
 /*
- * The name of shard s.shardid of s.logicalrelid, in the table's schema:
+ * The name of shard s.shardid of s.logicalrelid, in the table's schema.
  * Citus's shard_name() qualifies it unless the schema is public, so the
- * name is its last part, looked up in C in the table's schema (a query of
- * pg_class would not see it: Citus hides shards from such queries).
+ * name is its last part.  It is looked up in C in the table's schema,
+ * since Citus hides shards from queries of pg_class.
  */
 #define SHARD_RELNAME \
 	"(pg_catalog.parse_ident(pg_catalog.shard_name(s.logicalrelid, s.shardid)))" \

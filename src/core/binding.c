@@ -8,9 +8,9 @@
  * '7, 100-199' (owners and ranges) and idem.allowed_operations =
  * 'CREATE_ORDER,SHIP' (exact names); both are PGC_SUSET, so the role
  * cannot change them.  The check hooks parse each setting once, when it is
- * set, into ranges and names kept as the GUC's extra; the claiming entry
- * points then refuse (42501) an owner or operation outside them
- * (idem_check_owner, idem_check_operation_allowed), and idem_audit hides
+ * set, into ranges and names kept as the GUC's extra.  The claiming entry
+ * points refuse (42501) an owner or operation outside them
+ * (idem_check_owner, idem_check_operation_allowed).  idem_audit hides
  * other owners' rows (idem_owner_allowed).  An empty setting binds
  * nothing.
  *
@@ -73,13 +73,14 @@ parse_owner(const char **p, int64 *value)
 }
 
 /*
- * The list settings (idem.allowed_owners, idem.allowed_operations): items
- * separated by commas, spaces around them ignored.  list_alloc returns the
- * check hook's extra, header bytes and room for as many items of itemsize
- * as the list can hold, from the allocator the GUC code frees it with
- * (compat.h: malloc before 16, guc_malloc from 16 on);
+ * The list settings (idem.allowed_owners, idem.allowed_operations) are
+ * items separated by commas, with spaces around them ignored.  list_alloc
+ * returns the check hook's extra: header bytes and room for as many items
+ * of itemsize as the list can hold.  It comes from the allocator the GUC
+ * code frees it with (compat.h: malloc before 16, guc_malloc from 16 on).
  * parse_list calls item at each item, which parses it at *p, stores it as
- * item i and advances *p; false for a malformed list or a refused item.
+ * item i and advances *p.  It returns false for a malformed list or a
+ * refused item.
  */
 typedef bool (*ListItem) (const char **p, int i, void *extra);
 

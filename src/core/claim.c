@@ -4,17 +4,22 @@
  *	  The protocol's decision for one call, for every operation: replay,
  *	  refuse, or claim the key for this transaction.
  *
- * Read first: a finished record the snapshot sees is replayed (or refused:
- * IK001, different request; IK002, still PROCESSING) without a lock or a
- * write.  Otherwise take the key lock, which waits for an in-flight
- * original that has not written its record yet, and look again before
- * executing, with a dirty snapshot: a row of the key that a running
- * transaction is writing (an original that wrote its record and gave the
- * key lock back) is waited for, at most idem.wait_timeout, as ON CONFLICT
- * waits for a speculative insertion; a record committed since our read is
- * read again, or under REPEATABLE READ and SERIALIZABLE reported as 40001,
- * never replayed unseen.  An expired record is deleted under the lock.
- * The caller then executes and writes its record (record.c), and gives the
+ * Read first.  A finished record the snapshot sees is replayed, or refused
+ * (IK001 for a different request, IK002 while still PROCESSING), without a
+ * lock or a write.
+ *
+ * Otherwise take the key lock, which waits for an in-flight original that
+ * has not written its record yet.  Then look again before executing, with
+ * a dirty snapshot:
+ *	- a row of the key that a running transaction is writing (an original
+ *	  that wrote its record and gave the key lock back) is waited for, at
+ *	  most idem.wait_timeout, as ON CONFLICT waits for a speculative
+ *	  insertion;
+ *	- a record committed since our read is read again, or reported as
+ *	  40001 under REPEATABLE READ and SERIALIZABLE, never replayed unseen;
+ *	- an expired record is deleted under the lock.
+ *
+ * The caller then executes and writes its record (record.c).  It gives the
  * key lock back at once (idem_claim_written): its uncommitted record makes
  * duplicates wait from then on, so a transaction of a million calls holds
  * no million locks.  A caller that replays after waiting gives the lock
@@ -118,15 +123,16 @@ typedef enum ClaimStep
 } ClaimStep;
 
 /*
- * No record of the key (found false), or an expired one: take the key lock,
- * which waits for an in-flight original that has not written its record
- * yet, then look at what the read could not see: a row a running
- * transaction is writing is waited for, keeping the key lock so that the
- * duplicates queued behind us stay in their order, and the key looked at
- * again; a record committed since the read is read again with a new
- * snapshot, or, where the transaction keeps its snapshot, refused as the
- * executor's ON CONFLICT does rather than replayed unseen.  An expired
- * record is deleted: the key starts afresh.
+ * No record of the key (found false), or an expired one.  Take the key
+ * lock, which waits for an in-flight original that has not written its
+ * record yet.  Then look at what the read could not see:
+ *	- a row a running transaction is writing is waited for, and the key
+ *	  looked at again; the key lock is kept meanwhile, so the duplicates
+ *	  queued behind us stay in their order;
+ *	- a record committed since the read is read again with a new snapshot,
+ *	  or refused where the transaction keeps its snapshot, as the
+ *	  executor's ON CONFLICT does, rather than replayed unseen;
+ *	- an expired record is deleted, and the key starts afresh.
  */
 static ClaimStep
 claim_absent(IdemClaim *c, bool found)

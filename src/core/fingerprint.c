@@ -448,12 +448,12 @@ idem_fingerprints_equal(const char *a, const char *b)
 /* ---------- a call's request: its fingerprint and its digest ---------- */
 
 /*
- * The key of request digests under secret version: the database's own
- * secret for version 0 (NULL before 1.13), and for a file secret the first
- * bytes of HMAC-SHA-256 of a constant under it, so that a copy of the
- * database without the file tells no more of a keyed record's request by
- * its digest than by its fingerprint.  NULL: no key (a version the file no
- * longer holds).
+ * The key of request digests under secret version.  For version 0 it is
+ * the database's own secret (NULL on an SQL version before 1.13).  For a
+ * file secret it is the first bytes of HMAC-SHA-256 of a constant under
+ * that secret.  So a copy of the database without the file tells no more
+ * of a keyed record's request by its digest than by its fingerprint.
+ * NULL: no key, for a version the file no longer holds.
  */
 static const uint8 *
 digest_key(const uint8 *db_secret, int version)

@@ -41,10 +41,10 @@ typedef enum KeyShape
 } KeyShape;
 
 /*
- * The shape of a checked key and, for a UUID or a ULID, its one spelling in
- * *norm (a copy, or NULL if the key is that already): a UUID (8-4-4-4-12
- * hex digits, any version) in lower case, a ULID (26 Crockford base32
- * characters, the first at most 7) in upper case.
+ * The shape of a checked key.  For a UUID or a ULID, *norm is its one
+ * spelling: a copy, or NULL if the key is that already.  A UUID (8-4-4-4-12
+ * hex digits, any version) is spelled in lower case.  A ULID (26 Crockford
+ * base32 characters, the first at most 7) is spelled in upper case.
  */
 static KeyShape
 key_shape(const char *key, int len, char **norm)
@@ -84,11 +84,11 @@ key_shape(const char *key, int len, char **norm)
 /*
  * Set scope's key from key_text, checked (idem_check_key).  A key shaped
  * like a UUID or a ULID has one spelling (a UUID in lower case, a ULID in
- * upper case), whatever the operation's key_format: scope->key, under which a new record is
- * stored, the key lock taken and a transaction's claims kept, so that two
- * spellings of one identifier are one key.  A lookup tries it first, then
- * the key as sent (sent_key), under which an older record stored
- * without a key_format is.
+ * upper case), whatever the operation's key_format.  That spelling is
+ * scope->key.  A new record is stored under it, the key lock is taken on
+ * it and a transaction's claims are kept by it, so two spellings of one
+ * identifier are one key.  A lookup tries it first, then the key as sent
+ * (sent_key), under which an older record stored without a key_format is.
  */
 void
 idem_scope_set_key(IdemScope *scope, Datum key_text)

@@ -2,10 +2,10 @@
  *
  * pending.c
  *	  The keys the current transaction claimed with the generic API and has
- *	  not finished yet: what makes COMMIT refuse an unfinished claim (IK005),
- *	  a handler calling idem for the key it runs refused (IK006), and a
- *	  second claim of the same key in the same transaction answered
- *	  (IK001, IK002) without a lock wait on itself.
+ *	  not finished yet.  They make COMMIT refuse an unfinished claim
+ *	  (IK005) and refuse a handler that calls idem for the key it runs
+ *	  (IK006).  A second claim of the same key in the same transaction is
+ *	  answered (IK001, IK002) without a lock wait on itself.
  *
  * The list lives in TopTransactionContext, with the subtransaction that made
  * (and the one that finished) each claim, so that rolling back to a

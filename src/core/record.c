@@ -1,10 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * record.c
- *	  The idempotency_record row, whatever the operation: read through the
- *	  unique scope index, probed for rows committed since the read, written
- *	  already finished (with, in the same IdemRows, the business row of an
- *	  operation that has one), and replaced when it has expired.
+ *	  The idempotency_record row, whatever the operation.  It is read
+ *	  through the unique scope index and probed for rows committed since
+ *	  the read.  It is written already finished, in the same IdemRows as
+ *	  the business row of an operation that has one, and replaced when it
+ *	  has expired.
  *
  * The read is the hot path of every call, replays above all: it costs an
  * index probe, not an executor start-up.  It reads as a statement of the

@@ -4,25 +4,27 @@
  *	  The outbox notifier: NOTIFY idem_outbox, '<topic>' after the commits
  *	  of emitting transactions, without serializing those commits.
  *
- * PostgreSQL queues notifications in commit order by taking one
- * database-wide lock in PreCommit_Notify and holding it until the commit
- * record is flushed: every transaction that notifies commits after the
- * previous one has, and with synchronous_commit = on emitting transactions
- * would commit one WAL flush at a time.  So an emitting transaction does
- * not NOTIFY itself when the library is preloaded: at PRE_COMMIT it
- * reserves room for its topics in its database's slot of shared memory;
- * once committed (XACT_EVENT_COMMIT: its rows are visible) it adds them and
- * sets the latch of the database's notifier, a background worker that
- * sends one NOTIFY idem_outbox, '<topic>' per topic for all the commits
- * gathered since its last one.  A publisher woken by it fetches after those
+ * PostgreSQL queues notifications in commit order.  It takes one
+ * database-wide lock in PreCommit_Notify and holds it until the commit
+ * record is flushed, so every transaction that notifies commits after the
+ * previous one has.  With synchronous_commit = on, emitting transactions
+ * would commit one WAL flush at a time.
+ *
+ * So an emitting transaction does not NOTIFY itself when the library is
+ * preloaded.  At PRE_COMMIT it reserves room for its topics in its
+ * database's slot of shared memory.  Once committed (XACT_EVENT_COMMIT,
+ * when its rows are visible) it adds them and sets the latch of the
+ * database's notifier.  The notifier, a background worker, sends one
+ * NOTIFY idem_outbox, '<topic>' per topic for all the commits gathered
+ * since its last one.  A publisher woken by it fetches after those
  * commits.
  *
- * The notifier is started on demand by the first emitting transaction that
- * finds none, and exits after a second with nothing to do (so that it never
- * holds up DROP DATABASE), but never while a transaction that reserved room
- * has not ended.  A transaction that finds no notifier running, or no room,
- * or is being prepared, or runs without the preloaded library, notifies at
- * its own commit as NOTIFY does.
+ * The first emitting transaction that finds no notifier starts one.  It
+ * exits after a second with nothing to do, so that it never holds up DROP
+ * DATABASE, but never while a transaction that reserved room has not
+ * ended.  A transaction notifies at its own commit, as NOTIFY does, when
+ * it finds no notifier running or no room, when it is being prepared, or
+ * when the library is not preloaded.
  *
  *-------------------------------------------------------------------------
  */

@@ -12,12 +12,13 @@
  * live until the server stops, idem_stats_reset() only zeroes them.  When
  * the table is full, new operations count in one "(other)" row.
  *
- * Counters reflect committed work: what a call writes (executed, renewed,
+ * Counters reflect committed work.  What a call writes (executed, renewed,
  * failed_final, outbox_emitted, outbox_acked, cleanup_deleted) is kept in
- * the backend and added when its transaction commits, dropped when it (or
- * its savepoint) rolls back; what a call observes (calls, replayed,
- * conflicts, in_flight, waits, inbox_duplicates) is added at the call, even
- * if its transaction then fails, as a refused key's always does.
+ * the backend.  It is added when the transaction commits and dropped when
+ * the transaction (or its savepoint) rolls back.  What a call observes
+ * (calls, replayed, conflicts, in_flight, waits, inbox_duplicates) is added
+ * at the call, even if its transaction then fails, as a refused key's
+ * always does.
  *
  * A prepared transaction's counts wait for its outcome: PREPARE TRANSACTION
  * moves them into a shared slot named by the GID, COMMIT PREPARED adds

@@ -4,15 +4,17 @@
  *	  What idem looks up once per backend rather than per call.
  *
  * A prepared statement's function call state lives only for one
- * execution, so idem keeps one catalog per backend, keyed by the extension
- * (its schema and owner), not by the calling function: the OIDs of the
- * schema, of idempotency_record and its scope index, of each registered
- * table (the order demo's, later the outbox's) and its id sequence, where
- * their columns are, their CHECK constraints parsed and planned, and the
- * result descriptor of each SQL entry point seen.  A relcache invalidation
- * of any of these relations (ALTER TABLE, DROP EXTENSION, a cache reset),
- * a pg_proc change, or a call from a function of another schema or owner
- * (a re-created extension) builds it again.
+ * execution.  So idem keeps one catalog per backend, keyed by the extension
+ * (its schema and owner), not by the calling function.  It holds:
+ *	- the OIDs of the schema, of idempotency_record and its scope index;
+ *	- each registered table (the order demo's, the outbox's), its id
+ *	  sequence and where its columns are;
+ *	- their CHECK constraints, parsed and planned;
+ *	- the result descriptor of each SQL entry point seen.
+ * It is built again after a relcache invalidation of any of these
+ * relations (ALTER TABLE, DROP EXTENSION, a cache reset), a pg_proc
+ * change, or a call from a function of another schema or owner (a
+ * re-created extension).
  *
  * Callers copy the catalog for the length of their call: a nested call (a
  * trigger calling idem) may build it again, and the previous build's

@@ -8,21 +8,21 @@
  * outbox message ids (a consumer's inbox keeps them to drop redeliveries),
  * fencing tokens (a worker that was cut off still holds one), order ids
  * and numbers, task ids.  A sequence is not transactional and is logged
- * ahead, so after a crash a server never hands a value out again; but a
+ * ahead, so after a crash a server never hands a value out again.  But a
  * standby promoted after asynchronous replication has only what it had
- * replayed, and would hand out again the values the old primary drew since
- * (with them, a new message would be dropped as a redelivery, a cut-off
- * worker's token would be valid again).
+ * replayed.  It would hand out again the values the old primary drew
+ * since.  A new message would then be dropped as a redelivery, and a
+ * cut-off worker's token would be valid again.
  *
  * So the first draw of a database's idem sequence on a new timeline (a
  * promotion, a point-in-time recovery) first moves every idem sequence of
- * its schema IDEM_TIMELINE_RESERVE (2^36) past its value here, and then
- * records the timeline in idem_timeline_seq; the draws of that timeline
- * all come after.  2^36 is more than a primary can draw before a standby
- * that far behind is promoted (Patroni promotes none lagging more than
- * maximum_lag_on_failover, 1 MB of WAL by default: at most about 20,000
- * sequence records of 32 values).  Each backend asks once per timeline:
- * after that a draw costs one comparison.
+ * its schema IDEM_TIMELINE_RESERVE (2^36) past its value here.  It then
+ * records the timeline in idem_timeline_seq, and the draws of that
+ * timeline all come after.  2^36 is more than a primary can draw before a
+ * standby that far behind is promoted.  Patroni promotes none lagging more
+ * than maximum_lag_on_failover, 1 MB of WAL by default, which holds at most
+ * about 20,000 sequence records of 32 values.  Each backend asks once per
+ * timeline; after that a draw costs one comparison.
  *
  *-------------------------------------------------------------------------
  */

@@ -63,10 +63,10 @@ idem_free_kept(SPIPlanPtr *plan)
 
 /*
  * The schema of idem's tables and internal functions for the extension
- * extoid installed in extnspid: from 1.13 the schema that is a member of
- * the extension (idem_internal), found by OID in pg_depend, never by name;
- * before 1.13 (an older SQL version this library still serves) the
- * extension's own schema.
+ * extoid installed in extnspid.  It is the schema that is a member of the
+ * extension (idem_internal), found by OID in pg_depend, never by name.  An
+ * SQL version before 1.13, which this library still serves, has none, and
+ * its tables are in the extension's own schema.
  */
 static Oid
 tables_schema(Oid extoid, Oid extnspid)
