@@ -96,7 +96,7 @@ _PG_init(void)
 	idem_task_init();
 
 	/*
-	 * Only now that every idem.* GUC is defined: reserving the prefix
+	 * Only now that every idem.* GUC is defined.  Reserving the prefix
 	 * removes the placeholders of the names not defined yet, and with them
 	 * what postgresql.conf set for them.
 	 */

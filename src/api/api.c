@@ -9,7 +9,7 @@
  * that record and work commit or roll back together.  idem_run does the
  * three in one call, with the work in a handler function that runs as the
  * caller.  A transaction that claimed a key and did not finish it cannot
- * commit (IK005): no business effect commits without its record.
+ * commit (IK005).  No business effect commits without its record.
  *
  * The unfinished claims of the current transaction are pending.c's list;
  * a claim finished in the subtransaction that made it leaves the list and
@@ -75,7 +75,7 @@ enum
  * The handlers idem_run checked, with their FmgrInfo, kept for the backend
  * (a prepared statement's own FmgrInfo lives for one execution, so PL/pgSQL
  * would look its compiled function up again on every call).  Entries are
- * never changed in place, since a call in progress may be using one: a
+ * never changed in place, since a call in progress may be using one.  A
  * pg_proc change, or a full cache, starts a new context, and the old one
  * goes with the transaction.
  */
@@ -97,8 +97,8 @@ static MemoryContext handler_cxt = NULL;
 
 /*
  * Store the result of this transaction's claim p as the extension's owner:
- * the finished record, expiring as its status says, then mark p finished:
- * made and finished in the same subtransaction, it is forgotten, and its
+ * the finished record, expiring as its status says, then mark p finished.
+ * Made and finished in the same subtransaction, it is forgotten, and its
  * key lock given back.
  */
 static TimestampTz
@@ -173,8 +173,8 @@ outcome_datum(const IdemCatalog *cat, FunctionCallInfo fcinfo, bool replayed,
 
 /*
  * SQL: idem_begin(owner, operation, key, request, ttl) returns idem_outcome.
- * A new or expired key: claimed for this transaction, replayed = false.
- * A finished record with the same fingerprint: replayed.
+ * A new or expired key.  Claimed for this transaction, replayed = false.
+ * A finished record with the same fingerprint.  Replayed.
  */
 Datum
 idem_begin(PG_FUNCTION_ARGS)
@@ -286,7 +286,7 @@ idem_finish(PG_FUNCTION_ARGS)
  * SQL: idem_finish_stored(the arguments of idem_finish) returns
  * idem_outcome: idem_finish, returning the answer as stored, after
  * the operation's policy redacted it, as a replay will return it
- * (replayed = false): what a copy kept elsewhere (a fast layer) must hold.
+ * (replayed = false).  What a copy kept elsewhere (a fast layer) must hold.
  */
 Datum
 idem_finish_stored(PG_FUNCTION_ARGS)

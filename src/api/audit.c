@@ -31,7 +31,7 @@
 PG_FUNCTION_INFO_V1(idem_audit_entries);
 
 /*
- * The query of idem_audit_entries: the live records and the history, the
+ * The query of idem_audit_entries.  The live records and the history, the
  * audit fields only, as the view's columns.  %s is the schema, quoted; %s
  * the tables' owner condition (owner_cond).
  */

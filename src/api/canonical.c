@@ -55,9 +55,9 @@ idem_request_hash(PG_FUNCTION_ARGS)
 }
 
 /*
- * idem_test_siphash128(key bytea, data bytea) returns bytea: SipHash-2-4-128
+ * idem_test_siphash128(key bytea, data bytea) returns bytea.  SipHash-2-4-128
  * as request digests use it.  No function of the extension is declared on
- * it: the regression suite declares one in pg_temp (a superuser may) to
+ * it.  The regression suite declares one in pg_temp (a superuser may) to
  * check siphash.c against the reference implementation's test vectors.
  */
 Datum

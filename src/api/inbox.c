@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * inbox.c
- *	  The consumer inbox: idem_consume.
+ *	  The consumer inbox.  idem_consume.
  *
  * idem_consume(consumer, message_id) runs in the consumer's transaction,
  * with the effect of the message.  It returns true and writes an inbox row
@@ -17,7 +17,7 @@
  * Under the lock, the row is looked up with a dirty snapshot.  What
  * committed before the lock was granted counts, whatever the caller's
  * snapshot; in REPEATABLE READ too, false is the right answer then.  A row
- * past its expires_at is an expired entry: it is deleted, and the message
+ * past its expires_at is an expired entry.  It is deleted, and the message
  * is taken afresh, as an expired key starts afresh.  The unique index on
  * (consumer, message_id) stays the arbiter against writers that bypass
  * idem.
@@ -132,7 +132,7 @@ typedef enum InboxEntry
 	INBOX_LIVE,					/* consumed, not expired: a redelivery */
 	INBOX_EXPIRED,				/* an expired entry at *tid: replace it */
 	INBOX_BUSY					/* another transaction, *busy, is writing
-								 * an entry: wait for it */
+								 * an entry.  Wait for it */
 } InboxEntry;
 
 /*
@@ -262,7 +262,7 @@ consume_args(InboxCall *c, FunctionCallInfo fcinfo)
 }
 
 /*
- * One look at the message's entry, as the owner: none (then this call
+ * One look at the message's entry, as the owner.  None (then this call
  * writes it), live, expired (its tid set) or being written by another
  * transaction (busy set).
  */
@@ -288,10 +288,10 @@ consume_attempt(InboxCall *c, IdemIdentity *identity, ItemPointer tid, Transacti
 }
 
 /*
- * Take the message, holding its lock tag, as the owner: true when this call
- * wrote its entry, false for a redelivery.  Written, or a redelivery: the
+ * Take the message, holding its lock tag, as the owner.  True when this call
+ * wrote its entry, false for a redelivery.  Written, or a redelivery.  The
  * lock goes at once (the written entry's uncommitted index entry makes a
- * redelivery wait now).  Another transaction writing the entry: wait for
+ * redelivery wait now).  Another transaction writing the entry.  Wait for
  * it, keeping the lock so that the deliveries queued behind us keep their
  * order, then look again.  Expired: delete it, then look again.
  */

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * maintenance.c
- *	  The SQL face of idem's upkeep: idem_cleanup_expired (cleanup.c),
+ *	  The SQL face of idem's upkeep.  idem_cleanup_expired (cleanup.c),
  *	  idem_cleanup_status and the preload notice (worker.c), and
  *	  idem_timeline_mark (sequence.c).
  *
@@ -107,7 +107,7 @@ status_row(const IdemDbStatus *st, void *arg)
 
 /*
  * Raise a NOTICE when idem is not preloaded, so CREATE EXTENSION says that
- * expired records will not be cleaned by themselves: the install script
+ * expired records will not be cleaned by themselves.  The install script
  * calls idem_internal.idem_cleanup_worker_notice() once.  CREATE EXTENSION
  * runs its script with client_min_messages raised to WARNING, which would
  * swallow the NOTICE, so it is let through here.
@@ -142,7 +142,7 @@ idem_cleanup_worker_notice(PG_FUNCTION_ARGS)
  * SQL: idem_timeline_mark() returns void
  *
  * Record the current timeline in idem_timeline_seq without moving the
- * sequences: what CREATE EXTENSION and the update to 1.12 do, so that only
+ * sequences.  What CREATE EXTENSION and the update to 1.12 do, so that only
  * a later timeline moves them.
  */
 Datum

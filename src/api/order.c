@@ -184,7 +184,7 @@ answer_text(OrderCall *call, int res, TupleTableSlot *slot, AttrNumber attnum)
 
 /*
  * Insert the order (IdemBusinessWrite callback), and answer with the order
- * as stored, a BEFORE trigger may have changed it: the record's response
+ * as stored, a BEFORE trigger may have changed it.  The record's response
  * is built from the same row, so every replay answers what this call did.
  */
 static void

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * outbox.c
- *	  The transactional outbox: its table and the commit-order locks of its
+ *	  The transactional outbox.  Its table and the commit-order locks of its
  *	  keys, which the emit (outbox_emit.c) and the acknowledgement
  *	  (outbox_ack.c) take alike.
  *

@@ -1,13 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * outbox_ack.c
- *	  The acknowledgement of outbox messages: idem_outbox_ack.
+ *	  The acknowledgement of outbox messages.  idem_outbox_ack.
  *
  * Every message acknowledged is deleted at once; each key whose head it
  * was gets its next message made the head (ready).  In order:
  *
  * 1. The messages are read (primary key) as the statement's snapshot
- *    shows them: a ready message stays ready until it is deleted, so
+ *    shows them.  A ready message stays ready until it is deleted, so
  *    whether each keyed one is its key's head holds until step 3.  A
  *    message committed after that snapshot is not acknowledged.
  * 2. Their keys' locks are taken, before any row is written.  At most
@@ -205,7 +205,7 @@ ack_read(const IdemTableLayout *t, Relation heap, Snapshot snapshot,
 
 /*
  * Step 2: the locks of the keyed messages found[0..nkeyed-1], sorted by key;
- * behind: one of them is not its key's head.
+ * behind.  One of them is not its key's head.
  */
 static void
 ack_lock(const AckedMessage *found, int nkeyed, bool behind)
@@ -267,7 +267,7 @@ ack_delete(const IdemTableLayout *t, IdemRows *rows, Snapshot snapshot,
 }
 
 /*
- * Step 4, for the key of m: its first unacknowledged message after
+ * Step 4, for the key of m.  Its first unacknowledged message after
  * commit_seq `after`, made ready unless it is.
  */
 static void

@@ -18,7 +18,7 @@
  *
  * A savepoint rolled back takes its messages with it.  Publishers are
  * woken by NOTIFY idem_outbox, '<topic>' once the transaction has
- * committed, for each topic of its messages: see notify.c.
+ * committed, for each topic of its messages.  See notify.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -74,7 +74,7 @@ typedef struct PendingMessage
 } PendingMessage;
 
 /*
- * The transaction's messages in emit order, and where to write them: the
+ * The transaction's messages in emit order, and where to write them.  The
  * outbox as the first emit's catalog found it, all in TopTransactionContext.
  */
 static PendingMessage *pending = NULL;
@@ -90,7 +90,7 @@ static int	ndeferred_topics = 0;
 
 /*
  * Has (topic, msg_key) an unacknowledged message?  Asked under the key's
- * lock, which every emitter and acknowledger of the key takes: a dirty
+ * lock, which every emitter and acknowledger of the key takes.  A dirty
  * snapshot then sees exactly what they committed.
  */
 static bool

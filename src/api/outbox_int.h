@@ -1,14 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * outbox_int.h
- *	  What the outbox's files share: idem_outbox's columns, the commit-order
+ *	  What the outbox's files share.  idem_outbox's columns, the commit-order
  *	  locks of its keys, the index of each key's messages.
  *
  * The outbox is three files behind this header, as pgvector's hnsw*.c are
- * behind hnsw.h: outbox.c (the table, the key locks, the SQL helpers
+ * behind hnsw.h.  outbox.c (the table, the key locks, the SQL helpers
  * idem_outbox_lock_keys and idem_outbox_guard), outbox_emit.c
  * (idem_outbox_emit and the commit's flush) and outbox_ack.c
- * (idem_outbox_ack).  The fetch is SQL (idem_outbox_fetch): one UPDATE ...
+ * (idem_outbox_ack).  The fetch is SQL (idem_outbox_fetch).  One UPDATE ...
  * FOR UPDATE SKIP LOCKED of the keys' heads, which the executor does well.
  *
  *-------------------------------------------------------------------------

@@ -247,7 +247,7 @@ check_setting(int i, Datum value)
 /*
  * A WARNING when the policy as stored (row) refuses reused keys, itself or
  * through idem.reuse_after_expiry, but keeps no audit period, its own or
- * idem.audit_ttl: its expired keys would execute again silently.
+ * idem.audit_ttl.  Its expired keys would execute again silently.
  */
 static void
 warn_if_unaudited(const char *operation, HeapTuple row, TupleDesc desc)
@@ -270,7 +270,7 @@ warn_if_unaudited(const char *operation, HeapTuple row, TupleDesc desc)
 /*
  * SQL: idem_set_policy(operation, ttl, failure_ttl, wait_timeout,
  * max_attempts, retry_base, retry_max, audit_ttl, reuse_after_expiry,
- * redact, key_format, reject_weak_keys) returns idem_policy: the
+ * redact, key_format, reject_weak_keys) returns idem_policy.  The
  * operation's policy after the change.
  */
 Datum

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * statistics.c
- *	  The SQL face of idem's statistics (stats.c): idem_stats_entries (the
+ *	  The SQL face of idem's statistics (stats.c).  idem_stats_entries (the
  *	  idem_stats view's rows), idem_stats_reset, and idem_stats_add for
  *	  idem's SQL functions.
  *
@@ -78,7 +78,7 @@ idem_stats_reset(PG_FUNCTION_ARGS)
 
 /*
  * SQL: idem_stats_add(name text, counter text, n bigint) returns bigint (n),
- * counted at commit: for idem's PL/pgSQL functions (idem_outbox_ack).
+ * counted at commit.  For idem's PL/pgSQL functions (idem_outbox_ack).
  */
 Datum
 idem_stats_add(PG_FUNCTION_ARGS)

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * task.c
- *	  Long flows: a record committed PROCESSING with a task, leased to
+ *	  Long flows.  A record committed PROCESSING with a task, leased to
  *	  workers with fencing tokens and heartbeats, retried with backoff,
  *	  taken over when a lease lapses or its session ends.
  *
@@ -116,7 +116,7 @@ note_submitted(const char *operation)
  * each of its operations (or '' for more than SUBMITTED_OPS of them), through
  * the notifier when it can (see notify.c), else by the transaction's own
  * NOTIFY.  A prepared transaction notifies nobody (PostgreSQL cannot prepare
- * a NOTIFY): workers that also poll find its tasks.
+ * a NOTIFY).  Workers that also poll find its tasks.
  */
 static void
 task_xact_callback(XactEvent event, void *arg)
@@ -235,7 +235,7 @@ task_relations(const IdemCatalog *cat)
 }
 
 /*
- * On Citus, tasks are leased on the nodes that hold them: a node without
+ * On Citus, tasks are leased on the nodes that hold them.  A node without
  * shards of idempotency_record (the coordinator, usually) has none.
  */
 void
@@ -438,7 +438,7 @@ task_record_end(TaskRecord *tr, IdemStatus status, TimestampTz now, const char *
 
 /*
  * End the task of tr as a final failure (task_record_end): HTTP 500 and the
- * body {"error": error}, no headers, no resource: what the client's repeat
+ * body {"error": error}, no headers, no resource.  What the client's repeat
  * gets.
  */
 void
@@ -458,7 +458,7 @@ task_record_fail(TaskRecord *tr, Jsonb *error, TimestampTz now, const char *oper
 }
 
 /*
- * The wait before attempt `attempt` + 1 of a task of operation: full
+ * The wait before attempt `attempt` + 1 of a task of operation.  Full
  * jitter, a uniform random time up to retry_base * 2^(attempt - 1), capped
  * by retry_max (the operation's policy's, else idem.retry_base and
  * idem.retry_max).

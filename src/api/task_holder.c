@@ -69,7 +69,7 @@ report_stale(int64 task_id, int64 token, const char *operation, const char *deta
 /*
  * Open idempotency_record as hc->cat has it and lock task_id's row, found
  * through indexid (an index whose first column is id), waiting for a
- * holder's short transaction: TM_Invisible if there is no such row.
+ * holder's short transaction.  TM_Invisible if there is no such row.
  */
 static TM_Result
 lock_task(HolderCall *hc, Oid indexid, int64 task_id)
@@ -220,7 +220,7 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 
 /*
  * SQL: idem_complete(task_id, token, http_status, body, resource_id,
- * headers, header_list): the task's result, stored in the worker's
+ * headers, header_list).  The task's result, stored in the worker's
  * transaction.
  */
 Datum
@@ -272,7 +272,7 @@ fail_retryable(HolderCall *hc, int32 attempts)
 }
 
 /*
- * A final failure: FAILED_FINAL, HTTP 500, body {"error": error}: only what
+ * A final failure: FAILED_FINAL, HTTP 500, body {"error": error}.  Only what
  * the caller passed, without what the policy redacts from it.
  */
 static IdemStatus

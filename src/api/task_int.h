@@ -3,7 +3,7 @@
  * task_int.h
  *	  What the long-flow modules share: task.c (submit, the record a task
  *	  call rewrites, the transaction callback), task_sessions.c,
- *	  task_lease.c and task_holder.c.  Not for other modules: their header
+ *	  task_lease.c and task_holder.c.  Not for other modules.  Their header
  *	  is task.h.
  *
  *-------------------------------------------------------------------------
@@ -26,7 +26,7 @@
 extern Oid	idem_task_token_seq;
 
 /*
- * A record being rewritten by a task call: idempotency_record opened for an
+ * A record being rewritten by a task call.  idempotency_record opened for an
  * update as the extension's owner, and the new version, built in values
  * and nulls from a copy of the locked version's columns.
  */

@@ -1,11 +1,11 @@
 /*-------------------------------------------------------------------------
  *
  * task_lease.c
- *	  idem_lease: due tasks handed to a worker, each with a new fencing
+ *	  idem_lease.  Due tasks handed to a worker, each with a new fencing
  *	  token.
  *
  * The record is the task.  task_due_at says when a worker may lease it
- * next: the submit time, the end of the current lease, or the time of the
+ * next.  The submit time, the end of the current lease, or the time of the
  * next attempt.  One partial index over (operation, task_due_at) serves
  * every lease.  A lease walks that index from the oldest due task and
  * locks each row it would take without waiting (SKIP LOCKED).  It updates
@@ -99,10 +99,10 @@ lock_scanned(LeaseCall *lc)
 
 /*
  * The locked row's lease lapsed, or its bound session ended, before its
- * worker ended the attempt: that attempt counts.  Past the
+ * worker ended the attempt.  That attempt counts.  Past the
  * operation's max_attempts, the task ends FAILED_FINAL with the reason, as
  * an idem_fail of its own would (the client's repeat gets that stored
- * failure), and true is returned: it is not leased again.
+ * failure), and true is returned.  It is not leased again.
  */
 static bool
 end_lapsed(LeaseCall *lc, int32 attempts)
@@ -175,10 +175,10 @@ lease_locked(LeaseCall *lc)
 }
 
 /*
- * Lease operation's due tasks, oldest due first, up to the batch: those
+ * Lease operation's due tasks, oldest due first, up to the batch.  Those
  * never leased or due again after a failure, and those whose lease has
  * lapsed or whose bound session has ended (takeovers).  A lease leaves the
- * index key alone (so that it is a HOT update): the leased tasks stay in
+ * index key alone (so that it is a HOT update).  The leased tasks stay in
  * place, and the scan steps over those whose lease holds.  Whether a bound
  * session has ended is asked only when some session ended since this
  * backend last went through operation's leases.

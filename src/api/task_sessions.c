@@ -2,7 +2,7 @@
  *
  * task_sessions.c
  *	  The sessions that hold bound leases (idem_lease with bind_session), in
- *	  shared memory: a slot per backend with an id that no other session,
+ *	  shared memory.  A slot per backend with an id that no other session,
  *	  before or after a restart, gets, and a counter of ended sessions.
  *
  * A session that leases so registers here and writes its id into the task;
@@ -39,7 +39,7 @@ static uint64 my_session = 0;
 
 /*
  * The operations whose bound leases this backend looked through, with the
- * count of ended sessions at the time: committed ones, and this
+ * count of ended sessions at the time.  Committed ones, and this
  * transaction's (applied at its commit).
  */
 #define CHECKED_OPS 16

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * compat.h
- *	  The PostgreSQL versions idem builds on, behind one header: each
+ *	  The PostgreSQL versions idem builds on, behind one header.  Each
  *	  difference of the server's API that idem meets is named here once, so
  *	  that the code reads the same on every major version.
  *

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * citus.c
- *	  idem on Citus: every call runs on the node that holds its owner's
+ *	  idem on Citus.  Every call runs on the node that holds its owner's
  *	  shard, with the same direct read and plan-less write as on one server.
  *
  * idem_distribute() distributes idempotency_record and purchase_order by
@@ -20,7 +20,7 @@
  *	  of the catalog at the shard and its indexes.
  * The claim then races on the shard's own unique index, as on one server.
  *
- * Citus does not delegate every call: not one whose owner is a column of
+ * Citus does not delegate every call.  Not one whose owner is a column of
  * another table, not one from a PL/pgSQL simple expression, not one in
  * INSERT ... SELECT.  Such a call runs where it was made, often a node
  * without the shard.  It then runs itself again as SELECT * FROM fn($1..)
@@ -29,10 +29,10 @@
  * transaction block too, as part of the distributed transaction.  If the
  * call comes back to this node unresolved, the error says so.
  *
- * A task is leased on the node that holds it: idem_lease and the holder's
+ * A task is leased on the node that holds it.  idem_lease and the holder's
  * calls go through this node's shards (idem_citus_local_shards, _use_).
  *
- * Nothing here costs anything outside Citus: the catalog notes once per
+ * Nothing here costs anything outside Citus.  The catalog notes once per
  * build whether a table is distributed (a lookup of pg_dist_partition by
  * name, absent without Citus), and an entry point tests that flag.
  *
@@ -188,7 +188,7 @@ distribution_column(Oid relid, Oid *type, Oid *collation)
 }
 
 /*
- * In an SPI connection: the shards of Citus table relid in hash order, a
+ * In an SPI connection.  The shards of Citus table relid in hash order, a
  * row each with its first hash value and, if it is placed on this node, its
  * name.  Returns how many.
  */
@@ -213,7 +213,7 @@ read_shards(Oid relid)
 }
 
 /*
- * Row i of read_shards(relid): the shard relation on this node (Citus names
+ * Row i of read_shards(relid).  The shard relation on this node (Citus names
  * it after the table and the shard id, in the table's schema), or
  * InvalidOid if it is placed elsewhere, or being moved.
  */
@@ -228,7 +228,7 @@ shard_here(Oid relid, int i)
 }
 
 /*
- * Read the shards of table number `table` from Citus's metadata: their hash
+ * Read the shards of table number `table` from Citus's metadata.  Their hash
  * ranges in order and, for those with a placement on this node, the shard
  * relation here.
  */
@@ -295,7 +295,7 @@ use_shard(IdemCatalog *cat, int table, IdemShard *shard)
 
 /*
  * Point cat's table number `table` (a distributed one) at its shard on this
- * node that holds value, of type `type`: false if that shard is elsewhere.
+ * node that holds value, of type `type`.  False if that shard is elsewhere.
  */
 bool
 idem_citus_localize(IdemCatalog *cat, int table, Datum value, Oid type)
@@ -365,7 +365,7 @@ idem_citus_use_local_shard(IdemCatalog *cat, int table, int n)
 
 /*
  * The call fcinfo is in, whose shard is on another node, run again as
- * SELECT * FROM fn($1, ...) with its arguments as constants: Citus sends
+ * SELECT * FROM fn($1, ...) with its arguments as constants.  Citus sends
  * that to the node holding the shard, inside the current transaction.
  * Returns what the call returned there.
  */
@@ -447,7 +447,7 @@ idem_citus_redispatch(FunctionCallInfo fcinfo)
 }
 
 /*
- * The relations that hold relid's rows on this node: relid itself, or, for
+ * The relations that hold relid's rows on this node.  relid itself, or, for
  * a Citus distributed table, its shards placed here (none on a coordinator
  * without shards).
  */
@@ -480,7 +480,7 @@ idem_citus_local_relations(Oid relid)
 
 /*
  * The name of the function in schema nspid (idem's tables') that cleans one
- * node: idem_cleanup_node, or idem_cleanup_expired on an older version.
+ * node.  idem_cleanup_node, or idem_cleanup_expired on an older version.
  */
 static const char *
 cleanup_node_function(Oid nspid)
@@ -496,7 +496,7 @@ cleanup_node_function(Oid nspid)
 }
 
 /*
- * On a Citus coordinator whose idempotency_record is distributed: run
+ * On a Citus coordinator whose idempotency_record is distributed.  Run
  * idem_cleanup_expired(batch_size, max_batches) on every worker node, each
  * of which cleans its own shards and commits on its own (what is deleted is
  * expired either way).  Returns how many rows they deleted; 0 elsewhere.

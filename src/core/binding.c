@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * binding.c
- *	  The role bindings: idem.allowed_owners and idem.allowed_operations,
+ *	  The role bindings.  idem.allowed_owners and idem.allowed_operations,
  *	  the owners and the operations a session may act for.
  *
  * A superuser binds a role with ALTER ROLE ... SET idem.allowed_owners =
@@ -29,7 +29,7 @@ static char *idem_allowed_owners = NULL;
 static char *idem_allowed_operations = NULL;
 
 /*
- * idem.allowed_owners, parsed: the owners a role may act for, as ranges.
+ * idem.allowed_owners, parsed.  The owners a role may act for, as ranges.
  * NULL (an empty setting) binds nothing.
  */
 typedef struct OwnerRanges
@@ -237,7 +237,7 @@ idem_check_owner(int64 owner)
 }
 
 /*
- * idem.allowed_operations, parsed: the exact operation names the current
+ * idem.allowed_operations, parsed.  The exact operation names the current
  * role may act for.  NULL (an empty setting) allows every operation.
  */
 typedef struct OperationList

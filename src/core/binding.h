@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * binding.h
- *	  The role bindings: idem.allowed_owners, idem.allowed_operations
+ *	  The role bindings.  idem.allowed_owners, idem.allowed_operations
  *	  (binding.c).
  *
  *-------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * call.c
- *	  The start of a call that claims a key: its scope from the arguments,
+ *	  The start of a call that claims a key.  Its scope from the arguments,
  *	  its copy of the catalog pointed at the owner's shard, counted, its
  *	  request ready to be fingerprinted, and the transaction's own claims
  *	  asked first.
@@ -9,8 +9,8 @@
  * idem_begin, idem_run and idem_submit open alike; here once, so that they
  * check their arguments in the same order (owner, operation, key, request,
  * what else must not be NULL, ttl) and give the same errors.  On Citus a
- * call made on a node without its owner's shard is sent on to that node:
- * the caller sees false and returns idem_citus_redispatch(fcinfo), in
+ * call made on a node without its owner's shard is sent on to that node.
+ * The caller sees false and returns idem_citus_redispatch(fcinfo), in
  * plain sight.
  *
  *-------------------------------------------------------------------------

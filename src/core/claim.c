@@ -20,7 +20,7 @@
  *	- an expired record is deleted under the lock.
  *
  * The caller then executes and writes its record (record.c).  It gives the
- * key lock back at once (idem_claim_written): its uncommitted record makes
+ * key lock back at once (idem_claim_written).  Its uncommitted record makes
  * duplicates wait from then on, so a transaction of a million calls holds
  * no million locks.  A caller that replays after waiting gives the lock
  * back at once too.
@@ -38,7 +38,7 @@
 #include "stats.h"
 
 /*
- * How often a call looks at the key's record again: after waiting for the
+ * How often a call looks at the key's record again.  After waiting for the
  * key lock, after losing a claim, after a record changed under it.
  */
 #define IDEM_CLAIM_ATTEMPTS		4
@@ -51,8 +51,8 @@ replayable(IdemStatus status)
 }
 
 /*
- * Read the key's record under each of its spellings (idem_scope_spelling):
- * a record stored before the operation's key_format changed is found under
+ * Read the key's record under each of its spellings (idem_scope_spelling).
+ * A record stored before the operation's key_format changed is found under
  * the other.  If both have one (two executions under 1.12), the
  * older answers, with a WARNING naming both.
  */
@@ -93,7 +93,7 @@ read_key(IdemClaim *c)
 }
 
 /*
- * Probe the key's rows under each of its spellings: IDEM_PROBE_BUSY if a
+ * Probe the key's rows under each of its spellings.  IDEM_PROBE_BUSY if a
  * running transaction writes either, else IDEM_PROBE_FOUND if either has
  * one.
  */
@@ -216,7 +216,7 @@ claim_replay(IdemClaim *c)
 /*
  * The key's record expired (found) or is gone: where its operation refuses
  * reuse (reuse_after_expiry 'refuse'), IK007 while the earlier
- * execution is in its audit period: the expired record's own, or a row of
+ * execution is in its audit period.  The expired record's own, or a row of
  * idem_history.  The cleanup moves a record to the history in one
  * transaction, so a read sees the one or the other.
  */
@@ -238,7 +238,7 @@ check_reuse(IdemClaim *c, bool found)
 
 /*
  * Decide the call for scope and its request's fingerprint, as the
- * extension's owner: identity is switched to it here, and the caller
+ * extension's owner.  Identity is switched to it here, and the caller
  * restores it (idem_restore_caller) when its own work as the owner is done.
  * IDEM_REPLAY: claim->rec is the finished record with the same fingerprint,
  * and no lock is kept.  IDEM_EXECUTE: this transaction holds the key lock,
@@ -274,7 +274,7 @@ idem_claim(IdemClaim *c, const IdemCatalog *cat, const IdemScope *scope,
 }
 
 /*
- * The claim's record is written (or the call replays): give the key lock
+ * The claim's record is written (or the call replays).  Give the key lock
  * back.  From now on the record's uncommitted index entry is what makes a
  * duplicate wait (idem_claim's probe), until this transaction ends.
  */

@@ -28,7 +28,7 @@ typedef struct IdemClaim
 	IdemIdentity *identity;		/* switched to the owner by idem_claim */
 	LOCKTAG		tag;
 	bool		locked;			/* the key lock is held */
-	bool		accept_unfinished;	/* set by the caller: a task's record
+	bool		accept_unfinished;	/* set by the caller.  A task's record
 									 * PROCESSING or FAILED_RETRYABLE is
 									 * returned, not IK002 */
 	IdemRecord	rec;

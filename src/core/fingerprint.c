@@ -9,7 +9,7 @@
  * spelling, so the raw JSON text is never hashed.  The digest is
  * PostgreSQL's own (pg_cryptohash), the one pgcrypto's digest() computes.
  *
- * Keyed fingerprints: a low-entropy request (a PIN, an amount) could
+ * Keyed fingerprints.  A low-entropy request (a PIN, an amount) could
  * be found again from its plain SHA-256 by trying values.  With
  * idem.fingerprint_keys_file naming a file of versioned secrets ("v2:..."
  * lines), a record stores HMAC-SHA-256(secret, plain hex fingerprint) under
@@ -19,7 +19,7 @@
  * does (looked at once a transaction); the secrets live in this backend's
  * memory only, never in a setting.
  *
- * Request digests: a record also stores SipHash-2-4-128 of the
+ * Request digests.  A record also stores SipHash-2-4-128 of the
  * request's jsonb bytes (siphash.c), keyed with the database's own secret
  * (idem_internal.idem_digest_secret) or, for a record keyed with a file
  * secret, with a key derived from that secret.  A replay whose request has
@@ -196,7 +196,7 @@ key_check_value(const FingerprintKey *key, uint8 *check)
 
 /*
  * 55000 unless each version of the file has the secret it had the first
- * time this server saw it (keycheck.c): a version's secret never changes.
+ * time this server saw it (keycheck.c).  A version's secret never changes.
  */
 static void
 check_versions_unchanged(const char *path)
@@ -245,7 +245,7 @@ read_keys_text(const char *path, FILE *f, const struct stat *st)
 }
 
 /*
- * Read the file the setting names (none: no keys): opened first, and its
+ * Read the file the setting names (none: no keys).  Opened first, and its
  * open descriptor's status is what is checked and remembered, so that what
  * is read is the file that was checked.  Errors are 58P01/F0000; a line
  * longer than FP_MAX_LINE bytes refuses the file (it would be split, its
@@ -317,7 +317,7 @@ load_keys(void)
  * The keys, read again if the setting changed or, looked at once a
  * transaction, the file did: another device, inode, size, mtime or ctime
  * (a rotation needs no reload).  A file modified within 2 s of when it was
- * last read is read again at each look, whatever its status says: a
+ * last read is read again at each look, whatever its status says.  A
  * rewrite of the same size within the clock's resolution leaves the status
  * as it was.
  */
@@ -356,7 +356,7 @@ idem_fingerprint_sign_version(void)
 
 /*
  * The stored form of the plain fingerprint under secret version (0: plain
- * itself): lowercase hex HMAC-SHA-256 of the plain hex text.  55000 when
+ * itself).  Lowercase hex HMAC-SHA-256 of the plain hex text.  55000 when
  * the file no longer holds that version.
  */
 void
@@ -395,7 +395,7 @@ idem_fingerprint_matches(const char *stored, int version, const char *plain)
 
 /*
  * Lowercase hex SHA-256 of data; hex must hold IDEM_HASH_HEX_LEN + 1
- * bytes.  sha256.c's, not pg_cryptohash's: see there why.
+ * bytes.  sha256.c's, not pg_cryptohash's.  See there why.
  */
 void
 idem_sha256_hex(const char *data, size_t len, char *hex)
@@ -420,7 +420,7 @@ idem_fingerprint_jsonb(Jsonb *request, char *hex)
 
 /*
  * Are len bytes of a and b equal? In time independent of where they differ.
- * Not PostgreSQL's timingsafe_bcmp: built with OpenSSL it calls
+ * Not PostgreSQL's timingsafe_bcmp.  Built with OpenSSL it calls
  * CRYPTO_memcmp, some 450 instructions for 64 bytes on every replay under
  * callgrind (test/bench/instructions.sh), where this loop costs about 75.
  */
@@ -518,7 +518,7 @@ idem_print_fingerprint(IdemRequestPrint *p)
 
 /*
  * p's digest under secret version (IDEM_DIGEST_LEN bytes, p's own); NULL
- * when there is none: no key for the version, or p settled under another
+ * when there is none.  No key for the version, or p settled under another
  * version or known by its fingerprint only.
  */
 const uint8 *

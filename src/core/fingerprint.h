@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * fingerprint.h
- *	  Request fingerprints: SHA-256 of the canonical request, and the
+ *	  Request fingerprints.  SHA-256 of the canonical request, and the
  *	  keyed form records store once idem.fingerprint_keys_file is set.
  *
  *-------------------------------------------------------------------------
@@ -17,12 +17,12 @@
 typedef char IdemFingerprint[IDEM_HASH_HEX_LEN + 1];
 
 /*
- * A call's request as a claim compares it with a record: the
+ * A call's request as a claim compares it with a record.  The
  * fingerprint (SHA-256 of the canonical text), computed when first asked
  * for, and the digest of the request's jsonb bytes under the secret of a
  * record's fingerprint version, which a replay of the very same bytes
  * compares instead.  Settled (idem_print_settle), it no longer needs the
- * request: the fingerprint and the digest for new records are computed.
+ * request.  The fingerprint and the digest for new records are computed.
  */
 typedef struct IdemRequestPrint
 {

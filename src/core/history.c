@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * history.c
- *	  idem_history: when a finished record expires, the audit fields
+ *	  idem_history.  When a finished record expires, the audit fields
  *	  of its execution (owner, operation, key, request fingerprint, status,
  *	  HTTP status, resource id, times) outlive it for the operation's audit
  *	  period, its policy's audit_ttl or idem.audit_ttl.  They are moved here
@@ -11,7 +11,7 @@
  *
  *	  A key whose operation refuses reuse (reuse_after_expiry 'refuse') is
  *	  refused with IK007 while its record, or a row here, is in its audit
- *	  period: idem_history_in_audit looks it up.
+ *	  period.  idem_history_in_audit looks it up.
  *
  *	  Rows are written as records are, without a statement (rowwrite.c).
  *
@@ -126,8 +126,8 @@ idem_archive_begin(IdemArchive *a, Oid history, Oid record, TimestampTz now)
 }
 
 /*
- * Archive the record in slot (locked, about to be deleted), of operation:
- * a history row if the operation keeps an audit period that has not ended.
+ * Archive the record in slot (locked, about to be deleted), of operation.
+ * A history row if the operation keeps an audit period that has not ended.
  */
 void
 idem_archive_slot(IdemArchive *a, TupleTableSlot *record, const char *operation)
@@ -188,7 +188,7 @@ history_of(IdemCatalog *local, const IdemCatalog *cat, int64 owner)
 
 /*
  * The key's record rec expired and is being replaced (claim.c deleted it
- * under the key lock): keep its audit fields if its operation has an
+ * under the key lock).  Keep its audit fields if its operation has an
  * audit period that has not ended.
  */
 void

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * history.h
- *	  idem_history: the audit fields of expired executions, kept
+ *	  idem_history.  The audit fields of expired executions, kept
  *	  for the operation's audit period.
  *
  *-------------------------------------------------------------------------
@@ -25,7 +25,7 @@ typedef enum IdemHistoryColumn
 } IdemHistoryColumn;
 
 /*
- * A batch of rows the cleanup archives: the history table (or its shard
+ * A batch of rows the cleanup archives.  The history table (or its shard
  * here) open for inserts, and where the record table has its columns.
  */
 typedef struct IdemArchive

@@ -1,12 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * jcs.c
- *	  RFC 8785 JSON Canonicalization Scheme (JCS) over jsonb: the text
+ *	  RFC 8785 JSON Canonicalization Scheme (JCS) over jsonb.  The text
  *	  that request fingerprints (fingerprint.c) are computed from.
  *
  * A fingerprint must not change with field order, whitespace or number
  * spelling, so the raw JSON text is never hashed.  JCS fixes one text per
- * value: object members sorted by the UTF-16 code units of their names,
+ * value.  Object members sorted by the UTF-16 code units of their names,
  * numbers as IEEE doubles printed the way ECMAScript prints them, strings
  * with the minimal JSON escaping, no whitespace.
  *
@@ -32,7 +32,7 @@
 #include "jcs.h"
 
 /*
- * One object member: its name in UTF-8 (for sorting and printing) and where
+ * One object member.  Its name in UTF-8 (for sorting and printing) and where
  * its value lies in the container.
  */
 typedef struct JcsMember
@@ -69,13 +69,13 @@ jcs_utf8(const char *s, int len, int *outlen)
 }
 
 /*
- * qsort comparator: member names in UTF-16 code unit order (RFC 8785
+ * qsort comparator.  Member names in UTF-16 code unit order (RFC 8785
  * 3.2.3), on their UTF-8 bytes.  UTF-8 byte order is code point order, and
  * UTF-16 code unit order is code point order except that U+E000..U+FFFF
  * (one unit each) sort after the supplementary planes (whose surrogate
  * pairs start at 0xD800).  So the first differing byte decides, unless it
  * is a character's first byte with one side in U+E000..U+FFFF (lead byte
- * 0xEE or 0xEF) and the other supplementary (lead byte 0xF0 to 0xF4): then
+ * 0xEE or 0xEF) and the other supplementary (lead byte 0xF0 to 0xF4).  Then
  * the order is the reverse.  (Where the first difference is inside a
  * character, both characters have the same first byte, hence the same
  * range.)
@@ -208,7 +208,7 @@ jcs_append_string(StringInfo out, const char *s, int len)
 /*
  * A numeric's stored form, as src/backend/utils/adt/numeric.c lays it out
  * (an on-disk format: pg_upgrade carries it between majors unchanged).  An
- * integer of up to 16 decimal digits is a "short" numeric: a 16-bit header
+ * integer of up to 16 decimal digits is a "short" numeric.  A 16-bit header
  * (sign, display scale, weight in base-10000 digits) and its base-10000
  * digits, trailing zero digits dropped.
  */
@@ -222,7 +222,7 @@ jcs_append_string(StringInfo out, const char *s, int len)
 
 /*
  * Append a numeric that is an integer below 2^53 in magnitude, written
- * without a fraction (display scale 0), as its decimal digits: exact as a
+ * without a fraction (display scale 0), as its decimal digits.  Exact as a
  * double, and ECMAScript prints such a double as its digits.  Returns false
  * for any other numeric (the caller takes the general path).
  */
@@ -263,7 +263,7 @@ jcs_append_small_integer(StringInfo out, Numeric num)
 }
 
 /*
- * Append a jsonb number: first read as an IEEE double, as a JSON parser
+ * Append a jsonb number.  First read as an IEEE double, as a JSON parser
  * conforming to RFC 8785 does (so 1, 1.0 and 1e0 are one number, and digits
  * past double precision are rounded away), then printed canonically.
  */
@@ -296,9 +296,9 @@ jcs_append_numeric(StringInfo out, Numeric num)
 }
 
 /*
- * Append one value of a container: its JEntry, and its data at offset
+ * Append one value of a container.  Its JEntry, and its data at offset
  * (length len) from the container's data.  The layout is jsonb.h's (as
- * fillJsonbValue reads it): numbers and nested containers start at the next
+ * fillJsonbValue reads it).  Numbers and nested containers start at the next
  * 4-byte boundary.  Walking the containers directly, rather than through
  * JsonbIteratorNext, saves most of the canonical text's cost.
  */
@@ -346,7 +346,7 @@ jcs_append_array(StringInfo out, const JsonbContainer *jc)
 }
 
 /*
- * Append an object: its members in JCS order.  jsonb keeps the keys (the
+ * Append an object.  Its members in JCS order.  jsonb keeps the keys (the
  * first count entries, sorted by length, then bytes) before the values (the
  * next count, in the keys' order); each level sorts only its own members.
  */

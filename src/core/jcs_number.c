@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * jcs_number.c
- *	  A double in RFC 8785's text (ECMAScript's Number::toString): the
+ *	  A double in RFC 8785's text (ECMAScript's Number::toString).  The
  *	  shortest digits that round-trip, in plain or exponent notation.  Part
  *	  of the module jcs (jcs.c prints the rest of the canonical text).
  *
@@ -104,7 +104,7 @@ step_digits(char *digits, int p, int *n, int dir)
 
 /*
  * Shortest decimal digits of a positive finite double, as ECMAScript's
- * Number::toString picks them: the fewest digits k whose value
+ * Number::toString picks them.  The fewest digits k whose value
  * 0.digits * 10^n reads back as d, the closest to d among those.
  */
 static void
@@ -123,7 +123,7 @@ shortest_digits(double d, char *digits, int *k_out, int *n_out)
 	k = strip_zeros(digits, parse_decimal(buf, digits, &n));
 
 	/*
-	 * So try one digit fewer, until nothing shorter reads back as d: the
+	 * So try one digit fewer, until nothing shorter reads back as d.  The
 	 * correctly rounded candidate first, then its neighbour on the other
 	 * side of d (the interval below d is narrower at a power of two).
 	 */
@@ -154,7 +154,7 @@ shortest_digits(double d, char *digits, int *k_out, int *n_out)
 
 /*
  * Append a finite double the way ECMAScript's Number::toString does
- * (RFC 8785 3.2.2.3): the shortest digits that round-trip, in plain
+ * (RFC 8785 3.2.2.3).  The shortest digits that round-trip, in plain
  * notation for 1e-7 < |d| < 1e21 and in exponent notation otherwise.
  */
 void

@@ -1,15 +1,15 @@
 /*-------------------------------------------------------------------------
  *
  * key.c
- *	  The scope of a claim: checks of the key and the operation name, the
+ *	  The scope of a claim.  Checks of the key and the operation name, the
  *	  key lock, and the errors that refuse a key (IK001, IK002).
  *
  * Callers of one (owner, operation, key) meet on a transaction-scoped
- * heavyweight lock derived from the three: the "key lock" (an advisory
+ * heavyweight lock derived from the three.  The "key lock" (an advisory
  * lock tag with field4 = IDEM_LOCK_CLASS_KEY, visible in pg_locks).  A caller
  * that executes keeps it until its transaction ends, so a duplicate, which
  * cannot see the uncommitted record, waits for the original to commit or
- * abort, at most idem.wait_timeout.  The wait is an ordinary lock wait: it
+ * abort, at most idem.wait_timeout.  The wait is an ordinary lock wait.  It
  * shows in pg_blocking_pids and takes part in deadlock detection.
  *
  * Here too: the checks of keys and names (operations, topics, consumers,
@@ -64,7 +64,7 @@ idem_key_init(void)
 
 /*
  * Check an idempotency key: 16 to 128 characters from [A-Za-z0-9_-].  The
- * message never echoes the key itself: it may carry anything, newlines
+ * message never echoes the key itself.  It may carry anything, newlines
  * included, and would end up in logs.
  */
 void
@@ -300,7 +300,7 @@ idem_lock_key(const LOCKTAG *tag, IdemStatKind kind, const char *name)
 
 /*
  * Give back a key lock idem_lock_key took in the current subtransaction.
- * A claim does so as soon as its row is written: from then on the row's
+ * A claim does so as soon as its row is written.  From then on the row's
  * uncommitted index entry is what makes a duplicate wait (see
  * idem_wait_for_xact), so a transaction holds no lock per key it wrote.
  */
@@ -316,9 +316,9 @@ idem_unlock_key(const LOCKTAG *tag)
 
 /*
  * Wait for transaction xid, which wrote a row of a key and has not ended,
- * as a duplicate waits for the key lock: at most idem.wait_timeout (or
+ * as a duplicate waits for the key lock.  At most idem.wait_timeout (or
  * lock_timeout, if shorter).  False if it is still running then.  This is
- * what the executor's speculative insertion does for ON CONFLICT: find the
+ * what the executor's speculative insertion does for ON CONFLICT.  Find the
  * uncommitted index entry with a dirty snapshot, wait for its transaction,
  * look again.  A wait counts in name's row of idem_stats.
  */

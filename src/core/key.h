@@ -31,7 +31,7 @@ typedef struct IdemScope
 } IdemScope;
 
 /*
- * The spellings of a key a lookup tries, in order: the key in its one
+ * The spellings of a key a lookup tries, in order.  The key in its one
  * case, then as sent (if another).  A record stored before 1.13 is under
  * either.
  */

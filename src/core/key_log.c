@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * key_log.c
- *	  What a call did with its key: counted in idem_stats, and logged as
+ *	  What a call did with its key.  Counted in idem_stats, and logged as
  *	  idem.log_outcomes asks, an execution's line at its commit.
  *
  *-------------------------------------------------------------------------
@@ -57,7 +57,7 @@ idem_key_log_init(void)
 
 /*
  * The LOG lines of executions (idem.log_outcomes = all) wait for their
- * transaction's commit: an execution that rolls back was never one.
+ * transaction's commit.  An execution that rolls back was never one.
  * A savepoint rolled back drops its lines; one released hands them up.
  * Past LOG_DEFERRED_MAX lines in one transaction, and at PREPARE
  * TRANSACTION, a line is logged at once with outcome "claimed".

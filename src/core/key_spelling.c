@@ -42,7 +42,7 @@ typedef enum KeyShape
 
 /*
  * The shape of a checked key.  For a UUID or a ULID, *norm is its one
- * spelling: a copy, or NULL if the key is that already.  A UUID (8-4-4-4-12
+ * spelling.  A copy, or NULL if the key is that already.  A UUID (8-4-4-4-12
  * hex digits, any version) is spelled in lower case.  A ULID (26 Crockford
  * base32 characters, the first at most 7) is spelled in upper case.
  */
@@ -164,7 +164,7 @@ idem_scope_spelling(const IdemScope *scope, int i, IdemScope *spelled)
  * The key checks of the operation's policy: key_format 'uuid' or
  * 'ulid' (either case: see idem_scope_set_key); reject_weak_keys refuses
  * all-digit keys (timestamps, ids) and keys of fewer than 8 distinct
- * characters.  Asked only of a key about to be executed: a key with a
+ * characters.  Asked only of a key about to be executed.  A key with a
  * record or an audit row from before the policy is replayed (or refused
  * with IK007) as any other.
  */

@@ -11,7 +11,7 @@
  * (and the one that finished) each claim, so that rolling back to a
  * savepoint undoes them as it undoes the key lock and the record.  A claim
  * finished in the subtransaction that made it leaves the list (api.c's
- * finish_claim): a transaction of a million idem_begin/idem_finish pairs
+ * finish_claim).  A transaction of a million idem_begin/idem_finish pairs
  * keeps neither a million entries nor a million locks.  api.c claims and
  * finishes; task.c's idem_submit asks before it claims.
  *
@@ -143,7 +143,7 @@ idem_pending_check_not_running(const IdemPendingClaim *p, const IdemScope *scope
 }
 
 /*
- * Before claiming: a claim of scope this transaction holds, not finished,
+ * Before claiming.  A claim of scope this transaction holds, not finished,
  * is being run (IK006), in flight (IK002), or a different request
  * (IK001).  (idem_submit asks too.)
  */
@@ -166,7 +166,7 @@ idem_pending_check_unclaimed(const IdemScope *scope, IdemRequestPrint *print)
 
 /*
  * The owner of this transaction's unfinished claims (idem_begin's, not yet
- * finished), if it has some and they are all one owner's: whose a message
+ * finished), if it has some and they are all one owner's.  Whose a message
  * emitted in the middle of them is (idem_outbox_emit).
  */
 bool

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * policy.c
- *	  Per-operation policy: the rows of idem_policy, kept per backend in a
+ *	  Per-operation policy.  The rows of idem_policy, kept per backend in a
  *	  hash table by operation, loaded on first use and again after a
  *	  relcache invalidation of the table, which every write of it sends
  *	  (its statement trigger, idem_policy_changed()).  A call's path is one
@@ -64,7 +64,7 @@ static bool callback_registered = false;
 
 /*
  * The table changed, or, while there is none (idem before 1.10), any
- * relation did: it may be the table an update just made.
+ * relation did.  It may be the table an update just made.
  */
 static void
 policy_relcache_callback(Datum arg, Oid relid)
@@ -359,7 +359,7 @@ idem_policy_of(const char *operation)
 
 /*
  * When the audit fields of a record of operation that expires at
- * expires_at are to go: false if the operation keeps none (its policy's
+ * expires_at are to go.  False if the operation keeps none (its policy's
  * audit_ttl, else idem.audit_ttl, is unset or 0).
  */
 bool
@@ -392,7 +392,7 @@ keeps_no_audit(const IdemPolicy *policy)
 /*
  * The operations that refuse reused keys (reuse_after_expiry 'refuse') but
  * keep no audit period, so that their expired keys execute again as if
- * 'execute': their names, and "*" for the operations without a
+ * 'execute'.  Their names, and "*" for the operations without a
  * policy of their own when the GUCs say so.  In the current memory context.
  */
 List *

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * policy.h
- *	  Per-operation policy (idem_policy): what an operation's row
+ *	  Per-operation policy (idem_policy).  What an operation's row
  *	  overrides of the GUCs, read once per backend and again only after
  *	  the table changed.
  *

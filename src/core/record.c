@@ -7,13 +7,13 @@
  *	  the business row of an operation that has one, and replaced when it
  *	  has expired.
  *
- * The read is the hot path of every call, replays above all: it costs an
+ * The read is the hot path of every call, replays above all.  It costs an
  * index probe, not an executor start-up.  It reads as a statement of the
- * caller's transaction would: with a fresh snapshot under READ COMMITTED,
+ * caller's transaction would.  With a fresh snapshot under READ COMMITTED,
  * the transaction's under REPEATABLE READ and SERIALIZABLE (the index and
  * heap access methods take the predicate locks).
  *
- * An expired record is replaced, not updated: under the key lock it is
+ * An expired record is replaced, not updated.  Under the key lock it is
  * locked and deleted, and the new record is inserted when the caller
  * finishes.  So the renewal writes exactly the rows a new key writes, and
  * between idem_begin and idem_finish the cleanup worker cannot take the
@@ -177,7 +177,7 @@ idem_record_expiry(IdemStatus status, TimestampTz now, const Interval *ttl,
 
 /*
  * The scan keys of scope on an index whose first columns are (owner_id,
- * operation, idempotency_key): uk_idempotency_scope, idem_history_key.
+ * operation, idempotency_key).  uk_idempotency_scope, idem_history_key.
  */
 void
 idem_scope_scan_keys(ScanKey skey, Relation index, const IdemScope *scope)
@@ -328,13 +328,13 @@ idem_record_read(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now
 
 /*
  * Look at the scope's rows with a dirty snapshot, which sees every row not
- * known dead, whatever the caller's snapshot: rows committed since it was
+ * known dead, whatever the caller's snapshot.  Rows committed since it was
  * taken, and rows of transactions still running.  Asked under the key
  * lock, before writing the key.  A row another transaction is still
  * inserting or deleting means that transaction wrote the key (a claim that
- * has given its key lock back, idem_unlock_key, or a writer around idem):
+ * has given its key lock back, idem_unlock_key, or a writer around idem).
  * IDEM_PROBE_BUSY, with *busy the transaction to wait for.  A row none is
- * writing: IDEM_PROBE_FOUND (the caller's read may not have seen it).
+ * writing.  IDEM_PROBE_FOUND (the caller's read may not have seen it).
  */
 IdemProbe
 idem_record_probe(const IdemCatalog *cat, const IdemScope *scope, TransactionId *busy)
@@ -375,7 +375,7 @@ idem_record_delete_expired(const IdemCatalog *cat, const IdemRecord *rec)
 
 /*
  * The columns of record that store res, without what the operation's
- * policy redacts: res is changed to what is stored, so that the
+ * policy redacts.  res is changed to what is stored, so that the
  * caller can return it (idem_finish_stored).  Headers in json form
  * where the table has the column, else as their jsonb object.
  */
@@ -409,7 +409,7 @@ set_result(IdemRow *record, const char *operation, IdemResult *res)
  * that biz can complete res from the row as stored.  The key lock is held
  * and the last probe found no row; once this returns, the caller may give
  * the lock back (idem_unlock_key).  Whatever else writes
- * the table, the unique index stays the arbiter: a duplicate raises 23505.
+ * the table, the unique index stays the arbiter.  A duplicate raises 23505.
  */
 int64
 idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,

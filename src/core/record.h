@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * record.h
- *	  The idempotency_record row: read through the scope index, probed
+ *	  The idempotency_record row.  Read through the scope index, probed
  *	  for rows committed since, written (finished), and replaced when
  *	  expired.
  *

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * record_result.c
- *	  The answer a record stores: its HTTP status, body and headers
+ *	  The answer a record stores.  Its HTTP status, body and headers
  *	  (IdemResult), checked and built from a call's arguments, and handed
  *	  back as the columns of idem_result.
  *
@@ -229,7 +229,7 @@ idem_result_set_header_list(IdemResult *res, Datum header_list)
 }
 
 /*
- * The jsonb object of headers in json form: an object as it is (a repeated
+ * The jsonb object of headers in json form.  An object as it is (a repeated
  * name keeps its last value), pairs with the values of a repeated name
  * joined by ", " (RFC 9110, 5.3), under its first spelling.
  */
@@ -306,7 +306,7 @@ idem_result_header_list(const IdemResult *res, bool *isnull)
 
 /*
  * res as the four columns a call returns, in this order: http_status, body,
- * headers, resource_id.  A record of the order demo has no body: its jsonb
+ * headers, resource_id.  A record of the order demo has no body.  Its jsonb
  * response is the body.
  */
 void

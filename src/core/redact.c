@@ -2,11 +2,11 @@
  *
  * redact.c
  *	  The members an operation's policy redacts (its JSON Pointers,
- *	  RFC 6901), taken out of every stored copy of an answer: the body, the
+ *	  RFC 6901), taken out of every stored copy of an answer.  The body, the
  *	  order's response, the headers in both forms, a task's final failure
  *	  and its last error.
  *
- * Never an error: a pointer that does not apply to a value (a member that
+ * Never an error.  A pointer that does not apply to a value (a member that
  * is not there, a pointer through a scalar, an array index that is not a
  * canonical index of the array) is skipped, whatever shape a client's
  * echoed field gives the body.  Header names are matched without
@@ -206,7 +206,7 @@ idem_redact_headers(const char *operation, Datum jsonb)
 }
 
 /*
- * Headers in json form without the redacted names: an object's
+ * Headers in json form without the redacted names.  An object's
  * members, or the [name, value] pairs, whose name a one-segment pointer
  * names in any case ("/Authorization").  The same text, byte for byte, if
  * none is there.

@@ -15,7 +15,7 @@
  * fingerprints (HMAC) still go through pg_hmac.
  *
  * A long text (SHA256_LIBRARY_MIN bytes and more) goes to pg_cryptohash
- * after all: there the library's block function (OpenSSL's, with the
+ * after all.  There the library's block function (OpenSSL's, with the
  * CPU's SHA or vector instructions) outweighs its set-up.  Without
  * OpenSSL, pg_cryptohash is PostgreSQL's own sha2.c.
  *

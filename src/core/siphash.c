@@ -1,13 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * siphash.c
- *	  SipHash-2-4 (Aumasson and Bernstein, 2012) with its 128-bit output:
- *	  a keyed pseudorandom function, the digest that lets a replay of the
+ *	  SipHash-2-4 (Aumasson and Bernstein, 2012) with its 128-bit output.
+ *	  A keyed pseudorandom function, the digest that lets a replay of the
  *	  very same request bytes skip the canonical text (fingerprint.c).
  *
  * Written from the paper; the regression suite checks it against the
  * reference implementation's 128-bit test vectors.  About four instructions
- * a byte, where SHA-256 of the canonical text costs some seventy: cheap
+ * a byte, where SHA-256 of the canonical text costs some seventy.  Cheap
  * enough to compute on every call.  Without its key no one can find two
  * inputs with the same digest, which is all a replay relies on.
  *

@@ -2,25 +2,25 @@
  *
  * cleanup.c
  *	  Batch deletion of expired idempotency records, and of what else
- *	  idem keeps for a while: expired inbox entries, acknowledged outbox
+ *	  idem keeps for a while.  Expired inbox entries, acknowledged outbox
  *	  messages.
  *
  * One huge DELETE would hold many row locks and flood WAL at once, so
  * expired records go in batches of at most batch_size rows, oldest expiry
  * first.  Rows another transaction holds (a caller replacing an expired
  * record, say) are skipped, never waited for, and a row is deleted only
- * while its expires_at is in the past: the row lock is taken on its newest
+ * while its expires_at is in the past.  The row lock is taken on its newest
  * version and the expiry checked again there, as SELECT ... FOR UPDATE SKIP
  * LOCKED followed by a DELETE would.
  *
- * No statement is involved: the table and its expires_at index are found
+ * No statement is involved.  The table and its expires_at index are found
  * by OID in the extension's schema (found by OID too), scanned directly and
  * rows deleted through rowwrite.c (row triggers fire, statement triggers do
  * not).  A kept SQL statement would name the schema, and PostgreSQL parses
- * such a statement again after any schema change, by name: renaming
+ * such a statement again after any schema change, by name.  Renaming
  * schemas could then point it at a look-alike table.
  *
- * On Citus, a distributed table's rows are in its shards: each shard placed
+ * On Citus, a distributed table's rows are in its shards.  Each shard placed
  * on this node is cleaned as a table of its own (citus.c lists them from
  * Citus's metadata), so that every node's worker cleans its own shards.
  *
@@ -111,7 +111,7 @@ target_relation(Oid nspid, const CleanupTarget *target, bool *dropped)
 /*
  * A valid B-tree index of heap whose first column is the target's column
  * (idx_idempotency_expire as installed, for records), opened; partial only
- * where the target allows it: every row found is checked again anyway.
+ * where the target allows it.  Every row found is checked again anyway.
  */
 static Relation
 open_expiry_index(Relation heap, AttrNumber expires, const CleanupTarget *target)

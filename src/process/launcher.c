@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * launcher.c
- *	  The cleanup launcher: a background worker with no database
+ *	  The cleanup launcher.  A background worker with no database
  *	  connection that, every idem.cleanup_interval, lists the databases
  *	  (those idem.cleanup_databases names, or all) and starts one
  *	  short-lived cleanup worker per database in turn (worker.c), waiting
@@ -125,7 +125,7 @@ idem_check_cleanup_databases(char **newval, void **extra, GucSource source)
 }
 
 /*
- * The databases to visit, allocated in the current memory context: those
+ * The databases to visit, allocated in the current memory context.  Those
  * that accept connections, are valid and are selected.
  */
 static List *
@@ -176,7 +176,7 @@ database_exists(Oid dboid)
 }
 
 /*
- * Wait for a worker to exit, at most idem.cleanup_database_timeout: then
+ * Wait for a worker to exit, at most idem.cleanup_database_timeout.  Then
  * stop it, record why, and wait for it to be gone.
  */
 static void

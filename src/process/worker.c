@@ -7,7 +7,7 @@
  *
  * Staying connected to a database would block DROP DATABASE and CREATE
  * DATABASE ... TEMPLATE of it, so nothing stays connected between rounds.
- * Within a round the worker gets out of the way by itself: each batch is its
+ * Within a round the worker gets out of the way by itself.  Each batch is its
  * own short transaction, which begins by asking, without waiting, for the
  * lock that connecting backends take on the database object.  DROP DATABASE,
  * CREATE DATABASE ... TEMPLATE and ALTER DATABASE ... RENAME hold a
@@ -231,7 +231,7 @@ idem_worker_init(void)
 }
 
 /*
- * Start a run in this database: a fresh entry, or the old one with the last
+ * Start a run in this database.  A fresh entry, or the old one with the last
  * run's figures reset.  Nothing is recorded when the table is full.
  */
 static void
@@ -375,7 +375,7 @@ database_still_ours(void)
 
 /*
  * Once a round per database: a WARNING for each operation that refuses
- * reused keys but keeps no audit period: its expired keys execute
+ * reused keys but keeps no audit period.  Its expired keys execute
  * again, as with 'execute', which its policy says they must not.
  */
 static void
@@ -397,7 +397,7 @@ warn_unaudited_refusals(void)
 
 /*
  * One batch in its own transaction.  Returns the rows deleted, or -1 when
- * the round in this database must end: the extension is not (or no longer)
+ * the round in this database must end.  The extension is not (or no longer)
  * installed, or someone is waiting to drop or copy the database.
  */
 static int64
@@ -531,7 +531,7 @@ idem_cleanup_worker_main(Datum main_arg)
 
 	/*
 	 * Settings of the database (ALTER DATABASE ... SET, its owner's to make)
-	 * must neither block nor fail us: a SERIALIZABLE READ ONLY DEFERRABLE
+	 * must neither block nor fail us.  A SERIALIZABLE READ ONLY DEFERRABLE
 	 * default would wait for a safe snapshot for as long as any serializable
 	 * writer runs, a read-only default would fail every batch, a short
 	 * statement_timeout every slow one.  A table held by ACCESS EXCLUSIVE
@@ -557,7 +557,7 @@ idem_worker_preloaded(void)
 
 /*
  * Call visit for each database in which the worker found the extension
- * since the server started, under the status's lock (shared): visit should
+ * since the server started, under the status's lock (shared).  visit should
  * only form its row.  Nothing when idem is not preloaded.
  */
 void

@@ -2,7 +2,7 @@
  *
  * worker_int.h
  *	  What the cleanup worker (worker.c) and its launcher (launcher.c)
- *	  share: the launcher's settings and the per-database status.
+ *	  share.  The launcher's settings and the per-database status.
  *
  *-------------------------------------------------------------------------
  */

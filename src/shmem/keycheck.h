@@ -2,7 +2,7 @@
  *
  * keycheck.h
  *	  The check value of each fingerprint secret version the server has
- *	  seen, in shared memory: a version's secret never changes.
+ *	  seen, in shared memory.  A version's secret never changes.
  *
  *-------------------------------------------------------------------------
  */

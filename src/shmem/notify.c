@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * notify.c
- *	  The outbox notifier: NOTIFY idem_outbox, '<topic>' after the commits
+ *	  The outbox notifier.  NOTIFY idem_outbox, '<topic>' after the commits
  *	  of emitting transactions, without serializing those commits.
  *
  * PostgreSQL queues notifications in commit order.  It takes one
@@ -198,7 +198,7 @@ idem_notify_defer(int ntopics)
 }
 
 /*
- * After the commit of a transaction that deferred: hand over its topics
+ * After the commit of a transaction that deferred.  Hand over its topics
  * (ntopics, as reserved) and wake the notifier.  Cannot fail.
  */
 void
@@ -322,7 +322,7 @@ idem_outbox_notifier_main(Datum main_arg)
 			idle_since = GetCurrentTimestamp();
 			/*
 			 * Under load, one NOTIFY transaction per few milliseconds of
-			 * commits rather than one per wake-up: the notifier's own work
+			 * commits rather than one per wake-up.  The notifier's own work
 			 * stays small next to the emitters'.
 			 */
 			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * notify.h
- *	  The outbox notifier: NOTIFY idem_outbox after emitting commits.
+ *	  The outbox notifier.  NOTIFY idem_outbox after emitting commits.
  *
  *-------------------------------------------------------------------------
  */

@@ -8,7 +8,7 @@
  * A fixed-size hash table of idem.stats_max entries, each a row of 64-bit
  * atomic counters, sized at server start (shared_preload_libraries).  A
  * backend finds an operation's entry once (shared lock; the exclusive lock
- * only to add an entry, never to evict one) and keeps the pointer: entries
+ * only to add an entry, never to evict one) and keeps the pointer.  Entries
  * live until the server stops, idem_stats_reset() only zeroes them.  When
  * the table is full, new operations count in one "(other)" row.
  *
@@ -20,10 +20,10 @@
  * at the call, even if its transaction then fails, as a refused key's
  * always does.
  *
- * A prepared transaction's counts wait for its outcome: PREPARE TRANSACTION
+ * A prepared transaction's counts wait for its outcome.  PREPARE TRANSACTION
  * moves them into a shared slot named by the GID, COMMIT PREPARED adds
  * them, ROLLBACK PREPARED drops them, in whichever session runs it (a
- * ProcessUtility hook sees both).  The slots are in shared memory only: a
+ * ProcessUtility hook sees both).  The slots are in shared memory only.  A
  * restart between PREPARE and COMMIT PREPARED loses that transaction's
  * counts, and a transaction with more distinct counts than a slot holds
  * adds the rest at PREPARE.
@@ -498,7 +498,7 @@ check_preloaded(void)
 /*
  * Call visit for each entry's key and counters (IDEM_STAT_NCOUNTERS of them,
  * read now) and the time of the last reset, under the table's lock
- * (shared): visit should only form its row.  ERROR when idem is not
+ * (shared).  visit should only form its row.  ERROR when idem is not
  * preloaded.
  */
 void

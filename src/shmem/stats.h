@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * stats.h
- *	  Counters per (database, kind, name) in shared memory: idem_stats.
+ *	  Counters per (database, kind, name) in shared memory.  idem_stats.
  *
  *-------------------------------------------------------------------------
  */
@@ -44,7 +44,7 @@ extern void idem_stats_init(void);
 extern void idem_stats_shmem_request(void);
 extern void idem_stats_shmem_startup(void);
 /*
- * What idem_stats_visit hands over for each entry: its database (InvalidOid
+ * What idem_stats_visit hands over for each entry.  Its database (InvalidOid
  * for a cluster-wide one), name and kind (NULL for an operation), its
  * counters, and when they were last reset.
  */

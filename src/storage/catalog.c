@@ -16,7 +16,7 @@
  * change, or a call from a function of another schema or owner (a
  * re-created extension).
  *
- * Callers copy the catalog for the length of their call: a nested call (a
+ * Callers copy the catalog for the length of their call.  A nested call (a
  * trigger calling idem) may build it again, and the previous build's
  * memory lives until the end of the transaction.
  *
@@ -132,7 +132,7 @@ catalog_relcache_callback(Datum arg, Oid relid)
 }
 
 /*
- * Drop the catalog: for a cache built on it that saw one of its own
+ * Drop the catalog.  For a cache built on it that saw one of its own
  * relations change (citus.c's shard maps).
  */
 void
@@ -169,7 +169,7 @@ extension_relation(const char *name, Oid nspid, char relkind)
 
 /*
  * Map spec's columns to attribute numbers of rel, checking that idem's raw
- * writes fit them: the type, a length limit no shorter than what idem
+ * writes fit them.  The type, a length limit no shorter than what idem
  * stores, and no column idem does not know (it would get no default).
  */
 static void
@@ -226,7 +226,7 @@ map_columns(Relation rel, const IdemColumnSpec *spec, int ncols, AttrNumber *att
 /*
  * rel's CHECK constraints, parsed and planned as ExecRelCheck does for
  * every statement; here once per backend.  Only the expression trees are
- * kept: each call builds its own executable state from them.
+ * kept.  Each call builds its own executable state from them.
  */
 static Expr **
 plan_checks(Relation rel, int *ncheck)
@@ -245,7 +245,7 @@ plan_checks(Relation rel, int *ncheck)
 
 /*
  * Check that index indexid is a valid, immediate, non-partial unique index
- * of t on exactly the attributes attnums[0..nkey-1], in that order: what a
+ * of t on exactly the attributes attnums[0..nkey-1], in that order.  What a
  * read through it relies on to find at most one row.
  */
 static void
@@ -360,7 +360,7 @@ shard_index(Relation shard, Oid shell_index)
  * and other indexes and, for idempotency_record, its scope index (*scopeid)
  * found and checked,
  * all as for the table itself; the id sequence is the table's.  The result
- * is a local table: not distributed.
+ * is a local table.  Not distributed.
  */
 void
 idem_catalog_shard_layout(IdemTableLayout *t, Oid *scopeid, const IdemCatalog *cat,
@@ -466,7 +466,7 @@ known_entry_point(Oid fn_oid)
 }
 
 /*
- * Build the catalog for the extension whose function fcinfo calls: its API
+ * Build the catalog for the extension whose function fcinfo calls.  Its API
  * in schema apinspid, its tables in nspid.
  */
 static void
@@ -477,7 +477,7 @@ build_catalog(Oid owner, Oid apinspid, Oid nspid)
 
 	/*
 	 * A call in progress further up the stack (from a trigger, say) may
-	 * still use the previous build: it is freed with the transaction.
+	 * still use the previous build.  It is freed with the transaction.
 	 */
 	if (catalog_cxt == NULL)
 	{

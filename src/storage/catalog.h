@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * catalog.h
- *	  What idem looks up once per backend: its schema and owner, the
+ *	  What idem looks up once per backend.  Its schema and owner, the
  *	  layout of idempotency_record and of every registered table, the
  *	  scope index, the result types.
  *

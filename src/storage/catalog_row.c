@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * catalog_row.c
- *	  A row of one of idem's tables to write (IdemRow): its values set by
+ *	  A row of one of idem's tables to write (IdemRow).  Its values set by
  *	  the columns of the table's spec, whatever their order in this
  *	  installation's table (catalog.c maps them).
  *

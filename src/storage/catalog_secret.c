@@ -1,15 +1,15 @@
 /*-------------------------------------------------------------------------
  *
  * catalog_secret.c
- *	  The database's request digest secret: the one row of
+ *	  The database's request digest secret.  The one row of
  *	  idem_internal.idem_digest_secret, read with the catalog.
  *
  * The install and update scripts fill it with 16 random bytes
- * (gen_random_uuid); PUBLIC has no privilege on it.  It never changes: a
+ * (gen_random_uuid); PUBLIC has no privilege on it.  It never changes.  A
  * record's digest is compared under it (fingerprint.c).  A database
  * restored from a dump gets a secret of its own at CREATE EXTENSION (the
  * table is not dumped), so the digests of restored records no longer match
- * and their fingerprints decide: slower, never wrong.
+ * and their fingerprints decide.  Slower, never wrong.
  *
  *-------------------------------------------------------------------------
  */

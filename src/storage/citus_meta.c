@@ -2,7 +2,7 @@
  *
  * citus_meta.c
  *	  What Citus's metadata says of a relation, read without Citus's own
- *	  headers: is it a distributed table.  Absent Citus, the answer is no,
+ *	  headers: whether it is a distributed table.  Absent Citus, the answer is no,
  *	  at the cost of one catalog lookup by name.  The catalog asks it when
  *	  it is built; the routing (citus.c) builds on it.
  *

@@ -3,7 +3,7 @@
  * identity.c
  *	  Whom idem's table work runs as.
  *
- * Callers may execute idem's functions, not touch its tables: the functions
+ * Callers may execute idem's functions, not touch its tables.  The functions
  * read and write them as the extension's owner, as SECURITY DEFINER would,
  * but switch only around their own work (fmgr's switch, with its SET
  * search_path, costs a GUC save and restore on every call, replays
@@ -12,8 +12,8 @@
  * (triggers, constraints), so they also run under search_path =
  * pg_catalog, pg_temp.  Anything the caller gave idem to run (an idem_run
  * handler) runs between idem_restore_caller and the next switch, as the
- * caller.  An error restores both, as it does for SECURITY DEFINER:
- * transaction and subtransaction abort reset the user and unwind GUC
+ * caller.  An error restores both, as it does for SECURITY DEFINER.
+ * Transaction and subtransaction abort reset the user and unwind GUC
  * nesting.
  *
  *-------------------------------------------------------------------------

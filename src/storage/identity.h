@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * identity.h
- *	  Whom idem's table work runs as: the extension's owner, with a safe
+ *	  Whom idem's table work runs as.  The extension's owner, with a safe
  *	  search_path around writes.
  *
  *-------------------------------------------------------------------------

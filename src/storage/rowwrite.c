@@ -2,10 +2,10 @@
  *
  * rowwrite.c
  *	  Insert (and, for an expired record, delete) rows of idem's tables
- *	  without planning a statement: the hot path of a fresh key.
+ *	  without planning a statement.  The hot path of a fresh key.
  *
  * This is how logical replication's apply worker writes (worker.c,
- * execReplication.c): a short-lived EState with one range table entry per
+ * execReplication.c).  A short-lived EState with one range table entry per
  * table, a ResultRelInfo each, and ExecSimpleRelationInsert, which checks
  * NOT NULL and CHECK constraints, fires row triggers (BEFORE at once, AFTER
  * at the end, foreign keys included), inserts the heap tuple and its index
@@ -14,7 +14,7 @@
  * plan cache checks, node and projection set-up, the CTE plumbing.
  *
  * Privileges are checked as the executor checks them (ExecCheckPermissions, so
- * the ExecutorCheckPerms hook sees them too), for the current user: for
+ * the ExecutorCheckPerms hook sees them too), for the current user.  For
  * idem's functions, the extension's owner.  Row-level security forced on
  * these tables is refused rather than ignored.  Statement-level triggers do
  * not fire, as they do not under logical replication.
@@ -146,7 +146,7 @@ idem_rows_begin(IdemRows *rows, const Oid *relids, int nrels, CmdType cmd)
 	AfterTriggerBeginQuery();
 
 	/*
-	 * Triggers (foreign keys included) see what a statement's would: a
+	 * Triggers (foreign keys included) see what a statement's would.  A
 	 * snapshot taken now, not the calling query's.  Without triggers
 	 * nothing reads through the active snapshot, so none is taken.
 	 */
@@ -184,7 +184,7 @@ idem_rows_run_user_code(IdemRows *rows, int i)
 /*
  * Give table i its CHECK constraints from trees planned once per backend,
  * so that ExecConstraints does not parse and plan them again.  Only if they
- * are still the table's: the caller knows its catalog is current.
+ * are still the table's.  The caller knows its catalog is current.
  */
 void
 idem_rows_set_checks(IdemRows *rows, int i, Expr **checks, int ncheck)
@@ -203,7 +203,7 @@ idem_rows_set_checks(IdemRows *rows, int i, Expr **checks, int ncheck)
 }
 
 /*
- * Insert one row into table i: values and nulls hold every attribute, in
+ * Insert one row into table i.  Values and nulls hold every attribute, in
  * the table's order.
  */
 void
@@ -237,8 +237,8 @@ idem_rows_delete(IdemRows *rows, int i, TupleTableSlot *locked)
 }
 
 /*
- * Update in table i the row in slot `locked`, which the caller has locked:
- * values and nulls hold every attribute of the new version.  Row triggers
+ * Update in table i the row in slot `locked`, which the caller has locked.
+ * Values and nulls hold every attribute of the new version.  Row triggers
  * fire, constraints are checked and index entries made as for an UPDATE
  * (none when the update is HOT).
  */

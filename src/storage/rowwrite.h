@@ -26,7 +26,7 @@ typedef struct IdemRows
 /*
  * The transaction still inserting, or else deleting, the row a dirty
  * snapshot just returned (HeapTupleSatisfiesDirty sets them for the row it
- * checked last); InvalidTransactionId if none is: a row some transaction
+ * checked last); InvalidTransactionId if none is.  A row some transaction
  * is writing, to be waited for.
  */
 static inline TransactionId

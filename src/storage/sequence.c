@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * sequence.c
- *	  idem's sequences: a value is never handed out twice, a promotion
+ *	  idem's sequences.  A value is never handed out twice, a promotion
  *	  included.
  *
  * idem hands values of its sequences to the world outside the database:
@@ -99,7 +99,7 @@ recorded_timeline(Oid mark)
 }
 
 /*
- * On a timeline the sequences of nspid were not reserved for: move each
+ * On a timeline the sequences of nspid were not reserved for.  Move each
  * IDEM_TIMELINE_RESERVE ahead, then record the timeline.  Under a session
  * lock, so that the backends of the new timeline reserve once.
  */
@@ -151,7 +151,7 @@ reserve_timeline(Oid nspid, TimeLineID tli)
 
 /*
  * nextval of one of idem's sequences (seq), never a value of an earlier
- * timeline: see the file's header.
+ * timeline.  See the file's header.
  */
 int64
 idem_nextval(Oid seq, bool check_permissions)
@@ -171,7 +171,7 @@ idem_nextval(Oid seq, bool check_permissions)
 
 /*
  * Record the current timeline in idem_timeline_seq of schema nspid without
- * moving the sequences: what CREATE EXTENSION and the update to 1.12 do
+ * moving the sequences.  What CREATE EXTENSION and the update to 1.12 do
  * (idem_timeline_mark), so that only a later timeline moves them.
  */
 void

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * sequence.h
- *	  idem's sequences: a value is never handed out twice, a promotion
+ *	  idem's sequences.  A value is never handed out twice, a promotion
  *	  included.
  *
  *-------------------------------------------------------------------------

@@ -36,7 +36,7 @@ idem_check_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
 
 /*
  * Prepare a statement and keep its plan for the life of the backend.
- * The SQL must be fully schema-qualified: it is parsed again, under the
+ * The SQL must be fully schema-qualified.  It is parsed again, under the
  * search_path then in force, whenever the plan is invalidated.
  */
 SPIPlanPtr
