@@ -106,7 +106,9 @@ class Claim:
 
     async def finish(self, http_status: int, body: Json = None, resource_id: Optional[int] = None,
                      headers: Optional[Mapping[str, str]] = None) -> Outcome:
-        """Store the answer; returns it as stored (and as a replay will return it)."""
+        """Store the answer; returns it as stored (and as a replay will return
+        it).  Raises NoClaim if finished or a replay, and what
+        ``finish_stored`` raises."""
         if self.finished:
             raise NoClaim("this claim is already finished (or was a replay)", "IK003")
         self.outcome = await finish_stored(self.conn, self.owner, self.operation, self.key, http_status, body,
@@ -118,7 +120,9 @@ class Claim:
 @asynccontextmanager
 async def claim(conn: Any, owner: int, operation: str, key: str, request: Json,
                 ttl: Ttl = None) -> AsyncIterator[Claim]:
-    """``idem_pg.claim`` on an AsyncConnection, in the caller's transaction."""
+    """``idem_pg.claim`` on an AsyncConnection, in the caller's transaction.
+    Raises what ``idem_pg.begin`` raises, and NoClaim for a claim left
+    unfinished."""
     c = Claim(conn, owner, operation, key, await begin(conn, owner, operation, key, request, ttl))
     yield c
     if not c.finished:
@@ -127,7 +131,8 @@ async def claim(conn: Any, owner: int, operation: str, key: str, request: Json,
 
 async def retry_serializable(transaction: Callable[[], Awaitable[T]], attempts: int = 5,
                              base_delay: float = 0.01, max_delay: float = 1.0) -> T:
-    """``idem_pg.retry_serializable`` for a coroutine function."""
+    """``idem_pg.retry_serializable`` for a coroutine function.  Raises the
+    last error once the attempts are spent, and any other error at once."""
     for attempt in range(attempts):
         try:
             return await transaction()

@@ -175,7 +175,9 @@ _BY_STATE = {
 
 def sqlstate_of(error: BaseException) -> Optional[str]:
     """The SQLSTATE of a driver error: psycopg 3 (``sqlstate``), psycopg2
-    (``pgcode``), or a wrapper whose cause is one (Django's)."""
+    (``pgcode``), or a wrapper whose cause is one (Django's).
+    Never raises.
+    """
     seen = 0
     while error is not None and seen < 4:
         state = getattr(error, "sqlstate", None) or getattr(error, "pgcode", None)
@@ -188,7 +190,9 @@ def sqlstate_of(error: BaseException) -> Optional[str]:
 
 def translate(error: BaseException) -> BaseException:
     """The idem exception for a driver error (or the error itself when it
-    has no SQLSTATE: a lost connection, a bug)."""
+    has no SQLSTATE: a lost connection, a bug).
+    Never raises.
+    """
     state = sqlstate_of(error)
     if state is None:
         return error
@@ -216,6 +220,8 @@ def retry_serializable(transaction: Callable[[], T], attempts: int = 5,
                 outcome = idem_pg.begin(conn, 42, "PAY", key, request)
                 ...
         retry_serializable(pay)
+    Raises the last SerializationFailure once the attempts are spent, and
+    any other error at once.
     """
     for attempt in range(attempts):
         try:

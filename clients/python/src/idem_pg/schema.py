@@ -32,7 +32,10 @@ def quote(name: str) -> str:
 
 def use_schema(name: Optional[str]) -> None:
     """Name idem's schema for every connection instead of looking it up
-    (None: look it up again)."""
+    (None: look it up again).
+    Never raises; a schema that does not exist is Misconfigured (3F000)
+    at the next call.
+    """
     global _configured
     _configured = None if name is None else quote(name)
 

@@ -73,7 +73,10 @@ class TaskWorker:
 
     def lease(self, db: Any, batch: int = 1) -> List[Task]:
         """Up to ``batch`` due tasks, each with a new token (committed at
-        once when ``db`` is in autocommit)."""
+        once when ``db`` is in autocommit).
+        Raises InvalidRequest (a bad operation, worker or batch),
+        Forbidden, ReadOnly.
+        """
         rows = perform(db, calls.lease(self.operation, self.worker, self.lease_for, batch, self.bind_session),
                        self.prepare)
         return [Task.of(r, self.prepare) for r in rows]
@@ -83,7 +86,9 @@ class TaskWorker:
         (LISTEN idem_tasks on ``conn``, a psycopg 3 connection in autocommit
         kept for this: a session of its own, not behind a transaction
         pooler).  True when one came.  Poll anyway: the submits of a
-        prepared transaction notify nobody."""
+        prepared transaction notify nobody.
+        Raises the driver's error if the connection is lost.
+        """
         if not self._listening:
             conn.execute("LISTEN idem_tasks")
             self._listening = True
