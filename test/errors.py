@@ -72,6 +72,9 @@ def aliases(c, java):
         if a.startswith("java:"):
             if java:
                 out.append(a[5:])
+        elif a.startswith("pynode:"):
+            if not java:
+                out.append(a[7:])
         else:
             out.append(a)
     return out
@@ -194,6 +197,15 @@ def clients_cell():
     return "%s; deprecated names: %s" % (", ".join(parts), ", ".join(olds))
 
 
+def java_cell():
+    olds = {}
+    for c in classes:
+        for a in aliases(c, True):
+            olds.setdefault(a, []).append("`%s`" % c["name"])
+    return ("`IdemException` and a class per name, the same names; deprecated, each the superclass of what "
+            "replaces it: %s" % ", ".join("`%s` (of %s)" % (a, " and ".join(n)) for a, n in olds.items()))
+
+
 problems, regions = [], 0
 
 
@@ -230,13 +242,15 @@ region("clients/java/src/main/java/idem/IdemException.java", "switch", java_swit
 region("README.md", "sqlstates", readme(), *HTML)
 # docs/clients.md's row of errors, in a table: its Python cell
 text = open("docs/clients.md", encoding="utf-8").read()
-m = re.search(r"^(\| errors \| )(.*?)( \| the same classes \|.*)$", text, re.M)
+m = re.search(r"^\| errors \| (.*?) \| the same classes \| (.*?) \|$", text, re.M)
 regions += 1
 if not m:
-    problems.append("docs/clients.md has no row '| errors | ... | the same classes |'")
-elif m.group(2) != clients_cell():
+    problems.append("docs/clients.md has no row '| errors | ... | the same classes | ... |'")
+elif (m.group(1), m.group(2)) != (clients_cell(), java_cell()):
     if write:
-        open("docs/clients.md", "w", encoding="utf-8").write(text[:m.start(2)] + clients_cell() + text[m.end(2):])
+        text = text[:m.start(2)] + java_cell() + text[m.end(2):]
+        text = text[:m.start(1)] + clients_cell() + text[m.end(1):]
+        open("docs/clients.md", "w", encoding="utf-8").write(text)
     else:
         problems.append("docs/clients.md: the errors row differs (python3 test/errors.py --write)")
 print(("ok - %d regions generated from docs/errors.tsv (%d SQLSTATEs, %d classes) are current" % (regions, len(rows), len(classes)))

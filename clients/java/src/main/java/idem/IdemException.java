@@ -43,13 +43,6 @@ public class IdemException extends SQLException {
         Misuse(String m, String state, Throwable c) { super(m, state, c); }
     }
 
-    /** Deprecated: catch KeyRunning. */
-    @Deprecated
-    public static class NestedRun extends IdemException {
-        private static final long serialVersionUID = 1L;
-        NestedRun(String m, String state, Throwable c) { super(m, state, c); }
-    }
-
     /** Deprecated: catch Forbidden. */
     @Deprecated
     public static class NotAllowed extends IdemException {
@@ -109,7 +102,7 @@ public class IdemException extends SQLException {
 
     /** IK006: a handler of idem_run calling idem for the key being run */
     @SuppressWarnings("deprecation")
-    public static class KeyRunning extends NestedRun {
+    public static class KeyRunning extends Misuse {
         private static final long serialVersionUID = 1L;
         public KeyRunning(String m, String state, Throwable c) { super(m, state, c); }
         @Override public int httpStatus() { return 500; }

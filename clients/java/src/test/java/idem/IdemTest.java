@@ -139,6 +139,11 @@ public final class IdemTest {
                 check("42501 is Forbidden, a NotAllowed too (its deprecated name; an owner outside idem.allowed_owners)",
                     stateOf(app, () -> idem.begin(app, 5000000, "DEBIT", key(), "{}", null)).equals("Forbidden 42501")
                         && IdemException.NotAllowed.class.isAssignableFrom(IdemException.Forbidden.class), "");
+                check("the deprecated classes stay the superclasses of what replaced them: Misuse of UnfinishedClaim "
+                        + "(IK005) and KeyRunning (IK006), LeaseLost of StaleToken (IK004)",
+                    IdemException.Misuse.class.isAssignableFrom(IdemException.UnfinishedClaim.class)
+                        && IdemException.Misuse.class.isAssignableFrom(IdemException.KeyRunning.class)
+                        && IdemException.LeaseLost.class.isAssignableFrom(IdemException.StaleToken.class), "");
             }
 
             // idem_run with the SQL handler of examples/schema.sql
