@@ -7,7 +7,7 @@
 
 import { statement } from './schema.js';
 
-import { translate, NoClaim } from './errors.js';
+import { NoClaim, SerializationFailure, translate } from './errors.js';
 
 async function query(db, text, values) {
   try {
