@@ -117,7 +117,7 @@ finish_claim(const IdemCatalog *cat, const IdemScope *scope, IdemPendingClaim *p
 	{
 		LOCKTAG		tag;
 
-		/* claim and record can only roll back together: both done */
+		/* claim and record can only roll back together, so both are done */
 		idem_pending_forget(p);
 		idem_key_locktag(&tag, scope);
 		idem_unlock_key(&tag);
@@ -241,7 +241,7 @@ finish_call(FunctionCallInfo fcinfo, IdemCatalog *catp, IdemResult *resp, Timest
 						 PG_ARGISNULL(5), PG_ARGISNULL(5) ? 0 : PG_GETARG_INT64(5));
 	if (PG_NARGS() > 7 && !PG_ARGISNULL(7))
 		idem_result_set_header_list(&res, PG_GETARG_DATUM(7));
-	/* on Citus, the claim is held where idem_begin ran: on the owner's node */
+	/* on Citus, the claim is held where idem_begin ran, on the owner's node */
 	cat = *idem_catalog(fcinfo);
 	if (!idem_citus_route(&cat, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID))
 		return false;

@@ -128,9 +128,9 @@ inbox_locktag(LOCKTAG *tag, const text *consumer, const text *message_id)
 /* What the probe found. */
 typedef enum InboxEntry
 {
-	INBOX_NONE,					/* no entry: consume */
-	INBOX_LIVE,					/* consumed, not expired: a redelivery */
-	INBOX_EXPIRED,				/* an expired entry at *tid: replace it */
+	INBOX_NONE,					/* no entry, so consume */
+	INBOX_LIVE,					/* consumed and not expired, so a redelivery */
+	INBOX_EXPIRED,				/* an expired entry at *tid, to replace */
 	INBOX_BUSY					/* another transaction, *busy, is writing
 								 * an entry.  Wait for it */
 } InboxEntry;
@@ -221,10 +221,10 @@ insert_entry(IdemRows *rows, const IdemTableLayout *t, Datum consumer, Datum mes
 	idem_rows_insert(rows, 0, row.values, row.nulls);
 }
 
-/* One message a consumer takes: the call's arguments, checked. */
+/* One message a consumer takes, from the call's checked arguments. */
 typedef struct InboxCall
 {
-	IdemCatalog cat;			/* a copy: a nested call may build the catalog again */
+	IdemCatalog cat;			/* a copy, since a nested call may build the catalog again */
 	const IdemTableLayout *t;	/* the inbox (its shard, on Citus) */
 	text	   *consumer;
 	char	   *consumer_name;
@@ -322,7 +322,7 @@ inbox_consume(InboxCall *c, LOCKTAG *tag, IdemIdentity *identity)
 			}
 			continue;
 		}
-		/* expired: delete it (or find it gone or changed) */
+		/* expired, so delete it (or find it gone or changed) */
 		(void) idem_rows_delete_read(c->t->relid, &tid, "an expired inbox entry");
 	}
 	ereport(ERROR,
@@ -373,7 +373,7 @@ idem_consume(PG_FUNCTION_ARGS)
 	if (!idem_citus_route(&c.cat, inbox_table_index, PointerGetDatum(c.consumer), TEXTOID))
 		return idem_citus_redispatch(fcinfo);
 
-	/* in the consumer's row: calls, and the first consumptions as executed */
+	/* in the consumer's row, calls and the first consumptions as executed */
 	idem_stats_count(IDEM_KIND_CONSUMER, c.consumer_name, IDEM_STAT_CALLS, 1);
 	inbox_locktag(&tag, c.consumer, c.message_id);
 	if (!idem_lock_key(&tag, IDEM_KIND_CONSUMER, c.consumer_name))

@@ -45,7 +45,7 @@ PG_FUNCTION_INFO_V1(idem_create_order);
 #define ORDER_CREATED		"CREATED"
 #define ORDER_QTY_MIN		1
 #define ORDER_QTY_MAX		100
-/* JSON numbers are doubles: larger integers would fingerprint ambiguously */
+/* JSON numbers are doubles, so larger integers would fingerprint ambiguously */
 #define ORDER_MAX_SAFE_INTEGER	INT64CONST(9007199254740991)
 
 enum
@@ -77,7 +77,7 @@ enum
 	RES_ORDER_ID, RES_ORDER_NO, RES_STATUS, RES_HTTP, RES_REPLAYED, RES_NCOLS
 };
 
-/* An order call: the request, and the answer. */
+/* An order call, with its request and its answer. */
 typedef struct OrderCall
 {
 	const IdemCatalog *cat;
@@ -215,7 +215,7 @@ order_write(IdemRows *rows, void *arg, IdemResult *res)
 	res->resource_id = call->nulls[RES_ORDER_ID] ? 0 : DatumGetInt64(call->values[RES_ORDER_ID]);
 }
 
-/* Execute: draw the order id, write record and order. */
+/* Execute, drawing the order id and writing record and order. */
 static void
 order_execute(OrderCall *call, const IdemScope *scope, IdemRequestPrint *print)
 {
@@ -367,7 +367,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 	IdemOutcome outcome;
 
 	order_args(fcinfo, &scope, &call);
-	/* a copy: a nested call may build the catalog again under us */
+	/* a copy, since a nested call may build the catalog again under us */
 	cat = *idem_catalog(fcinfo);
 	if (!idem_citus_route(&cat, IDEM_TABLE_RECORD, Int64GetDatum(scope.owner), INT8OID) ||
 		!idem_citus_route(&cat, order_table_index, Int64GetDatum(scope.owner), INT8OID))
@@ -376,7 +376,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 	check_order_request(call.sku, call.qty);
 	call.cat = &cat;
 	call.now = GetCurrentTransactionStartTimestamp();
-	/* no request document: the fingerprint of its two numbers decides */
+	/* no request document, since the fingerprint of its two numbers decides */
 	order_fingerprint(call.sku, call.qty, idem_print_given(&print));
 
 	outcome = idem_claim(&claim, &cat, &scope, &print, call.now, &identity);

@@ -79,7 +79,7 @@ static const IdemColumnSpec outbox_columns[OB_NCOLS] = {
 	[OB_DEAD] = {"dead_at", TIMESTAMPTZOID, 0, false, true},
 };
 
-/* idem.outbox_max_deliveries: read by idem_outbox_nack (SQL) */
+/* idem.outbox_max_deliveries, read by idem_outbox_nack (SQL) */
 static int	idem_outbox_max_deliveries = 5;
 
 static const IdemTableSpec outbox_table = {
@@ -168,7 +168,7 @@ idem_outbox_open_key_index(const IdemTableLayout *t, Oid nspid, Relation heap)
 	return index;
 }
 
-/* Order two texts by length, then bytes: any total order does. */
+/* Order two texts by length, then bytes.  Any total order does. */
 int
 idem_outbox_text_order(const text *a, const text *b)
 {

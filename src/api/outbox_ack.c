@@ -185,9 +185,9 @@ ack_read(const IdemTableLayout *t, Relation heap, Snapshot snapshot,
 			continue;
 		(void) slot_getattr(slot, t->att[OB_ACKED], &isnull);
 		if (!isnull)
-			continue;			/* acknowledged before 1.12: the cleanup's */
+			continue;			/* acknowledged by an older version, so the cleanup's */
 		if (outbox_dead(t, slot))
-			continue;			/* a dead letter: only redrive or discard end it */
+			continue;			/* a dead letter, which only redrive or discard end */
 		m->tid = slot->tts_tid;
 		m->topic = DatumGetTextPCopy(slot_getattr(slot, t->att[OB_TOPIC], &isnull));
 		d = slot_getattr(slot, t->att[OB_KEY], &isnull);
@@ -307,7 +307,7 @@ ack_promote(const IdemTableLayout *t, IdemRows *rows, Relation keyindex,
 								 LockTupleNoKeyExclusive, LockWaitBlock,
 								 TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
 		if (tmres == TM_Deleted)
-			continue;			/* acknowledged meanwhile: the next one */
+			continue;			/* acknowledged meanwhile, so on to the next one */
 		if (tmres != TM_Ok)
 			elog(ERROR, "idem: unexpected result %d locking an outbox message", (int) tmres);
 		slot_getallattrs(locked);

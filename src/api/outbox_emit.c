@@ -351,7 +351,7 @@ outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		link = &m->next;
 	}
 	pending_tail = link;
-	/* no message left: the next emit takes the outbox as it finds it */
+	/* no message left, so the next emit takes the outbox as it finds it */
 	if (npending == 0)
 	{
 		target = NULL;
@@ -359,7 +359,7 @@ outbox_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 }
 
-/* The outbox's start-up: its table, and the transaction callbacks of the emit. */
+/* The outbox's start-up, its table and the transaction callbacks of the emit. */
 void
 idem_outbox_init(void)
 {
@@ -395,7 +395,7 @@ emit_args(FunctionCallInfo fcinfo)
 	{
 		text	   *key = PG_GETARG_TEXT_PP(2);
 
-		/* as message_id and worker: printable text, never echoed */
+		/* as message_id and worker, printable text never echoed */
 		idem_check_printable("msg_key", VARDATA_ANY(key), VARSIZE_ANY_EXHDR(key),
 							 OUTBOX_KEY_MAX_LEN);
 	}
@@ -403,7 +403,7 @@ emit_args(FunctionCallInfo fcinfo)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("headers must be a JSON object")));
-	/* an owner outside the session's binding: 42501, as for a claim */
+	/* an owner outside the session's binding is 42501, as for a claim */
 	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
 		idem_check_owner(PG_GETARG_INT64(4));
 }
@@ -463,7 +463,7 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 	m->msg_key = PG_ARGISNULL(2) ? NULL : keep(PG_GETARG_DATUM(2));
 	m->payload = keep(PG_GETARG_DATUM(1));
 	m->headers = PG_ARGISNULL(3) ? NULL : keep(PG_GETARG_DATUM(3));
-	/* whose: the owner given, else the owner of the transaction's unfinished claims */
+	/* whose it is, the owner given or else the owner of the transaction's unfinished claims */
 	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
 	{
 		m->owner = PG_GETARG_INT64(4);

@@ -81,7 +81,7 @@ idem_policy_unchanged(PG_FUNCTION_ARGS)
 	PG_RETURN_NULL();
 }
 
-/* SQL: the statement trigger of idem_policy: every backend reads it anew. */
+/* SQL: the statement trigger of idem_policy, which makes every backend read it anew. */
 Datum
 idem_policy_changed(PG_FUNCTION_ARGS)
 {
@@ -319,7 +319,7 @@ idem_set_policy(PG_FUNCTION_ARGS)
 						 setting_names[i], nparams + 2, setting_names[i], setting_names[i]);
 		nparams += 2;
 	}
-	/* the time a parameter: Citus plans ON CONFLICT with no volatile function */
+	/* the time a parameter, since Citus plans ON CONFLICT with no volatile function */
 	types[nparams] = TIMESTAMPTZOID;
 	values[nparams] = TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
 	nulls[nparams] = ' ';

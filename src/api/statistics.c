@@ -68,7 +68,7 @@ stats_row(Oid dbid, const char *name, const char *kind, const uint64 *counters,
 	tuplestore_putvalues(rows->rsinfo->setResult, rows->rsinfo->setDesc, values, nulls);
 }
 
-/* SQL: idem_stats_reset() returns void: every counter back to 0 */
+/* SQL: idem_stats_reset() returns void, every counter back to 0 */
 Datum
 idem_stats_reset(PG_FUNCTION_ARGS)
 {

@@ -74,7 +74,7 @@ static int	idem_retry_base = 1000;		/* ms */
 static int	idem_retry_max = 3600 * 1000;	/* ms */
 static int	idem_max_attempts = 10;
 
-/* The operations this transaction submitted tasks of: NOTIFY idem_tasks. */
+/* The operations this transaction submitted tasks of, for NOTIFY idem_tasks. */
 #define SUBMITTED_OPS 16
 
 static char *submitted[SUBMITTED_OPS];	/* in TopTransactionContext */
@@ -216,7 +216,7 @@ task_relations(const IdemCatalog *cat)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("idem's index idem_task_due is missing"),
 				 errhint("Drop and re-create the extension idem.")));
-	/* on Citus the holder finds its task by id alone: the key is (owner_id, id) */
+	/* on Citus the holder finds its task by id alone, though the key is (owner_id, id) */
 	if (cat->tables[IDEM_TABLE_RECORD].distributed &&
 		!OidIsValid(cat->tables[IDEM_TABLE_RECORD].indexes[REC_INDEX_TASK_ID]))
 		ereport(ERROR,
@@ -404,7 +404,7 @@ idem_submit(PG_FUNCTION_ARGS)
 						 claim.rec.is_task, &claim.rec.result);
 }
 
-/* The attempts a task of operation may fail: its policy's, else idem.max_attempts. */
+/* The attempts a task of operation may fail, its policy's or else idem.max_attempts. */
 int
 idem_task_max_attempts(const char *operation)
 {

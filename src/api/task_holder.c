@@ -131,7 +131,7 @@ begin_holder_call(HolderCall *hc, FunctionCallInfo fcinfo, int64 task_id, int64 
 
 	if (hc->cat.tables[IDEM_TABLE_RECORD].distributed)
 	{
-		/* on Citus: the task is in one of this node's shards, if here */
+		/* on Citus the task is in one of this node's shards, if here */
 		IdemCatalog cat = hc->cat;
 		int			n = idem_citus_local_shards(&cat, IDEM_TABLE_RECORD);
 
@@ -257,7 +257,7 @@ idem_complete(PG_FUNCTION_ARGS)
 }
 
 
-/* A retryable failure of attempt attempts: due again after its backoff. */
+/* A retryable failure of attempt attempts, due again after its backoff. */
 static IdemStatus
 fail_retryable(HolderCall *hc, int32 attempts)
 {

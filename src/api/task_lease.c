@@ -54,7 +54,7 @@ enum
 	LEASE_ATTEMPT, LEASE_TOKEN, LEASE_EXPIRES, LEASE_NCOLS
 };
 
-/* On Citus: where the next lease starts among this node's shards. */
+/* On Citus, where the next lease starts among this node's shards. */
 static uint32 lease_rotor = 0;
 
 /* One call of idem_lease. */
@@ -72,7 +72,7 @@ typedef struct LeaseCall
 	int			batch;
 	int			leased;
 	int			takeovers;
-	int			ended_lapsed;	/* tasks ended FAILED_FINAL: lapsed too often */
+	int			ended_lapsed;	/* tasks ended FAILED_FINAL for lapsing too often */
 	const char *operation;
 	/* whether bound sessions are asked about, and which are alive */
 	bool		check_sessions;
@@ -112,7 +112,7 @@ end_lapsed(LeaseCall *lc, int32 attempts)
 	Jsonb	   *error;
 
 	if (tr->att[REC_TASK_LAPSES] == InvalidAttrNumber)
-		return false;			/* before 1.13: no count */
+		return false;			/* an older version keeps no count */
 	if (!TR_ISNULL(tr, REC_TASK_LAPSES))
 		lapses += DatumGetInt32(TR_VALUE(tr, REC_TASK_LAPSES));
 	TR_SET(tr, REC_TASK_LAPSES, Int32GetDatum(lapses));
@@ -128,7 +128,7 @@ end_lapsed(LeaseCall *lc, int32 attempts)
 	return true;
 }
 
-/* Hand the locked row to the worker: a new attempt, a new token, a lease. */
+/* Hand the locked row to the worker with a new attempt, a new token, a lease. */
 static void
 lease_locked(LeaseCall *lc)
 {
@@ -207,7 +207,7 @@ lease_due(LeaseCall *lc, Relation index, Datum operation)
 		{
 			uint64		session;
 
-			/* leased, and the lease holds: unless its session has ended */
+			/* leased, and the lease holds unless its session has ended */
 			if (!lc->check_sessions)
 				continue;
 			d = slot_getattr(lc->scanslot, att[REC_TASK_SESSION], &isnull);

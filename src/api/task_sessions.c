@@ -82,7 +82,7 @@ idem_task_shmem_startup(void)
 	}
 }
 
-/* At exit: this session's bound leases lapse. */
+/* At exit this session's bound leases lapse. */
 static void
 session_ended(int code, Datum arg)
 {
@@ -158,7 +158,7 @@ idem_task_mark_checked(const char *operation, uint64 ended)
 	checked_now[nchecked_now++].ended = ended;
 }
 
-/* At commit: what this transaction looked through counts from now on. */
+/* At commit, what this transaction looked through counts from now on. */
 void
 idem_task_apply_checked(void)
 {
@@ -171,7 +171,7 @@ idem_task_apply_checked(void)
 		if (j == nchecked)
 		{
 			if (nchecked == CHECKED_OPS)
-				j = nchecked - 1;	/* forget one: it is looked through again */
+				j = nchecked - 1;	/* forget one, to be looked through again */
 			else
 				nchecked++;
 		}
@@ -180,7 +180,7 @@ idem_task_apply_checked(void)
 	nchecked_now = 0;
 }
 
-/* At abort or prepare: what this transaction looked through does not count. */
+/* At abort or prepare, what this transaction looked through does not count. */
 void
 idem_task_discard_checked(void)
 {

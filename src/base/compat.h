@@ -10,7 +10,7 @@
 #ifndef IDEM_COMPAT_H
 #define IDEM_COMPAT_H
 
-/* the majors idem is tested on: a newer one may need a shim added here */
+/* the majors idem is tested on; a newer one may need a shim added here */
 #if PG_VERSION_NUM < 150000 || PG_VERSION_NUM >= 200000
 #error "idem builds on PostgreSQL 15 to 19 (its suites are run on those)"
 #endif

@@ -519,7 +519,7 @@ idem_citus_cleanup_workers(Oid nspid, int batch_size, int max_batches)
 		elog(ERROR, "idem: reading pg_dist_local_group failed");
 	if (SPI_processed == 0)
 	{
-		/* a worker node: it cleans its own shards only */
+		/* a worker node cleans its own shards only */
 		SPI_finish();
 		return 0;
 	}

@@ -23,7 +23,7 @@
 typedef struct IdemCall
 {
 	IdemScope	scope;
-	IdemCatalog cat;			/* a copy: a nested call may build the catalog again */
+	IdemCatalog cat;			/* a copy, since a nested call may build the catalog again */
 	TimestampTz now;			/* the transaction's start */
 	Interval   *ttl;			/* the ttl argument, or NULL for idem.ttl */
 	Jsonb	   *request;

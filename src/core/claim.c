@@ -162,7 +162,7 @@ claim_absent(IdemClaim *c, bool found)
 	{
 		if (probe != IDEM_PROBE_FOUND)
 		{
-			/* a new execution: the policy's key checks apply */
+			/* a new execution, to which the policy's key checks apply */
 			idem_check_key_policy(c->scope);
 			return CLAIM_EXECUTE;
 		}

@@ -16,7 +16,7 @@ typedef enum IdemOutcome
 {
 	IDEM_REPLAY,				/* claim->rec holds the finished record (or,
 								 * with accept_unfinished, an unfinished one) */
-	IDEM_EXECUTE				/* the key is this transaction's: execute */
+	IDEM_EXECUTE				/* the key is this transaction's, so execute */
 } IdemOutcome;
 
 typedef struct IdemClaim

@@ -184,7 +184,7 @@ key_hmac(const FingerprintKey *key, const char *data, size_t len, uint8 *mac)
 	pg_hmac_free(ctx);
 }
 
-/* A keyed check value of key: HMAC-SHA-256 of a constant under its secret. */
+/* A keyed check value of key, HMAC-SHA-256 of a constant under its secret. */
 static void
 key_check_value(const FingerprintKey *key, uint8 *check)
 {
@@ -406,7 +406,7 @@ idem_sha256_hex(const char *data, size_t len, char *hex)
 	hex_of(digest, hex);
 }
 
-/* The fingerprint of a request: SHA-256 of its canonical text. */
+/* The fingerprint of a request, the SHA-256 of its canonical text. */
 void
 idem_fingerprint_jsonb(Jsonb *request, char *hex)
 {
@@ -445,7 +445,7 @@ idem_fingerprints_equal(const char *a, const char *b)
 	return equal_in_constant_time(a, b, IDEM_HASH_HEX_LEN);
 }
 
-/* ---------- a call's request: its fingerprint and its digest ---------- */
+/* ---------- a call's request, its fingerprint and its digest ---------- */
 
 /*
  * The key of request digests under secret version.  For version 0 it is

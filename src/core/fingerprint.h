@@ -29,7 +29,7 @@ typedef struct IdemRequestPrint
 	Jsonb	   *request;		/* NULL: the fingerprint was given, or settled */
 	bool		has_fingerprint;
 	IdemFingerprint fingerprint;
-	int			digest_version; /* the secret version digest is keyed with; -1: none */
+	int			digest_version; /* the secret version digest is keyed with; -1 for none */
 	uint8		digest[IDEM_DIGEST_LEN];
 } IdemRequestPrint;
 

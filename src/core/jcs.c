@@ -229,7 +229,7 @@ jcs_append_string(StringInfo out, const char *s, int len)
 static bool
 jcs_append_small_integer(StringInfo out, Numeric num)
 {
-	const char *data = VARDATA_ANY(num);	/* read with memcpy: maybe unaligned */
+	const char *data = VARDATA_ANY(num);	/* read with memcpy, since it may be unaligned */
 	int			ndigits = (VARSIZE_ANY_EXHDR(num) - sizeof(uint16)) / sizeof(int16);
 	uint16		header;
 	int16		digit;

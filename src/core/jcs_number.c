@@ -41,7 +41,7 @@ parse_decimal(const char *s, char *digits, int *n)
 			point++;
 		if (k == 0 && *p == '0')
 		{
-			point--;			/* leading zero: shifts the point only */
+			point--;			/* a leading zero shifts the point only */
 			continue;
 		}
 		digits[k++] = *p;
@@ -178,7 +178,7 @@ idem_jcs_append_number(StringInfo out, double d)
 	}
 	if (d < 9007199254740992.0 && d == floor(d))
 	{
-		/* an exact integer: its decimal digits are the answer */
+		/* an exact integer, whose decimal digits are the answer */
 		appendStringInfo(out, INT64_FORMAT, (int64) d);
 		return;
 	}

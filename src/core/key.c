@@ -45,7 +45,7 @@
 int			idem_wait_timeout = 5000;
 
 
-/* Define the GUCs of this module (idem.log_outcomes: key_log.c). */
+/* Define the GUCs of this module (idem.log_outcomes is key_log.c's). */
 void
 idem_key_init(void)
 {
@@ -336,7 +336,7 @@ idem_wait_for_xact(TransactionId xid, IdemStatKind kind, const char *name)
 	return bounded_wait(NULL, xid, wait_ms);
 }
 
-/* Raise IK002: the original request has not finished. */
+/* Raise IK002, since the original request has not finished. */
 void
 idem_report_in_flight(const IdemScope *scope, IdemInFlight why)
 {
@@ -357,7 +357,7 @@ idem_report_in_flight(const IdemScope *scope, IdemInFlight why)
 	pg_unreachable();
 }
 
-/* Raise IK001: the key was first used with another request. */
+/* Raise IK001, since the key was first used with another request. */
 void
 idem_report_key_reused(const IdemScope *scope)
 {

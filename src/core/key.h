@@ -16,7 +16,7 @@
 #include "compat.h"
 #include "stats.h"
 
-/* One (owner, operation, key): the scope of a claim, of a record. */
+/* One (owner, operation, key), the scope of a claim and of a record. */
 typedef struct IdemScope
 {
 	int64		owner;
@@ -37,7 +37,7 @@ typedef struct IdemScope
  */
 #define IDEM_KEY_SPELLINGS	2
 
-/* Why IK002: where the unfinished original was seen. */
+/* Why IK002, where the unfinished original was seen. */
 typedef enum IdemInFlight
 {
 	IDEM_IN_FLIGHT_WAITED,		/* its transaction kept the key lock too long */
@@ -45,14 +45,14 @@ typedef enum IdemInFlight
 	IDEM_IN_FLIGHT_THIS_XACT	/* claimed by this transaction, not finished */
 } IdemInFlight;
 
-/* What a call did with its key: counted in idem_stats, logged per idem.log_outcomes. */
+/* What a call did with its key, counted in idem_stats and logged per idem.log_outcomes. */
 typedef enum IdemOutcomeLog
 {
 	IDEM_LOG_EXECUTED,
 	IDEM_LOG_REPLAYED,
 	IDEM_LOG_CONFLICT,			/* IK001 */
 	IDEM_LOG_IN_FLIGHT,			/* IK002 */
-	IDEM_LOG_EXPIRED			/* IK007: counted with the conflicts */
+	IDEM_LOG_EXPIRED			/* IK007, counted with the conflicts */
 } IdemOutcomeLog;
 
 extern int	idem_wait_timeout;

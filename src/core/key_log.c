@@ -92,7 +92,7 @@ end_deferred(const char *outcome)
 {
 	DeferredLog *list = NULL;
 
-	/* the list is newest first: reverse it */
+	/* the list is newest first, so reverse it */
 	while (deferred != NULL)
 	{
 		DeferredLog *next = deferred->next;

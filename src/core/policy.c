@@ -59,7 +59,7 @@ static HTAB *policies = NULL;
 static MemoryContext policy_cxt = NULL;	/* the entries and their redact paths */
 static bool policies_stale = true;
 static Oid	policy_relid = InvalidOid;
-static Oid	policy_read_relid = InvalidOid;	/* on Citus: its placement here */
+static Oid	policy_read_relid = InvalidOid;	/* on Citus, its placement here */
 static bool callback_registered = false;
 
 /*
@@ -269,7 +269,7 @@ load_row(HeapTuple tuple, TupleDesc desc)
 
 static void read_policies(Oid relid);
 
-/* Read every row of idem_policy (as stored: no permission applies here). */
+/* Read every row of idem_policy as stored (no permission applies here). */
 static void
 load_policies(void)
 {

@@ -137,7 +137,7 @@ idem_check_ttl(const Interval *ttl, TimestampTz now)
 	return expires;
 }
 
-/* The ttl argument argno of a call: NULL for the default, else checked. */
+/* The ttl argument argno of a call, NULL for the default, else checked. */
 Interval *
 idem_ttl_arg(FunctionCallInfo fcinfo, int argno, TimestampTz now)
 {
@@ -431,7 +431,7 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	if (biz)
 		relids[nrels++] = cat->tables[biz->table].relid;
 	idem_rows_begin(&rows, relids, nrels, CMD_INSERT);
-	/* the tables are locked now: if the catalog is still current, so are its constraints */
+	/* the tables are locked now, so if the catalog is still current, so are its constraints */
 	if (idem_catalog_current(cat))
 	{
 		idem_rows_set_checks(&rows, 0, rt->checks, rt->ncheck);

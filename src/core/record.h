@@ -78,7 +78,7 @@ typedef struct IdemBusinessWrite
 	void	   *arg;
 } IdemBusinessWrite;
 
-/* What idem_submit writes on a new record besides its status: the task. */
+/* What idem_submit writes on a new record besides its status, the task. */
 typedef struct IdemTaskNew
 {
 	Datum		request;		/* jsonb */

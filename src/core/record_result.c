@@ -39,7 +39,7 @@
 #include "policy.h"
 #include "record.h"
 
-/* The record status of an HTTP status: 2xx/3xx done, 4xx a final failure; else 22023. */
+/* The record status of an HTTP status (2xx/3xx done, 4xx a final failure), else 22023. */
 static IdemStatus
 status_of_http(int32 http_status)
 {
@@ -55,7 +55,7 @@ status_of_http(int32 http_status)
 	return IDEM_STATUS_UNKNOWN; /* keep compiler quiet */
 }
 
-/* An RFC 9110 tchar: what a field name is made of. */
+/* An RFC 9110 tchar, what a field name is made of. */
 static bool
 header_tchar(unsigned char c)
 {

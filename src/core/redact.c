@@ -119,7 +119,7 @@ redact(const IdemPolicy *policy, Datum jsonb, bool *removed)
 	return out;
 }
 
-/* A stored json body (text) without the redacted members: the same text, byte for byte, if none is there. */
+/* A stored json body (text) without the redacted members, the same text byte for byte if none is there. */
 Datum
 idem_redact_json(const char *operation, Datum json_text)
 {

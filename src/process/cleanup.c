@@ -56,7 +56,7 @@
 #include "util.h"
 
 
-/* What the cleanup deletes: rows of a table whose cutoff column is past. */
+/* What the cleanup deletes, the rows of a table whose cutoff column is past. */
 typedef struct CleanupTarget
 {
 	const char *table;
@@ -199,7 +199,7 @@ delete_batch(Oid relid, const CleanupTarget *target, TimestampTz now, int batch_
 			continue;			/* held by another, or gone */
 		d = slot_getattr(locked, expires, &isnull);
 		if (isnull || DatumGetTimestampTz(d) >= now)
-			continue;			/* renewed meanwhile: it stays */
+			continue;			/* renewed meanwhile, so it stays */
 		d = name_att ? slot_getattr(locked, name_att, &isnull) : (Datum) 0;
 		if (name_att && !isnull)
 		{
@@ -244,7 +244,7 @@ idem_cleanup_batches(Oid nspid, int batch_size, int max_batches)
 		Oid			relid = target_relation(nspid, &targets[i], &dropped);
 
 		if (dropped)
-			return 0;			/* the extension is gone: nothing to clean */
+			return 0;			/* the extension is gone, so nothing to clean */
 		relids[i] = OidIsValid(relid) ? idem_citus_local_relations(relid) : NIL;
 	}
 	for (int batch = 0; max_batches < 0 || batch < max_batches; batch++)
@@ -260,14 +260,14 @@ idem_cleanup_batches(Oid nspid, int batch_size, int max_batches)
 				int64		n;
 				Oid			history = InvalidOid;
 
-				/* a record shard's history is the co-located shard: the same place in the list */
+				/* a record shard's history is the co-located shard, in the same place in the list */
 				if (i == TARGET_RECORD &&
 					list_length(relids[TARGET_HISTORY]) == list_length(relids[TARGET_RECORD]))
 					history = list_nth_oid(relids[TARGET_HISTORY], foreach_current_index(lc));
 				CHECK_FOR_INTERRUPTS();
 				n = delete_batch(lfirst_oid(lc), &targets[i], now, batch_size, history);
 				total += n;
-				/* a short batch: nothing is left, or only rows others hold */
+				/* a short batch, so nothing is left, or only rows others hold */
 				if (n == batch_size)
 					full = true;
 			}

@@ -232,7 +232,7 @@ run_worker(IdemDatabase *db)
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
 
-	/* dropped since the round began: no worker, no FATAL in the log */
+	/* dropped since the round began, so no worker and no FATAL in the log */
 	if (!database_exists(db->oid))
 		return;
 
@@ -261,7 +261,7 @@ run_worker(IdemDatabase *db)
 	pfree(handle);
 }
 
-/* One round: every selected database in turn. */
+/* One round, every selected database in turn. */
 static void
 run_round(MemoryContext round_cxt)
 {
@@ -282,7 +282,7 @@ run_round(MemoryContext round_cxt)
 	MemoryContextReset(round_cxt);
 }
 
-/* Entry point of the launcher: a round every idem.cleanup_interval. */
+/* Entry point of the launcher, a round every idem.cleanup_interval. */
 void
 idem_cleanup_launcher_main(Datum main_arg)
 {
@@ -293,7 +293,7 @@ idem_cleanup_launcher_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 
-	/* no database: enough to read pg_database, and blocks no DROP DATABASE */
+	/* no database, which is enough to read pg_database and blocks no DROP DATABASE */
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 
 	round_cxt = AllocSetContextCreate(TopMemoryContext, "idem cleanup round",

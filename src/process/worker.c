@@ -100,7 +100,7 @@ static bool idem_preloaded = false;
 static IdemShared *idem_shared = NULL;
 static HTAB *idem_status = NULL;
 
-/* In a worker: this database's entry, once a run has begun (NULL if full). */
+/* In a worker, this database's entry once a run has begun (NULL if full). */
 static IdemDbStatus *my_status = NULL;
 
 
@@ -219,7 +219,7 @@ idem_worker_init(void)
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	/* not on a standby: it starts when recovery ends, after promotion too */
+	/* not on a standby, where it starts when recovery ends, after promotion too */
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	/* back by itself after a crash, a termination or an error */
 	worker.bgw_restart_time = 10;
@@ -311,7 +311,7 @@ idem_worker_status_record_error(Oid datid, const char *error)
 	LWLockRelease(idem_shared->lock);
 }
 
-/* Forget a database: the extension is gone from it, or the database is. */
+/* Forget a database whose extension, or itself, is gone. */
 static void
 status_forget(Oid datid)
 {
@@ -459,7 +459,7 @@ run_batches(void)
 
 		CHECK_FOR_INTERRUPTS();
 		idem_worker_reload_config_if_asked();
-		/* turned off meanwhile: stop between two batches */
+		/* turned off meanwhile, so stop between two batches */
 		if (idem_cleanup_interval == 0)
 			break;
 

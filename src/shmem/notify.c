@@ -76,7 +76,7 @@ typedef struct NotifyShared
 static NotifyShared *shared = NULL;
 
 
-/* In a notifier: its slot. */
+/* In a notifier, its slot. */
 static int	my_slot = -1;
 
 /* The NOTIFY channel of channel. */
@@ -151,7 +151,7 @@ start_notifier(int slot)
 	memcpy(worker.bgw_extra, &MyDatabaseId, sizeof(Oid));
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 	{
-		/* no free worker slot: this and later commits notify themselves */
+		/* no free worker slot, so this and later commits notify themselves */
 		SpinLockAcquire(&shared->mutex);
 		shared->slots[slot].start_requested = 0;
 		SpinLockRelease(&shared->mutex);
@@ -234,7 +234,7 @@ idem_notify_committed(IdemNotifyChannel channel, const char *const *topics, int 
 		SetLatch(latch);
 }
 
-/* After the abort of a transaction that deferred: give back its room. */
+/* After the abort of a transaction that deferred, give back its room. */
 void
 idem_notify_aborted(int ntopics)
 {
@@ -247,7 +247,7 @@ idem_notify_aborted(int ntopics)
 	SpinLockRelease(&shared->mutex);
 }
 
-/* The notifier leaves its slot: later commits start another or notify themselves. */
+/* The notifier leaves its slot.  Later commits start another or notify themselves. */
 static void
 notifier_exit(int code, Datum arg)
 {

@@ -196,7 +196,7 @@ entry_for(IdemStatKind kind, const char *name)
 	StatsEntry *entry;
 	bool		found;
 
-	/* a call counts two or three times in one row: the last one, at once */
+	/* a call counts two or three times in one row, the last one at once */
 	if (last_entry != NULL && last_dbid == MyDatabaseId &&
 		last_entry->key.kind == (int) kind && strcmp(last_entry->key.name, name) == 0)
 		return last_entry;
@@ -244,10 +244,10 @@ entry_for(IdemStatKind kind, const char *name)
 			entry = shared->other;
 		LWLockRelease(shared->lock);
 	}
-	/* entries are never removed: the pointer stays good ("(other)" too) */
+	/* entries are never removed, so the pointer stays good ("(other)" too) */
 	local = hash_search(local_hash, &key, HASH_ENTER, NULL);
 	local->entry = entry;
-	/* "(other)" holds another name: not the last entry of this one */
+	/* "(other)" holds another name, so it is not the last entry of this one */
 	if (entry != shared->other)
 	{
 		last_entry = entry;
@@ -275,7 +275,7 @@ idem_stats_count_at_commit(IdemStatKind kind, const char *name, IdemCounter coun
 	if (shared == NULL || n == 0 || !idem_stats_track)
 		return;
 	entry = entry_for(kind, name);
-	/* the same count again (a cleanup batch's rows): add to it */
+	/* the same count again (a cleanup batch's rows), so add to it */
 	if (npending > 0)
 	{
 		p = &pending[npending - 1];

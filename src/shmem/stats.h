@@ -30,7 +30,7 @@ typedef enum IdemCounter
 	IDEM_STAT_NCOUNTERS
 } IdemCounter;
 
-/* What a row of idem_stats counts for: its kind column. */
+/* What a row of idem_stats counts for, its kind column. */
 typedef enum IdemStatKind
 {
 	IDEM_KIND_NONE,				/* the "(other)" row */

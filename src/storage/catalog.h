@@ -63,7 +63,7 @@ typedef struct IdemTableLayout
 	AttrNumber *att;			/* by column of its spec; 0: absent */
 	int			ncheck;			/* CHECK constraints, planned */
 	Expr	  **checks;
-	bool		distributed;	/* a Citus table: rows are in its shards */
+	bool		distributed;	/* a Citus table, whose rows are in its shards */
 } IdemTableLayout;
 
 /* The columns of idempotency_record, in the order of its spec. */
@@ -98,7 +98,7 @@ typedef struct IdemEntryPoint
 typedef struct IdemCatalog
 {
 	bool		valid;
-	Oid			apinspid;		/* the extension's schema: its API and types */
+	Oid			apinspid;		/* the extension's schema, with its API and types */
 	Oid			nspid;			/* its tables' (idem_internal from 1.13) */
 	Oid			owner;			/* whom the tables are accessed as */
 	Oid			scopeid;		/* uk_idempotency_scope */
@@ -119,7 +119,7 @@ idem_catalog_digest_secret(const IdemCatalog *cat)
 	return cat->has_digest_secret ? cat->digest_secret : NULL;
 }
 
-/* A row of one of idem's tables being filled in: every column NULL at first. */
+/* A row of one of idem's tables being filled in, every column NULL at first. */
 typedef struct IdemRow
 {
 	const IdemTableLayout *table;

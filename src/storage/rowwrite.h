@@ -50,7 +50,7 @@ typedef enum IdemRowDeletion
 {
 	IDEM_ROW_DELETED,			/* deleted by us */
 	IDEM_ROW_GONE,				/* deleted by someone else meanwhile */
-	IDEM_ROW_CHANGED			/* changed by someone else: read it again */
+	IDEM_ROW_CHANGED			/* changed by someone else, so read it again */
 } IdemRowDeletion;
 
 extern IdemRowDeletion idem_rows_delete_read(Oid relid, ItemPointer tid, const char *what);

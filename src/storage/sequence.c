@@ -111,7 +111,7 @@ reserve_timeline(Oid nspid, TimeLineID tli)
 	IdemIdentity identity = {0};
 
 	if (!OidIsValid(mark))
-		return;					/* before 1.12: nothing to record it in */
+		return;					/* an older version has nothing to record it in */
 	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, IDEM_LOCK_CLASS_TIMELINE);
 	(void) LockAcquire(&tag, ExclusiveLock, true, false);
 	PG_TRY();
