@@ -169,7 +169,9 @@ public class IdemAutoConfiguration {
         private static final long serialVersionUID = 1L;
 
         NoOwnerResolverException() {
-            super("idem: no bean of type idem.spring.IdemOwnerResolver");
+            super("idem: define a bean of type idem.spring.IdemOwnerResolver: the owner (tenant) of a request, from "
+                + "its authentication (IdemOwnerResolver.fromPrincipal(...) with Spring Security); never a header "
+                + "the client chooses (clients/CONTRACT.md)");
         }
     }
 

@@ -146,6 +146,7 @@ class IdemAutoConfigurationTests {
         web.withUserConfiguration(WithoutOwner.class).run(context -> {
             assertThat(context).hasFailed();
             Throwable failure = context.getStartupFailure();
+            assertThat(failure).rootCause().hasMessageContaining("define a bean of type idem.spring.IdemOwnerResolver");
             FailureAnalysis analysis = new OwnerResolverFailureAnalyzer().analyze(failure);
             assertThat(analysis).isNotNull();
             assertThat(analysis.getDescription()).contains("no bean of type idem.spring.IdemOwnerResolver");
