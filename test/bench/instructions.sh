@@ -59,6 +59,9 @@ few=200 many=1200
 as_pg_user "$PG_BINDIR/pg_ctl" -D "$IDEM_TMP/data" -l "$IDEM_TMP/server.log" -w -s start
 psql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d postgres "$@"; }
 big=$(python3 -c 'import json; print(json.dumps({"items": [{"sku": i, "name": "item %04d" % i, "qty": 1} for i in range(27)]}, separators=(",", ":")))')
+# a retry that spells the same numbers otherwise (1.0 for 1): the same
+# request, other bytes, so no digest match
+big2=${big//\"qty\":1\}/\"qty\":1.0\}}
 psql -v big="$big" -v keys="$keys" <<'SQL'
 CREATE EXTENSION idem;
 SET bench.big TO :'big';
@@ -131,6 +134,10 @@ script marker "$replay" "$fresh" "SELECT $key, $new;"
 script begin_replay "$replay" "SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'PAY', $key, $req);"
 script select_answer "$replay" "SELECT $req::jsonb IS NOT NULL, http_status, response_body, response_headers, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'PAY' AND idempotency_key = $key;"
 script begin_replay_1k "$replay" "SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'BIG', $key, $bigreq);"
+script begin_respelled "$replay" "SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'PAY', $key, :req2);"
+script select_respelled "$replay" "SELECT :req2::jsonb IS NOT NULL, http_status, response_body, response_headers, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'PAY' AND idempotency_key = $key;"
+script begin_respelled_1k "$replay" "SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'BIG', $key, :big2);"
+script select_respelled_1k "$replay" "SELECT :big2::jsonb IS NOT NULL, http_status, response_body, response_headers, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'BIG' AND idempotency_key = $key;"
 script select_answer_1k "$replay" "SELECT $bigreq::jsonb IS NOT NULL, http_status, response_body, response_headers, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'BIG' AND idempotency_key = $key;"
 script order_replay "$replay" "SELECT order_id, order_no, status, http_status, replayed FROM idem_create_order(1, $ord, 7, 1);"
 script select_order "$replay" "SELECT (response_json->>'orderId')::bigint, response_json->>'orderNo', response_json->>'status', http_status, true FROM peer.idempotency_record WHERE owner_id = 1 AND operation = 'CREATE_ORDER' AND idempotency_key = $ord;"
@@ -164,7 +171,8 @@ run() {
 	rm -f "$W"/cg/*
 	children=$(pgrep -c -P "$postmaster")
 	"$PG_BINDIR/pgbench" -n -M prepared -c 1 -t "$2" -f "$W/$1.sql" -h "$PGHOST" -p "$PGPORT" -U postgres \
-		-D req='{"skuId": 7, "quantity": 1}' -D big="$big" -D amount='{"amount": 5}' postgres \
+		-D req='{"skuId": 7, "quantity": 1}' -D big="$big" -D amount='{"amount": 5}' \
+		-D req2='{"skuId": 7.0, "quantity": 1}' -D big2="$big2" postgres \
 		>"$W/$1-$2.pgbench" 2>&1 || { cat "$W/$1-$2.pgbench" >&2; return 1; }
 	# the backends' files are written at their exit: wait until the
 	# postmaster has no more children than before the run
@@ -180,7 +188,8 @@ run() {
 	echo "$best"
 }
 declare -A ir
-paths=(marker begin_replay select_answer begin_replay_1k select_answer_1k order_replay select_order run_replay select_run run_replay_1k select_run_1k order_new write_both run_new handler_and_record emit bare_insert)
+paths=(marker begin_replay select_answer begin_replay_1k select_answer_1k begin_respelled select_respelled
+	begin_respelled_1k select_respelled_1k order_replay select_order run_replay select_run run_replay_1k select_run_1k order_new write_both run_new handler_and_record emit bare_insert)
 [ -n "$smoke" ] && paths=(marker begin_replay select_answer order_new write_both)
 [ -n "${IDEM_INSTR_PATHS:-}" ] && read -ra paths <<<"marker ${IDEM_INSTR_PATHS//drain/}"
 for s in "${paths[@]}"; do
@@ -230,7 +239,8 @@ reps=${IDEM_WALL_REPS:-5} wall_calls=2000 wall_batches=10
 declare -A ms	# each path's median, microseconds per call
 wall_run() {	# wall_run NAME CALLS: microseconds per call of one run (1 / its TPS)
 	"$PG_BINDIR/pgbench" -n -M prepared -c 1 -t "$2" -f "$W/$1.sql" -h "$PGHOST" -p "$PGPORT" -U postgres \
-		-D req='{"skuId": 7, "quantity": 1}' -D big="$big" -D amount='{"amount": 5}' postgres 2>&1 |
+		-D req='{"skuId": 7, "quantity": 1}' -D big="$big" -D amount='{"amount": 5}' \
+		-D req2='{"skuId": 7.0, "quantity": 1}' -D big2="$big2" postgres 2>&1 |
 		awk '/^tps = / {printf "%.2f\n", 1000000 / $3}'
 }
 median() { printf '%s\n' $1 | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
@@ -271,6 +281,8 @@ if [ -n "$smoke" ]; then
 	exit 0
 fi
 line "idem_begin replay (a 1 KB request)" begin_replay_1k select_answer_1k
+line "idem_begin replay, the request respelled (7.0)" begin_respelled select_respelled
+line "idem_begin replay, 1 KB respelled (1.0)" begin_respelled_1k select_respelled_1k
 line "idem_create_order replay" order_replay select_order
 line "idem_run replay" run_replay select_run
 line "idem_run replay (a 1 KB request)" run_replay_1k select_run_1k

@@ -65,7 +65,7 @@ fi
 files=$(dpkg -L postgresql-15-idem)
 check "the package holds the library, the control file and every install script" "yes" \
 	"$(for f in /usr/lib/postgresql/15/lib/idem.so /usr/share/postgresql/15/extension/idem.control \
-		$(cd "$IDEM_ROOT/sql" && { ls idem--*.sql; echo "idem--$(sed -n "s/^default_version = '\(.*\)'/\1/p" ../idem.control).sql"; } |
+		$(cd "$IDEM_ROOT/extension" && { ls idem--*.sql; echo "idem--$(sed -n "s/^default_version = '\(.*\)'/\1/p" ../idem.control).sql"; } |
 			sort -u | sed 's|^|/usr/share/postgresql/15/extension/|'); do
 		grep -qx "$f" <<<"$files" || { echo "no: $f"; exit; }; done; echo yes)"
 
