@@ -41,6 +41,8 @@
 #     writing the finished record into the article's record table;
 #   - an emit: one INSERT of the same row into a copy of idem's outbox
 #     table and a NOTIFY;
+#   - beside the replays, the physical limit: the stored status and body
+#     by the unique key, nothing else (no threshold);
 #   - the keyed drain (25,000 messages over 1,000 keys; 10 and 110
 #     batches of fetch 100 + ack, per message): a pgmq-style queue in
 #     plain SQL (pgmq's table, read and delete).
@@ -134,6 +136,10 @@ script marker "$replay" "$fresh" "SELECT $key, $new;"
 script begin_replay "$replay" "SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'PAY', $key, $req);"
 script select_answer "$replay" "SELECT $req::jsonb IS NOT NULL, http_status, response_body, response_headers, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'PAY' AND idempotency_key = $key;"
 script begin_replay_1k "$replay" "SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'BIG', $key, $bigreq);"
+# the physical limit of a replay: the stored status and body by the unique
+# key, nothing else (no request, no headers)
+script limit_answer "$replay" "SELECT http_status, response_body FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'PAY' AND idempotency_key = $key;"
+script limit_order "$replay" "SELECT http_status, response_json FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'CREATE_ORDER' AND idempotency_key = $ord;"
 script begin_respelled "$replay" "SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'PAY', $key, :req2);"
 script select_respelled "$replay" "SELECT :req2::jsonb IS NOT NULL, http_status, response_body, response_headers, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'PAY' AND idempotency_key = $key;"
 script begin_respelled_1k "$replay" "SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'BIG', $key, :big2);"
@@ -189,7 +195,7 @@ run() {
 }
 declare -A ir
 paths=(marker begin_replay select_answer begin_replay_1k select_answer_1k begin_respelled select_respelled
-	begin_respelled_1k select_respelled_1k order_replay select_order run_replay select_run run_replay_1k select_run_1k order_new write_both run_new handler_and_record emit bare_insert)
+	begin_respelled_1k select_respelled_1k limit_answer limit_order order_replay select_order run_replay select_run run_replay_1k select_run_1k order_new write_both run_new handler_and_record emit bare_insert)
 [ -n "$smoke" ] && paths=(marker begin_replay select_answer order_new write_both)
 [ -n "${IDEM_INSTR_PATHS:-}" ] && read -ra paths <<<"marker ${IDEM_INSTR_PATHS//drain/}"
 for s in "${paths[@]}"; do
@@ -281,6 +287,8 @@ if [ -n "$smoke" ]; then
 	exit 0
 fi
 line "idem_begin replay (a 1 KB request)" begin_replay_1k select_answer_1k
+line "idem_begin replay against the physical limit" begin_replay limit_answer
+line "idem_create_order replay against the physical limit" order_replay limit_order
 line "idem_begin replay, the request respelled (7.0)" begin_respelled select_respelled
 line "idem_begin replay, 1 KB respelled (1.0)" begin_respelled_1k select_respelled_1k
 line "idem_create_order replay" order_replay select_order
