@@ -36,17 +36,21 @@ lib_version() { echo "$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$IDEM_ROOT/
 IDEM_WAIT=${PG_TEST_TIMEOUT_DEFAULT:-180}
 export IDEM_WAIT
 
-# until_sql EXPECTED COMMAND...: run COMMAND (a psql invocation printing one
-# value) every 0.1 s until it prints EXPECTED; false after IDEM_WAIT s.
-until_sql() {
-	local expected=$1 deadline=$((SECONDS + IDEM_WAIT))
-	shift
+# until_ok COMMAND...: run COMMAND every 0.1 s, its output dropped, until it
+# succeeds; false after IDEM_WAIT s.
+until_ok() {
+	local deadline=$((SECONDS + IDEM_WAIT))
 	while [ "$SECONDS" -lt "$deadline" ]; do
-		[ "$("$@" 2>/dev/null)" = "$expected" ] && return 0
+		"$@" >/dev/null 2>&1 && return 0
 		sleep 0.1
 	done
 	return 1
 }
+# prints EXPECTED COMMAND...: does COMMAND print EXPECTED
+prints() { [ "$("${@:2}" 2>/dev/null)" = "$1" ]; }
+# until_sql EXPECTED COMMAND...: until COMMAND (a psql invocation printing
+# one value) prints EXPECTED; false after IDEM_WAIT s.
+until_sql() { until_ok prints "$@"; }
 
 # A transaction held open until the test lets it go, instead of a
 # pg_sleep a slow machine may outlast: gate_close PSQL... starts a session

@@ -38,14 +38,11 @@ redis_start() {
 	redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$redis_dir" --save '' \
 		--appendonly yes --appendfsync always --daemonize yes --pidfile "$redis_dir/redis.pid" \
 		--proto-max-bulk-len 1mb >/dev/null
-	local deadline=$((SECONDS + IDEM_WAIT))
-	while [ "$SECONDS" -lt "$deadline" ]; do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && return 0; sleep 0.05; done
-	return 1
+	until_ok redis-cli -p "$redis_port" ping
 }
 redis_stop() {
-	local deadline=$((SECONDS + IDEM_WAIT))
 	redis-cli -p "$redis_port" shutdown >/dev/null 2>&1 || true
-	while [ "$SECONDS" -lt "$deadline" ]; do [ -f "$redis_dir/redis.pid" ] || return 0; sleep 0.05; done
+	until_ok test ! -f "$redis_dir/redis.pid" || true
 }
 rabbit_stop() { :; }	# until rabbitmq.sh is sourced
 at_exit 'redis_stop; rabbit_stop'	# rabbit_stop as rabbitmq.sh defines it by then

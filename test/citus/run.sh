@@ -256,13 +256,9 @@ done | c >/dev/null
 for p in $COORD_PORT $w1 $w2; do
 	cq "$p" -c "ALTER SYSTEM SET idem.cleanup_interval = 1" -c "SELECT pg_reload_conf()" >/dev/null
 done
-left=""
-deadline=$((SECONDS + IDEM_WAIT))
-while [ "$SECONDS" -lt "$deadline" ]; do
-	left=$(rows_by_node idem_internal.idempotency_record "idempotency_key LIKE 'citus-bgw-$tag-%'")
-	[ "$left" = "$w1:0 $w2:0" ] && break
-	sleep 0.5
-done
+bgw="idempotency_key LIKE 'citus-bgw-$tag-%'"
+until_sql "$w1:0 $w2:0" rows_by_node idem_internal.idempotency_record "$bgw" || true
+left=$(rows_by_node idem_internal.idempotency_record "$bgw")
 check "cleanup: the background worker of each worker node deletes its own shards' expired records" "$w1:0 $w2:0" "$left"
 check "cleanup: no node's cleanup worker reported an error" "" \
 	"$(for p in $COORD_PORT $w1 $w2; do cq "$p" -c "SELECT last_error FROM idem_cleanup_status() WHERE last_error IS NOT NULL"; done)"

@@ -66,11 +66,7 @@ INI
 chown -R postgres: "$IDEM_TMP/pgbouncer"
 runuser -u postgres -- pgbouncer "$IDEM_TMP/pgbouncer/pgbouncer.ini" >/dev/null 2>&1 &
 bouncer_pid=$!
-deadline=$((SECONDS + IDEM_WAIT))
-while [ "$SECONDS" -lt "$deadline" ]; do
-	"$PG_BINDIR/psql" -X -q -h 127.0.0.1 -p "$bport" -U "$SERVICE_USER" -d idem_clients -c 'SELECT 1' >/dev/null 2>&1 && break
-	sleep 0.1
-done
+until_ok "$PG_BINDIR/psql" -X -q -h 127.0.0.1 -p "$bport" -U "$SERVICE_USER" -d idem_clients -c 'SELECT 1' || true
 port=$(free_port)
 if start_service python-pgbouncer "$port" PGPORT="$bport" IDEM_SERVER_PREPARE=off -- "$PY" "$EXAMPLES/python/flask_app.py"; then
 	contract python-pgbouncer "http://127.0.0.1:$port" 6000

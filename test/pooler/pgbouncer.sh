@@ -88,12 +88,7 @@ bouncer_pid=
 bouncer_start() {
 	runuser -u postgres -- pgbouncer "$W/pgbouncer.ini" >/dev/null 2>&1 &
 	bouncer_pid=$!
-	local deadline=$((SECONDS + IDEM_WAIT))
-	while [ "$SECONDS" -lt "$deadline" ]; do
-		"$PG_BINDIR/psql" -X -q -h 127.0.0.1 -p "$BPORT" -U postgres -d "$DB" -c 'SELECT 1' >/dev/null 2>&1 && return 0
-		sleep 0.1
-	done
-	return 1
+	until_ok "$PG_BINDIR/psql" -X -q -h 127.0.0.1 -p "$BPORT" -U postgres -d "$DB" -c 'SELECT 1'
 }
 bouncer_stop() {
 	[ -n "$bouncer_pid" ] || return 0
@@ -291,11 +286,7 @@ check "bind_session through the pooler: the lease is bound (task_session set)" t
 check "bind_session through the pooler: the client has gone, the pooled server session holds the lease" 0 \
 	"$(direct -c "SELECT count(*) FROM idem_lease('POOL_BOUND', 'pool-other-worker', interval '60 seconds')")"
 bouncer_stop
-deadline=$((SECONDS + IDEM_WAIT))
-while [ "$SECONDS" -lt "$deadline" ]; do
-	[ "$(direct -c "SELECT count(*) FROM pg_stat_activity WHERE usename = 'pool_app'")" = 0 ] && break
-	sleep 0.1
-done
+until_sql 0 direct -c "SELECT count(*) FROM pg_stat_activity WHERE usename = 'pool_app'" || true
 check "bind_session through the pooler: once PgBouncer closes its server sessions the lease is free at once (60 s lease)" "$bound" \
 	"$(direct -c "SELECT task_id FROM idem_lease('POOL_BOUND', 'pool-other-worker', interval '60 seconds')")"
 bouncer_start || echo "not ok - pgbouncer: PgBouncer restarts"

@@ -226,13 +226,9 @@ expect_line "the 500 expired records are all still there: no cleanup ran" '^expi
 # the worker, turned on now, runs in the upgraded cluster and deletes them
 set_conf "$work/new" "idem.cleanup_interval = 1"
 "$NEW_BIN/psql" -X -q -h "$work" -p "$port" -U postgres -d shop -c "SELECT pg_reload_conf()" >/dev/null
-left=500
-deadline=$((SECONDS + IDEM_WAIT))
-while [ "$SECONDS" -lt "$deadline" ]; do
-	left=$(q "$NEW_BIN" "SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()")
-	[ "$left" = 0 ] && break
-	sleep 0.2
-done
+expired="SELECT count(*) FROM idem_internal.idempotency_record WHERE expires_at < now()"
+until_sql 0 q "$NEW_BIN" "$expired" || true
+left=$(q "$NEW_BIN" "$expired")
 check "$what: the worker of the upgraded cluster then deletes the expired records" "0" "$left"
 check "$what: ... and its server log shows the launcher's start (what the upgrade's logs lacked)" "true" \
 	"$(grep -q 'starting background worker process "idem cleanup' "$work/new.log" && echo true || echo false)"
