@@ -94,10 +94,6 @@ def loads(text: Optional[str]) -> Json:
     return None if text is None else json.loads(text)
 
 
-def first(rows: Sequence[tuple]) -> Optional[tuple]:
-    return rows[0] if rows else None
-
-
 # the expiry as epoch seconds: the same instant whatever the session's
 # TimeZone and the driver's datetime handling (Django's naive ones)
 _OUTCOME = ("replayed, http_status, body::pg_catalog.text, headers::pg_catalog.text, resource_id,"
@@ -154,7 +150,7 @@ def _nothing(rows: Sequence[tuple]) -> None:
     return None
 
 
-def app_grants(_: None = None) -> Call:
+def app_grants() -> Call:
     return Call(GRANTED_SQL, (), lambda rows: (bool(rows[0][0]), rows[0][1]))
 
 
