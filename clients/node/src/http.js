@@ -175,25 +175,25 @@ export function problemOf(error, settings) {
     return new Problem(500, 'internal', 'the request could not be completed');
   }
   if (error instanceof KeyReused) {
-    return new Problem(settings.conflictStatus, 'key-reused',
+    return new Problem(settings.conflictStatus, error.problemType,
       'this idempotency key was used with a different request; send a new key for a new request');
   }
   if (error instanceof KeyExpired) {
-    return new Problem(422, 'key-expired',
+    return new Problem(error.httpStatus, error.problemType,
       'this idempotency key expired and its request is not executed again; send a new key for a new request');
   }
   if (error instanceof InFlight) {
-    return new Problem(409, 'in-flight', 'the first request with this key is still being processed; retry later',
+    return new Problem(error.httpStatus, error.problemType, 'the first request with this key is still being processed; retry later',
       { 'retry-after': String(settings.inFlightRetryAfter) });
   }
   if (error instanceof ReadOnly) {
-    return new Problem(503, 'read-only', 'the service cannot take writes now; retry later',
+    return new Problem(error.httpStatus, error.problemType, 'the service cannot take writes now; retry later',
       { 'retry-after': String(settings.readOnlyRetryAfter) });
   }
-  if (error instanceof Forbidden) return new Problem(403, 'forbidden', 'this request is not allowed for this owner or operation');
-  if (error instanceof InvalidRequest) return new Problem(400, 'invalid-request', invalidDetail(error));
+  if (error instanceof Forbidden) return new Problem(error.httpStatus, error.problemType, 'this request is not allowed for this owner or operation');
+  if (error instanceof InvalidRequest) return new Problem(error.httpStatus, error.problemType, invalidDetail(error));
   if (error instanceof SerializationFailure) {
-    return new Problem(503, 'retry', 'the request raced another one; retry it', { 'retry-after': '0' });
+    return new Problem(error.httpStatus, error.problemType, 'the request raced another one; retry it', { 'retry-after': '0' });
   }
   if (error instanceof Misconfigured) {
     // a missing grant is logged once per process (notGranted)

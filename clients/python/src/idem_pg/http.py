@@ -328,23 +328,23 @@ def problem_of(error: BaseException, settings: Settings) -> Problem:
         log.error("idem_pg: the handler failed: %s", _describe(error.error), exc_info=error.error)
         return Problem(500, "internal", "the request could not be completed")
     if isinstance(error, KeyReused):
-        return Problem(settings.conflict_status, "key-reused",
+        return Problem(settings.conflict_status, error.problem_type,
                        "this idempotency key was used with a different request; send a new key for a new request")
     if isinstance(error, KeyExpired):
-        return Problem(422, "key-expired",
+        return Problem(error.http_status, error.problem_type,
                        "this idempotency key expired and its request is not executed again; send a new key for a new request")
     if isinstance(error, InFlight):
-        return Problem(409, "in-flight", "the first request with this key is still being processed; retry later",
+        return Problem(error.http_status, error.problem_type, "the first request with this key is still being processed; retry later",
                        [("Retry-After", str(settings.in_flight_retry_after))])
     if isinstance(error, ReadOnly):
-        return Problem(503, "read-only", "the service cannot take writes now; retry later",
+        return Problem(error.http_status, error.problem_type, "the service cannot take writes now; retry later",
                        [("Retry-After", str(settings.read_only_retry_after))])
     if isinstance(error, Forbidden):
-        return Problem(403, "forbidden", "this request is not allowed for this owner or operation")
+        return Problem(error.http_status, error.problem_type, "this request is not allowed for this owner or operation")
     if isinstance(error, InvalidRequest):
-        return Problem(400, "invalid-request", invalid_detail(error))
+        return Problem(error.http_status, error.problem_type, invalid_detail(error))
     if isinstance(error, SerializationFailure):
-        return Problem(503, "retry", "the request raced another one; retry it", [("Retry-After", "0")])
+        return Problem(error.http_status, error.problem_type, "the request raced another one; retry it", [("Retry-After", "0")])
     if isinstance(error, Misconfigured):
         if error.sqlstate != "42501":       # a missing grant is logged once per process (_not_granted)
             log.error("idem_pg: the database is not set up for idem: %s", _describe(error))

@@ -400,30 +400,30 @@ public final class IdempotencyFilter implements Filter {
     }
 
     private Problem problemOf(SQLException e, boolean log) {
-        if (e instanceof IdemException.KeyReused) {
-            return new Problem(settings.conflictStatus, "key-reused",
+        if (e instanceof IdemException.KeyReused x) {
+            return new Problem(settings.conflictStatus, x.problemType(),
                 "this idempotency key was used with a different request; send a new key for a new request");
         }
-        if (e instanceof IdemException.KeyExpired) {
-            return new Problem(422, "key-expired",
+        if (e instanceof IdemException.KeyExpired x) {
+            return new Problem(x.httpStatus(), x.problemType(),
                 "this idempotency key expired and its request is not executed again; send a new key for a new request");
         }
-        if (e instanceof IdemException.InFlight) {
-            return new Problem(409, "in-flight", "the first request with this key is still being processed; retry later")
+        if (e instanceof IdemException.InFlight x) {
+            return new Problem(x.httpStatus(), x.problemType(), "the first request with this key is still being processed; retry later")
                 .with("retry-after", Integer.toString(settings.inFlightRetryAfter));
         }
-        if (e instanceof IdemException.ReadOnly) {
-            return new Problem(503, "read-only", "the service cannot take writes now; retry later")
+        if (e instanceof IdemException.ReadOnly x) {
+            return new Problem(x.httpStatus(), x.problemType(), "the service cannot take writes now; retry later")
                 .with("retry-after", Integer.toString(settings.readOnlyRetryAfter));
         }
-        if (e instanceof IdemException.Forbidden) {
-            return new Problem(403, "forbidden", "this request is not allowed for this owner or operation");
+        if (e instanceof IdemException.Forbidden x) {
+            return new Problem(x.httpStatus(), x.problemType(), "this request is not allowed for this owner or operation");
         }
-        if (e instanceof IdemException.InvalidRequest) {
-            return new Problem(400, "invalid-request", invalidDetail(e));
+        if (e instanceof IdemException.InvalidRequest x) {
+            return new Problem(x.httpStatus(), x.problemType(), invalidDetail(e));
         }
-        if (e instanceof IdemException.SerializationFailure) {
-            return new Problem(503, "retry", "the request raced another one; retry it").with("retry-after", "0");
+        if (e instanceof IdemException.SerializationFailure x) {
+            return new Problem(x.httpStatus(), x.problemType(), "the request raced another one; retry it").with("retry-after", "0");
         }
         if (e instanceof IdemException.Misconfigured) {
             if (!"42501".equals(e.getSQLState())) {     // a missing grant is logged once per process
