@@ -170,16 +170,21 @@ for _ in $(seq 1 600); do "$PG_BINDIR/pg_isready" -q -h "$PGHOST" -p "$PGPORT" &
 postmaster=$(head -n 1 "$IDEM_TMP/data/postmaster.pid")
 sleep 2			# the auxiliary processes started
 
+# bench_script NAME CALLS: one pgbench client (-M prepared, as a driver)
+# runs the script, the requests as its variables
+bench_script() {
+	"$PG_BINDIR/pgbench" -n -M prepared -c 1 -t "$2" -f "$W/$1.sql" -h "$PGHOST" -p "$PGPORT" -U postgres \
+		-D req='{"skuId": 7, "quantity": 1}' -D big="$big" -D amount='{"amount": 5}' \
+		-D req2='{"skuId": 7.0, "quantity": 1}' -D big2="$big2" postgres
+}
+
 # run NAME CALLS: one pgbench client; the instructions of its backend (pgbench
 # also opens a short connection of its own first: the larger of the two)
 run() {
 	local f best=0 ir
 	rm -f "$W"/cg/*
 	children=$(pgrep -c -P "$postmaster")
-	"$PG_BINDIR/pgbench" -n -M prepared -c 1 -t "$2" -f "$W/$1.sql" -h "$PGHOST" -p "$PGPORT" -U postgres \
-		-D req='{"skuId": 7, "quantity": 1}' -D big="$big" -D amount='{"amount": 5}' \
-		-D req2='{"skuId": 7.0, "quantity": 1}' -D big2="$big2" postgres \
-		>"$W/$1-$2.pgbench" 2>&1 || { cat "$W/$1-$2.pgbench" >&2; return 1; }
+	bench_script "$1" "$2" >"$W/$1-$2.pgbench" 2>&1 || { cat "$W/$1-$2.pgbench" >&2; return 1; }
 	# the backends' files are written at their exit: wait until the
 	# postmaster has no more children than before the run
 	for _ in $(seq 1 600); do
@@ -244,10 +249,7 @@ reps=${IDEM_WALL_REPS:-5} wall_calls=2000 wall_batches=10
 [ -n "$smoke" ] && { reps=1; wall_calls=20; wall_batches=1; }
 declare -A ms	# each path's median, microseconds per call
 wall_run() {	# wall_run NAME CALLS: microseconds per call of one run (1 / its TPS)
-	"$PG_BINDIR/pgbench" -n -M prepared -c 1 -t "$2" -f "$W/$1.sql" -h "$PGHOST" -p "$PGPORT" -U postgres \
-		-D req='{"skuId": 7, "quantity": 1}' -D big="$big" -D amount='{"amount": 5}' \
-		-D req2='{"skuId": 7.0, "quantity": 1}' -D big2="$big2" postgres 2>&1 |
-		awk '/^tps = / {printf "%.2f\n", 1000000 / $3}'
+	bench_script "$1" "$2" 2>&1 | awk '/^tps = / {printf "%.2f\n", 1000000 / $3}'
 }
 median() { printf '%s\n' $1 | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 declare -A wl	# each path's runs, space-separated
