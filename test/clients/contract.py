@@ -34,6 +34,8 @@ RUN = os.environ.get("IDEM_RUN") or "%06d" % random.randrange(10 ** 6)
 PROBLEM_FIELDS = {"type", "title", "status", "detail"}
 # the errors URL the variant instance is started with (IDEM_ERRORS_URL)
 ERRORS_URL = "https://docs.example.org/idem/http-errors" if "--variant" in sys.argv else None
+# how long a wait for progress may take (test/lib.sh's IDEM_WAIT)
+WAIT = float(os.environ.get("IDEM_WAIT") or os.environ.get("PG_TEST_TIMEOUT_DEFAULT") or 180)
 failures = 0
 
 
@@ -534,8 +536,8 @@ def fast_tests(plain_url, redis_port):
         t = threading.Thread(target=lambda: first.append(order(k, OWNER_BASE + 6)))
         t.start()
         # the first request waits in the database behind the holder (its
-        # in-flight marker is set before it goes there); a generous cap
-        cap = time.monotonic() + 180
+        # in-flight marker is set before it goes there)
+        cap = time.monotonic() + WAIT
         while time.monotonic() < cap and not scalar(
                 "SELECT count(*) > 0 FROM pg_catalog.pg_stat_activity"
                 " WHERE wait_event_type = 'Lock' AND query LIKE '%%idem_begin%%' AND pid <> pg_catalog.pg_backend_pid()"):
