@@ -47,7 +47,7 @@ redis_stop() {
 rabbit_stop() { :; }	# until rabbitmq.sh is sourced
 at_exit 'redis_stop; rabbit_stop'	# rabbit_stop as rabbitmq.sh defines it by then
 redis_start
-export -f redis_start redis_stop
+export -f redis_start redis_stop until_ok	# for the bash -c restarts below
 export redis_port redis_dir
 log "Redis Streams on 127.0.0.1:$redis_port"
 "$PY" "$here/pipeline.py" redis "redis://127.0.0.1:$redis_port/0" bash -c 'redis_stop && redis_start' ||
