@@ -309,16 +309,25 @@ LANGUAGE C IMMUTABLE PARALLEL SAFE;
 COMMENT ON FUNCTION @extschema@.idem_canonical_json(jsonb) IS
     'idem: the RFC 8785 (JCS) canonical serialization of a JSON value';
 
+-- What idem_create_order returns.  A named type, so that the executor
+-- reads its columns from the type cache instead of building them from the
+-- function's OUT arguments on every call.
+CREATE TYPE @extschema@.idem_order_outcome AS (
+    order_id    bigint,
+    order_no    text,
+    status      text,
+    http_status integer,
+    replayed    boolean
+);
+
 -- The article's order flow: claim, insert the order, store the response,
 -- all in the caller's transaction; a repeat replays the stored response.
 -- It reads and writes its tables as idem's owner, switching in C around
 -- that work only, and runs anything user-defined its writes may fire
 -- (triggers, constraints) under search_path = pg_catalog, pg_temp.
 CREATE FUNCTION @extschema@.idem_create_order(
-    owner bigint, key text, sku bigint, qty integer,
-    OUT order_id bigint, OUT order_no text, OUT status text,
-    OUT http_status integer, OUT replayed boolean)
-RETURNS record
+    owner bigint, key text, sku bigint, qty integer)
+RETURNS @extschema@.idem_order_outcome
 AS 'MODULE_PATHNAME', 'idem_create_order'
 LANGUAGE C VOLATILE;
 

@@ -253,7 +253,7 @@ CREATE FUNCTION pg_temp.executes() RETURNS TABLE (function regprocedure, execute
 LANGUAGE sql AS $$
     SELECT p.oid::regprocedure, has_function_privilege('regress_idem_upgraded', p.oid, 'EXECUTE'),
            has_function_privilege('public', p.oid, 'EXECUTE')
-    FROM pg_proc p WHERE proname IN ('idem_finish', 'idem_complete', 'idem_consume') ORDER BY p.proname
+    FROM pg_proc p WHERE proname IN ('idem_finish', 'idem_complete', 'idem_consume', 'idem_create_order') ORDER BY p.proname
 $$;
 BEGIN;
 ALTER EXTENSION idem UPDATE;
@@ -300,6 +300,35 @@ SELECT idem_cleanup_expired() AS deleted;
 SELECT payload->>'n' AS n, ready FROM idem_internal.idem_outbox ORDER BY commit_seq;
 SELECT count(*) FROM idem_revoke('regress_idem_pub11', 'publisher');
 DROP ROLE regress_idem_pub11;
+SELECT * FROM pg_temp.catalog_diff();
+
+-- From 1.14: idem_create_order returns idem_order_outcome (the same
+-- columns).  The update warns which roles had EXECUTE; until idem_grant
+-- gives it again, in the same transaction, they are refused (42501); an
+-- order of 1.14 replays with the same answer; the update is a fresh
+-- install.
+DROP EXTENSION idem;
+CREATE EXTENSION idem VERSION '1.14';
+CREATE ROLE regress_idem_app14;
+SELECT count(*) > 0 AS granted FROM idem_grant('regress_idem_app14', 'app');
+SET ROLE regress_idem_app14;
+SELECT order_id, order_no, status, http_status, replayed FROM idem_create_order(314, 'upgrade-order-0000000001', 7, 2);
+RESET ROLE;
+BEGIN;
+ALTER EXTENSION idem UPDATE;
+SELECT pg_get_function_result('idem_create_order(bigint, text, bigint, integer)'::regprocedure) AS returns;
+SAVEPOINT before_grant;
+SET ROLE regress_idem_app14;
+SELECT replayed FROM idem_create_order(314, 'upgrade-order-0000000001', 7, 2);
+ROLLBACK TO SAVEPOINT before_grant;
+SELECT count(*) > 0 AS granted FROM idem_grant('regress_idem_app14', 'app');
+COMMIT;
+SET ROLE regress_idem_app14;
+SELECT order_id, order_no, status, http_status, replayed FROM idem_create_order(314, 'upgrade-order-0000000001', 7, 2);
+SELECT * FROM idem_create_order(314, 'upgrade-order-0000000002', 7, 2);
+RESET ROLE;
+SELECT count(*) FROM idem_revoke('regress_idem_app14', 'app');
+DROP ROLE regress_idem_app14;
 SELECT * FROM pg_temp.catalog_diff();
 
 -- a version that does not exist

@@ -71,12 +71,14 @@ def statement(first):
     starts = [i for i, line in enumerate(full) if line.startswith(first)]
     if len(starts) != 1:
         return None, "%d statements of idem.sql start with %r" % (len(starts), first)
-    out, quote = [], None
+    out, quote, atomic = [], None, False
     for line in full[starts[0]:]:
         out.append(line)
         for tag in re.findall(r"\$[A-Za-z_]*\$", line):
             quote = None if quote == tag else (quote or tag)
-        if quote is None and line.rstrip().endswith(";"):
+        # a BEGIN ATOMIC body ends at its END;
+        atomic = atomic or (quote is None and line.strip() == "BEGIN ATOMIC")
+        if quote is None and line.rstrip().endswith(";") and (not atomic or line.strip() == "END;"):
             return out, None
     return None, "the statement starting with %r never ends" % first
 
