@@ -29,8 +29,9 @@ SELECT pg_temp.siphash128('\x00', '\x00');
 SELECT count(*) AS rows, min(length(secret)) AS bytes FROM idem_internal.idem_digest_secret;
 SELECT has_table_privilege('public', 'idem_internal.idem_digest_secret', 'SELECT') AS public_reads;
 
--- A generic call stores the digest; idem_create_order, which has no
--- request document, stores none (its fingerprint of two numbers decides).
+-- A generic call stores the digest of its request's jsonb bytes;
+-- idem_create_order, which has no request document, the digest of the
+-- canonical text of its two numbers.
 BEGIN;
 SELECT replayed FROM idem_begin(1, 'DIGEST', 'digest-key-00000001', '{"account": 1, "amount": 100}');
 SELECT idem_finish(1, 'DIGEST', 'digest-key-00000001', 201, '{"ok": true}');
@@ -38,6 +39,20 @@ COMMIT;
 SELECT order_id IS NOT NULL AS ordered FROM idem_create_order(1, 'digest-order-00000001', 1001, 2);
 SELECT operation, length(request_digest) AS digest_bytes FROM idem_internal.idempotency_record
  WHERE idempotency_key IN ('digest-key-00000001', 'digest-order-00000001') ORDER BY operation;
+
+-- The order's replay is decided by that digest: with its fingerprint
+-- spoiled, the same sku and qty still replay, another qty is IK001; a
+-- generic call of the same request under the order's operation is never
+-- equal by digest (jsonb bytes are no JSON text), so its fingerprint
+-- decides: refused while spoiled, replayed once restored.
+UPDATE idem_internal.idempotency_record SET request_hash = repeat('0', 64)
+ WHERE idempotency_key = 'digest-order-00000001';
+SELECT replayed FROM idem_create_order(1, 'digest-order-00000001', 1001, 2);
+SELECT replayed FROM idem_create_order(1, 'digest-order-00000001', 1001, 3);
+SELECT replayed FROM idem_begin(1, 'CREATE_ORDER', 'digest-order-00000001', '{"qty": 2, "sku": 1001}');
+UPDATE idem_internal.idempotency_record SET request_hash = idem_request_hash('{"qty": 2, "sku": 1001}')
+ WHERE idempotency_key = 'digest-order-00000001';
+SELECT replayed FROM idem_begin(1, 'CREATE_ORDER', 'digest-order-00000001', '{"qty": 2, "sku": 1001}');
 
 -- The same bytes replay; so do the same request in other bytes (another
 -- number spelling: 1.0 is another numeric, so another jsonb) and in another

@@ -5,7 +5,7 @@
  *	  of the protocol core.
  *
  * Operation CREATE_ORDER.  The fingerprint is idem_request_hash of
- * {"qty": qty, "sku": sku}.  A new key (or an expired one) inserts the
+ * {"qty": qty, "sku": sku}; the digest is of that canonical text.  A new key (or an expired one) inserts the
  * order in one IdemRows with the finished record.  The order's id comes
  * from its sequence, its order_no is 'ORD-' and the id in at least 12
  * digits, its status CREATED.  The record's response (response_json) is
@@ -292,20 +292,19 @@ check_order_request(int64 sku, int32 qty)
 				 errdetail("The request fingerprint holds sku as a JSON number, exact only up to 2^53 - 1.")));
 }
 
-/* The fingerprint: SHA-256 of the canonical {"qty":..,"sku":..} (keys in JCS order). */
+/*
+ * The request's canonical text, {"qty":..,"sku":..} (keys in JCS order):
+ * its SHA-256 is the fingerprint, its bytes the digest a replay compares.
+ */
 static void
-order_fingerprint(int64 sku, int32 qty, char *fingerprint)
+order_request_text(int64 sku, int32 qty, StringInfo request)
 {
-	StringInfoData request;
-
-	initStringInfo(&request);
-	appendStringInfoString(&request, "{\"qty\":");
-	idem_jcs_append_number(&request, (double) qty);
-	appendStringInfoString(&request, ",\"sku\":");
-	idem_jcs_append_number(&request, (double) sku);
-	appendStringInfoChar(&request, '}');
-	idem_sha256_hex(request.data, request.len, fingerprint);
-	pfree(request.data);
+	initStringInfo(request);
+	appendStringInfoString(request, "{\"qty\":");
+	idem_jcs_append_number(request, (double) qty);
+	appendStringInfoString(request, ",\"sku\":");
+	idem_jcs_append_number(request, (double) sku);
+	appendStringInfoChar(request, '}');
 }
 
 /*
@@ -361,6 +360,7 @@ idem_create_order(PG_FUNCTION_ARGS)
 	IdemCatalog cat;
 	IdemScope	scope;
 	IdemRequestPrint print;
+	StringInfoData request;
 	IdemIdentity identity = {0};
 	OrderCall	call = {0};
 	IdemClaim	claim = {0};
@@ -376,8 +376,9 @@ idem_create_order(PG_FUNCTION_ARGS)
 	check_order_request(call.sku, call.qty);
 	call.cat = &cat;
 	call.now = GetCurrentTransactionStartTimestamp();
-	/* no request document, since the fingerprint of its two numbers decides */
-	order_fingerprint(call.sku, call.qty, idem_print_given(&print));
+	/* no request document: the canonical text of its two numbers decides */
+	order_request_text(call.sku, call.qty, &request);
+	idem_print_of_text(&print, request.data, request.len);
 
 	outcome = idem_claim(&claim, &cat, &scope, &print, call.now, &identity);
 	if (outcome == IDEM_EXECUTE)

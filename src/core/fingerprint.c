@@ -486,6 +486,23 @@ void
 idem_print_of_request(IdemRequestPrint *p, Jsonb *request)
 {
 	p->request = request;
+	p->text = NULL;
+	p->has_fingerprint = false;
+	p->digest_version = -1;
+}
+
+/*
+ * p is the canonical text of a request, which outlives the call's claim.
+ * Its digest is of the text's bytes: never a valid jsonb's, whose header's
+ * flags never read as the opening of a JSON object ("{\"" and a letter),
+ * so it matches no digest of a request given as jsonb.
+ */
+void
+idem_print_of_text(IdemRequestPrint *p, const char *text, int len)
+{
+	p->request = NULL;
+	p->text = text;
+	p->text_len = len;
 	p->has_fingerprint = false;
 	p->digest_version = -1;
 }
@@ -498,6 +515,7 @@ char *
 idem_print_given(IdemRequestPrint *p)
 {
 	p->request = NULL;
+	p->text = NULL;
 	p->has_fingerprint = true;
 	p->digest_version = -1;
 	return p->fingerprint;
@@ -509,8 +527,13 @@ idem_print_fingerprint(IdemRequestPrint *p)
 {
 	if (!p->has_fingerprint)
 	{
-		Assert(p->request != NULL);
-		idem_fingerprint_jsonb(p->request, p->fingerprint);
+		if (p->text != NULL)
+			idem_sha256_hex(p->text, p->text_len, p->fingerprint);
+		else
+		{
+			Assert(p->request != NULL);
+			idem_fingerprint_jsonb(p->request, p->fingerprint);
+		}
 		p->has_fingerprint = true;
 	}
 	return p->fingerprint;
@@ -528,9 +551,13 @@ idem_print_digest(IdemRequestPrint *p, const uint8 *db_secret, int version)
 	{
 		const uint8 *key;
 
-		if (p->request == NULL || (key = digest_key(db_secret, version)) == NULL)
+		if ((p->request == NULL && p->text == NULL) ||
+			(key = digest_key(db_secret, version)) == NULL)
 			return NULL;
-		idem_siphash128(key, VARDATA_ANY(p->request), VARSIZE_ANY_EXHDR(p->request), p->digest);
+		if (p->request != NULL)
+			idem_siphash128(key, VARDATA_ANY(p->request), VARSIZE_ANY_EXHDR(p->request), p->digest);
+		else
+			idem_siphash128(key, p->text, p->text_len, p->digest);
 		p->digest_version = version;
 	}
 	return p->digest;
@@ -545,9 +572,10 @@ void
 idem_print_settle(IdemRequestPrint *p, const uint8 *db_secret)
 {
 	(void) idem_print_fingerprint(p);
-	if (p->request != NULL)
+	if (p->request != NULL || p->text != NULL)
 		(void) idem_print_digest(p, db_secret, idem_fingerprint_sign_version());
 	p->request = NULL;
+	p->text = NULL;
 }
 
 /*

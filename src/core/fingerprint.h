@@ -19,14 +19,17 @@ typedef char IdemFingerprint[IDEM_HASH_HEX_LEN + 1];
 /*
  * A call's request as a claim compares it with a record.  The
  * fingerprint (SHA-256 of the canonical text), computed when first asked
- * for, and the digest of the request's jsonb bytes under the secret of a
- * record's fingerprint version, which a replay of the very same bytes
- * compares instead.  Settled (idem_print_settle), it no longer needs the
- * request.  The fingerprint and the digest for new records are computed.
+ * for, and the digest of the request's bytes (its jsonb, or a canonical
+ * text the caller built) under the secret of a record's fingerprint
+ * version, which a replay of the very same bytes compares instead.
+ * Settled (idem_print_settle), it no longer needs the request.  The
+ * fingerprint and the digest for new records are computed.
  */
 typedef struct IdemRequestPrint
 {
-	Jsonb	   *request;		/* NULL: the fingerprint was given, or settled */
+	Jsonb	   *request;		/* NULL: given as text, given by fingerprint, or settled */
+	const char *text;			/* the canonical text, when given as such */
+	int			text_len;
 	bool		has_fingerprint;
 	IdemFingerprint fingerprint;
 	int			digest_version; /* the secret version digest is keyed with; -1 for none */
@@ -46,6 +49,7 @@ extern bool idem_fingerprint_matches(const char *stored, int version, const char
 
 extern void idem_print_of_request(IdemRequestPrint *p, Jsonb *request);
 extern char *idem_print_given(IdemRequestPrint *p);
+extern void idem_print_of_text(IdemRequestPrint *p, const char *text, int len);
 extern const char *idem_print_fingerprint(IdemRequestPrint *p);
 extern const uint8 *idem_print_digest(IdemRequestPrint *p, const uint8 *db_secret, int version);
 extern void idem_print_settle(IdemRequestPrint *p, const uint8 *db_secret);
