@@ -30,6 +30,7 @@
 #include "key.h"
 #include "binding.h"
 #include "keycheck.h"
+#include "keyxids.h"
 #include "notify.h"
 #include "stats.h"
 #include "record.h"
@@ -53,6 +54,7 @@ idem_shmem_request(void)
 	idem_notify_shmem_request();
 	idem_stats_shmem_request();
 	idem_keycheck_shmem_request();
+	idem_keyxids_shmem_request();
 	idem_task_shmem_request();
 }
 
@@ -67,6 +69,7 @@ idem_shmem_startup(void)
 	idem_notify_shmem_startup();
 	idem_stats_shmem_startup();
 	idem_keycheck_shmem_startup();
+	idem_keyxids_shmem_startup();
 	idem_task_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }

@@ -10,7 +10,8 @@
  *
  * Otherwise take the key lock, which waits for an in-flight original that
  * has not written its record yet.  Then look again before executing, with
- * a dirty snapshot:
+ * a dirty snapshot (unless no transaction the read could not see has
+ * written the key since, keyxids.c):
  *	- a row of the key that a running transaction is writing (an original
  *	  that wrote its record and gave the key lock back) is waited for, at
  *	  most idem.wait_timeout, as ON CONFLICT waits for a speculative
@@ -36,6 +37,7 @@
 #include "history.h"
 #include "policy.h"
 #include "stats.h"
+#include "keyxids.h"
 
 /*
  * How often a call looks at the key's record again.  After waiting for the
@@ -150,6 +152,16 @@ claim_absent(IdemClaim *c, bool found)
 		/* an expired record may have been replaced while we waited */
 		if (found)
 			return CLAIM_AGAIN;
+	}
+	/*
+	 * no row of the key when it was read, and no writer of it since that
+	 * the read could not see (keyxids.c)
+	 */
+	if (!found && c->rec.read_clean && !idem_scope_spelling(c->scope, 1, &spelled) &&
+		idem_keyxids_settled(&c->tag, c->rec.read_xmin))
+	{
+		idem_check_key_policy(c->scope);
+		return CLAIM_EXECUTE;
 	}
 	probe = probe_key(c, &busy);
 	if (probe == IDEM_PROBE_BUSY)

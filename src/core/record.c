@@ -52,6 +52,7 @@
 #include "policy.h"
 #include "record.h"
 #include "redact.h"
+#include "keyxids.h"
 
 /* GUC variables */
 int			idem_ttl = 86400;
@@ -220,17 +221,24 @@ key_scan_end(IndexScanDesc scan, Relation index)
 }
 
 /*
- * Scan the unique index for the scope under snapshot and return the first
- * row it gives in slot; false if none.
+ * Scan the unique index for the scope under an MVCC snapshot and return
+ * the first row it gives in slot; false if none.  *met: the index had an
+ * entry of the key, visible or not (index_getnext_slot, counting).
  */
 static bool
 scan_key(const IdemCatalog *cat, const IdemScope *scope, Snapshot snapshot,
-		 TupleTableSlot **slotp, Relation *heapp)
+		 TupleTableSlot **slotp, Relation *heapp, bool *met)
 {
 	Relation	index;
 	IndexScanDesc scan = key_scan_begin(cat, scope, snapshot, heapp, &index, slotp);
-	bool		found = index_getnext_slot(scan, ForwardScanDirection, *slotp);
+	bool		found = false;
 
+	*met = false;
+	while (!found && index_getnext_tid(scan, ForwardScanDirection) != NULL)
+	{
+		*met = true;
+		found = index_fetch_heap(scan, *slotp);
+	}
 	key_scan_end(scan, index);
 	return found;
 }
@@ -265,9 +273,12 @@ idem_record_read(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now
 	TupleTableSlot *slot;
 	Relation	heap;
 	bool		found;
+	bool		met;
 
 	snapshot = RegisterSnapshot(current);
-	found = scan_key(cat, scope, snapshot, &slot, &heap);
+	rec->read_xmin = snapshot->xmin;
+	found = scan_key(cat, scope, snapshot, &slot, &heap, &met);
+	rec->read_clean = !met;
 	if (found)
 	{
 		IdemResult *r = &rec->result;
@@ -426,6 +437,7 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	int			fp_version = 0;
 	IdemFingerprint stored;
 	const uint8 *digest;
+	LOCKTAG		tag;
 
 	relids[nrels++] = rt->relid;
 	if (biz)
@@ -449,6 +461,7 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	idem_row_set(&record, REC_OWNER, Int64GetDatum(scope->owner));
 	idem_row_set(&record, REC_OPERATION, scope->operation_text);
 	idem_row_set(&record, REC_KEY, scope->key_text);
+	idem_key_locktag(&tag, scope);
 	/* keyed where idem.fingerprint_keys_file has a secret */
 	if (rt->att[REC_FP_VERSION] != InvalidAttrNumber)
 		fp_version = idem_fingerprint_sign_version();
@@ -486,6 +499,7 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 		if (task->ttl)
 			idem_row_set(&record, REC_TASK_TTL, IntervalPGetDatum(task->ttl));
 	}
+	idem_keyxids_note(&tag);
 	idem_rows_insert(&rows, 0, record.values, record.nulls);
 	idem_rows_end(&rows);
 	return id;

@@ -54,6 +54,9 @@ typedef struct IdemRecord
 	TimestampTz expires_at;
 	IdemResult	result;			/* the stored response, copied */
 	bool		written_here;	/* inserted by this transaction */
+	TransactionId read_xmin;	/* the xmin of the snapshot that read it, or
+								 * found nothing */
+	bool		read_clean;		/* that read met no index entry of the key */
 } IdemRecord;
 
 /* What a dirty look at a key's rows found (idem_record_probe). */
