@@ -84,6 +84,7 @@ enum
 typedef struct HandlerEntry
 {
 	Oid			handler;
+	uint32		hash;			/* its pg_proc syscache hash */
 	Oid			result_type;	/* the idem_result it was checked against */
 	FmgrInfo	flinfo;
 } HandlerEntry;
@@ -352,11 +353,13 @@ check_handler(Oid handler, Oid result_type)
 	ReleaseSysCache(tup);
 }
 
-/* Forget the cached handlers when any function changes. */
+/* Forget the cached handlers when one of them changes (or all did). */
 static void
 handler_cache_callback(Datum arg, int cacheid, uint32 hashvalue)
 {
-	handler_cache_stale = true;
+	for (int i = 0; i < handler_count; i++)
+		if (hashvalue == 0 || handler_cache[i].hash == hashvalue)
+			handler_cache_stale = true;
 }
 
 /* The FmgrInfo of handler, checked (check_handler) when it is not cached. */
@@ -388,6 +391,7 @@ handler_fmgr(Oid handler, Oid result_type)
 	e = &handler_cache[handler_count];
 	fmgr_info_cxt(handler, &e->flinfo, handler_cxt);
 	e->handler = handler;
+	e->hash = GetSysCacheHashValue1(PROCOID, ObjectIdGetDatum(handler));
 	e->result_type = result_type;
 	handler_count++;
 	return &e->flinfo;

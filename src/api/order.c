@@ -91,6 +91,18 @@ typedef struct OrderCall
 	bool		nulls[RES_NCOLS];
 } OrderCall;
 
+/* The attributes of desc a DROP ATTRIBUTE left behind. */
+static int
+count_dropped(TupleDesc desc)
+{
+	int			dropped = 0;
+
+	for (int i = 0; i < desc->natts; i++)
+		if (TupleDescAttr(desc, i)->attisdropped)
+			dropped++;
+	return dropped;
+}
+
 /* Register the order table with the catalog. */
 void
 idem_order_init(void)
@@ -351,6 +363,35 @@ order_note(OrderCall *call, const IdemScope *scope, IdemOutcome outcome)
 }
 
 /*
+ * The idem_order_outcome row of the answer.  Its attributes in order, past
+ * any a DROP ATTRIBUTE left behind; any other count is 55000.
+ */
+static Datum
+order_result(TupleDesc desc, const OrderCall *call)
+{
+	Datum	   *values = palloc0(desc->natts * sizeof(Datum));
+	bool	   *nulls = palloc(desc->natts * sizeof(bool));
+	int			n = 0;
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		nulls[i] = true;
+		if (TupleDescAttr(desc, i)->attisdropped || n >= RES_NCOLS)
+			continue;
+		values[i] = call->values[n];
+		nulls[i] = call->nulls[n];
+		n++;
+	}
+	if (n != RES_NCOLS || desc->natts - n != count_dropped(desc))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's type idem_order_outcome was altered: it must have %d attributes",
+						RES_NCOLS),
+				 errhint("Undo the change, or drop and re-create the extension idem.")));
+	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
+}
+
+/*
  * SQL: idem_create_order(owner, key, sku, qty) returns
  * (order_id, order_no, status, http_status, replayed).
  */
@@ -392,6 +433,5 @@ idem_create_order(PG_FUNCTION_ARGS)
 	idem_restore_caller(&identity);
 
 	order_note(&call, &scope, outcome);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(idem_catalog_result(&cat, fcinfo),
-													  call.values, call.nulls)));
+	PG_RETURN_DATUM(order_result(idem_catalog_result(&cat, fcinfo), &call));
 }

@@ -143,13 +143,30 @@ idem_catalog_invalidate(void)
 	catalog.valid = false;
 }
 
-/* Drop the catalog when a function or a type changes (its owner, say). */
+/*
+ * Drop the catalog when one of its entry points or result types changes
+ * (an entry point's owner, say); other functions and types (a temporary
+ * table's row type) leave it be.
+ */
 static void
 catalog_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
 {
 	if (catalog_building)
 		catalog_build_invalidated = true;
-	catalog.valid = false;
+	if (!catalog.valid)
+		return;
+	/* 0: the whole cache was reset */
+	if (hashvalue == 0)
+	{
+		catalog.valid = false;
+		return;
+	}
+	if (cacheid == TYPEOID && hashvalue == catalog.result_type_hash)
+		catalog.valid = false;
+	for (int i = 0; i < catalog.nentries; i++)
+		if ((cacheid == PROCOID && hashvalue == catalog.entries[i].fn_hash) ||
+			(cacheid == TYPEOID && hashvalue == catalog.entries[i].result_hash))
+			catalog.valid = false;
 }
 
 /* The OID of relation name in schema nspid, or an error saying it is missing. */
@@ -443,13 +460,17 @@ add_entry_point(FunctionCallInfo fcinfo)
 	Assert(catalog.nentries < IDEM_MAX_ENTRY_POINTS);
 	e = &catalog.entries[catalog.nentries];
 	e->fn_oid = fcinfo->flinfo->fn_oid;
+	e->fn_hash = GetSysCacheHashValue1(PROCOID, ObjectIdGetDatum(e->fn_oid));
 	e->result = NULL;
 	e->result_relid = InvalidOid;
+	e->result_hash = 0;
 	oldcxt = MemoryContextSwitchTo(catalog_cxt);
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) == TYPEFUNC_COMPOSITE)
 	{
 		e->result = BlessTupleDesc(CreateTupleDescCopy(tupdesc));
 		e->result_relid = get_typ_typrelid(tupdesc->tdtypeid);
+		if (tupdesc->tdtypeid != RECORDOID)
+			e->result_hash = GetSysCacheHashValue1(TYPEOID, ObjectIdGetDatum(tupdesc->tdtypeid));
 	}
 	MemoryContextSwitchTo(oldcxt);
 	catalog.nentries++;
@@ -506,6 +527,8 @@ build_catalog(Oid owner, Oid apinspid, Oid nspid)
 	cat.result_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 									  CStringGetDatum("idem_result"),
 									  ObjectIdGetDatum(apinspid));
+	if (OidIsValid(cat.result_type))
+		cat.result_type_hash = GetSysCacheHashValue1(TYPEOID, ObjectIdGetDatum(cat.result_type));
 	idem_catalog_load_digest_secret(&cat);
 	MemoryContextSwitchTo(oldcxt);
 

@@ -91,8 +91,10 @@ typedef enum IdemRecordColumn
 typedef struct IdemEntryPoint
 {
 	Oid			fn_oid;
+	uint32		fn_hash;		/* its pg_proc syscache hash */
 	TupleDesc	result;			/* blessed, or NULL if not composite */
 	Oid			result_relid;	/* the composite type's relation */
+	uint32		result_hash;	/* the composite type's pg_type syscache hash, or 0 */
 } IdemEntryPoint;
 
 typedef struct IdemCatalog
@@ -103,6 +105,7 @@ typedef struct IdemCatalog
 	Oid			owner;			/* whom the tables are accessed as */
 	Oid			scopeid;		/* uk_idempotency_scope */
 	Oid			result_type;	/* idem_result, InvalidOid before 1.3 */
+	uint32		result_type_hash;	/* its pg_type syscache hash, or 0 */
 	int			ntables;
 	IdemTableLayout tables[IDEM_MAX_TABLES];
 	int			nentries;

@@ -145,6 +145,12 @@ script select_respelled "$replay" "SELECT :req2::jsonb IS NOT NULL, http_status,
 script begin_respelled_1k "$replay" "SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'BIG', $key, :big2);"
 script select_respelled_1k "$replay" "SELECT :big2::jsonb IS NOT NULL, http_status, response_body, response_headers, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'BIG' AND idempotency_key = $key;"
 script select_answer_1k "$replay" "SELECT $bigreq::jsonb IS NOT NULL, http_status, response_body, response_headers, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'BIG' AND idempotency_key = $key;"
+# a pooled connection whose other requests make temporary tables: each
+# call follows a CREATE TEMP TABLE in its transaction, whose invalidations
+# reach every cache of the backend
+tmp="CREATE TEMP TABLE bench_scratch (id int) ON COMMIT DROP;"
+script begin_replay_tmp "$replay" "BEGIN;" "$tmp" "SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'PAY', $key, $req);" "END;"
+script select_answer_tmp "$replay" "BEGIN;" "$tmp" "SELECT $req::jsonb IS NOT NULL, http_status, response_body, response_headers, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'PAY' AND idempotency_key = $key;" "END;"
 script order_replay "$replay" "SELECT order_id, order_no, status, http_status, replayed FROM idem_create_order(1, $ord, 7, 1);"
 script select_order "$replay" "SELECT (response_json->>'orderId')::bigint, response_json->>'orderNo', response_json->>'status', http_status, true FROM peer.idempotency_record WHERE owner_id = 1 AND operation = 'CREATE_ORDER' AND idempotency_key = $ord;"
 script run_replay "$replay" "SELECT replayed, http_status, body, resource_id FROM idem_run(1, 'RUN', $key, :amount, 'bench_handler(jsonb)');"
@@ -200,7 +206,7 @@ run() {
 }
 declare -A ir
 paths=(marker begin_replay select_answer begin_replay_1k select_answer_1k begin_respelled select_respelled
-	begin_respelled_1k select_respelled_1k limit_answer limit_order order_replay select_order run_replay select_run run_replay_1k select_run_1k order_new write_both run_new handler_and_record emit bare_insert)
+	begin_respelled_1k select_respelled_1k limit_answer limit_order begin_replay_tmp select_answer_tmp order_replay select_order run_replay select_run run_replay_1k select_run_1k order_new write_both run_new handler_and_record emit bare_insert)
 [ -n "$smoke" ] && paths=(marker begin_replay select_answer order_new write_both)
 [ -n "${IDEM_INSTR_PATHS:-}" ] && read -ra paths <<<"marker ${IDEM_INSTR_PATHS//drain/}"
 for s in "${paths[@]}"; do
@@ -293,6 +299,7 @@ line "idem_begin replay against the physical limit" begin_replay limit_answer
 line "idem_create_order replay against the physical limit" order_replay limit_order
 line "idem_begin replay, the request respelled (7.0)" begin_respelled select_respelled
 line "idem_begin replay, 1 KB respelled (1.0)" begin_respelled_1k select_respelled_1k
+line "idem_begin replay after a CREATE TEMP TABLE" begin_replay_tmp select_answer_tmp
 line "idem_create_order replay" order_replay select_order
 line "idem_run replay" run_replay select_run
 line "idem_run replay (a 1 KB request)" run_replay_1k select_run_1k
