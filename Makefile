@@ -5,7 +5,7 @@ OBJS = idem.o \
 	src/storage/util.o src/storage/identity.o src/storage/sequence.o src/storage/rowwrite.o src/storage/citus_meta.o src/storage/catalog.o src/storage/catalog_row.o src/storage/catalog_secret.o \
 	src/citus/citus.o \
 	src/shmem/stats.o src/shmem/keycheck.o src/shmem/keyxids.o src/shmem/notify.o \
-	src/core/policy.o src/core/redact.o src/core/jcs.o src/core/jcs_number.o src/core/sha256.o src/core/siphash.o src/core/fingerprint.o src/core/binding.o src/core/key.o src/core/key_spelling.o src/core/key_log.o src/core/record.o src/core/record_result.o src/core/history.o \
+	src/core/policy.o src/core/redact.o src/core/jcs.o src/core/jcs_number.o src/core/jcs_normal.o src/core/sha256.o src/core/siphash.o src/core/fingerprint.o src/core/fingerprint_print.o src/core/binding.o src/core/key.o src/core/key_spelling.o src/core/key_log.o src/core/record.o src/core/record_result.o src/core/history.o \
 	src/core/claim.o src/core/pending.o src/core/call.o \
 	src/process/cleanup.o src/process/worker.o src/process/launcher.o \
 	src/api/order.o src/api/api.o src/api/outbox.o src/api/outbox_emit.o src/api/outbox_ack.o src/api/inbox.o \

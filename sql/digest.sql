@@ -64,12 +64,31 @@ SELECT replayed, http_status FROM idem_begin(1, 'DIGEST', 'digest-key-00000001',
 SELECT replayed, http_status FROM idem_begin(1, 'DIGEST', 'digest-key-00000001', '{"account": 1, "amount": 101}');
 
 -- Which comparison answered: with the stored fingerprint spoiled, the
--- same bytes still replay (the digest decided) while the same request in
--- other bytes is refused (the fingerprint decided) ...
+-- same bytes still replay (the digest decided), and so do the same
+-- numbers spelled otherwise (1.0, 1e0, 100.00: the digest is of the
+-- request with its numbers normalised, 1.15), while another request is
+-- refused (the fingerprint decided) ...
 UPDATE idem_internal.idempotency_record SET request_hash = repeat('0', 64)
  WHERE idempotency_key = 'digest-key-00000001';
 SELECT replayed FROM idem_begin(1, 'DIGEST', 'digest-key-00000001', '{"account": 1, "amount": 100}');
 SELECT replayed FROM idem_begin(1, 'DIGEST', 'digest-key-00000001', '{"account": 1.0, "amount": 100}');
+SELECT replayed FROM idem_begin(1, 'DIGEST', 'digest-key-00000001', '{"account": 1e0, "amount": 100.00}');
+SELECT replayed FROM idem_begin(1, 'DIGEST', 'digest-key-00000001', '{"account": 1.5, "amount": 100}');
+
+-- The normal bytes: two requests share them exactly when they share the
+-- canonical text (numbers read as IEEE doubles, as RFC 8785 says): 2^53 + 1
+-- is 2^53, -0 is 0, 5e-324 the least subnormal; 0.1 and 0.2 differ;
+-- 1e400 has no double (22003, as for the canonical text).
+CREATE FUNCTION pg_temp.digest_input(jsonb) RETURNS bytea
+    AS 'idem', 'idem_test_digest_input' LANGUAGE C STRICT;
+SELECT a, b, pg_temp.digest_input(a::jsonb) = pg_temp.digest_input(b::jsonb) AS same_bytes,
+       idem_request_hash(a::jsonb) = idem_request_hash(b::jsonb) AS same_fingerprint
+FROM (VALUES ('1', '1.0'), ('{"a": 1}', '{"a": 1e0}'), ('9007199254740993', '9007199254740992'),
+             ('-0', '0'), ('0.1', '0.10'), ('1e21', '1000000000000000000000'),
+             ('[1.5, 2]', '[1.50, 2.0]'), ('5e-324', '4.9406564584124654e-324'), ('0.1', '0.2'),
+             ('123456789012', '123456789012.0'), ('12345678901234567', '12345678901234568'),
+             ('1e-7', '0.0000001'), ('{"a": [1, {"b": 2.50}]}', '{"a": [1.0, {"b": 2.5}]}')) v (a, b);
+SELECT pg_temp.digest_input('1e400');
 -- ... and with the digest spoiled instead, the fingerprint decides alone.
 UPDATE idem_internal.idempotency_record
    SET request_hash = idem_request_hash('{"account": 1, "amount": 100}'),

@@ -230,7 +230,7 @@ run_shell_check exporter "$IDEM_ROOT/test/exporter/check_queries.sh" \
 	"the postgres_exporter queries run as a pg_monitor role and return their metrics"
 run_shell_check instructions "$IDEM_ROOT/test/bench/instructions.sh" \
 	"a smoke of the instruction benchmark (callgrind over the wire, pgbench -M prepared): it runs and counts" --smoke
-run_shell_check fuzz "$IDEM_ROOT/test/fuzz/fuzz.sh" "idem_canonical_json and idem_request_hash against npm's canonicalize, 20,000 random documents"
+run_shell_check fuzz "$IDEM_ROOT/test/fuzz/fuzz.sh" "idem_canonical_json and idem_request_hash against npm's canonicalize, 20,000 random documents; the digest input against the fingerprint, 5,000 pairs of spellings"
 run_shell_check dump "$IDEM_ROOT/test/dump/dump_restore.sh" "pg_dump keeps idem's rows"
 run_shell_check readme "$IDEM_ROOT/test/readme/check.sh" \
 	"the README's quickstart runs as pasted; the Markdown pages' links resolve; the README is at most 40 KB"

@@ -2,8 +2,8 @@
  *
  * canonical.c
  *	  The canonical form of a request and its fingerprint, from SQL:
- *	  idem_canonical_json and idem_request_hash (and the SipHash of request
- *	  digests, for the regression suite's test vectors).
+ *	  idem_canonical_json and idem_request_hash (and, for the tests, the
+ *	  SipHash of request digests and the bytes a digest is of).
  *
  * What a client library computes to check its own canonicalisation
  * against the server's (clients/CONTRACT.md); the claims compute the same
@@ -26,6 +26,7 @@
 PG_FUNCTION_INFO_V1(idem_request_hash);
 PG_FUNCTION_INFO_V1(idem_canonical_json);
 PG_FUNCTION_INFO_V1(idem_test_siphash128);
+PG_FUNCTION_INFO_V1(idem_test_digest_input);
 
 /* SQL: idem_canonical_json(jsonb) returns text */
 Datum
@@ -74,5 +75,23 @@ idem_test_siphash128(PG_FUNCTION_ARGS)
 	SET_VARSIZE(out, VARHDRSZ + IDEM_SIPHASH_LEN);
 	idem_siphash128((const uint8 *) VARDATA_ANY(key), VARDATA_ANY(data), VARSIZE_ANY_EXHDR(data),
 					(uint8 *) VARDATA(out));
+	PG_RETURN_BYTEA_P(out);
+}
+
+/*
+ * idem_test_digest_input(request jsonb) returns bytea.  The bytes a
+ * request's digest is of: its jsonb with its numbers normalised
+ * (jcs_normal.c).  Declared in pg_temp by the regression suite and the
+ * fuzz, whose property is that two requests have the same bytes exactly
+ * when they have the same fingerprint.
+ */
+Datum
+idem_test_digest_input(PG_FUNCTION_ARGS)
+{
+	Jsonb	   *normal = idem_jcs_normal_numbers(PG_GETARG_JSONB_P(0));
+	bytea	   *out = palloc(VARHDRSZ + VARSIZE_ANY_EXHDR(normal));
+
+	SET_VARSIZE(out, VARHDRSZ + VARSIZE_ANY_EXHDR(normal));
+	memcpy(VARDATA(out), VARDATA_ANY(normal), VARSIZE_ANY_EXHDR(normal));
 	PG_RETURN_BYTEA_P(out);
 }

@@ -20,14 +20,16 @@
  * memory only, never in a setting.
  *
  * Request digests.  A record also stores SipHash-2-4-128 of the
- * request's jsonb bytes (siphash.c), keyed with the database's own secret
+ * request's jsonb bytes with its numbers normalised (siphash.c,
+ * jcs_normal.c), keyed with the database's own secret
  * (idem_internal.idem_digest_secret) or, for a record keyed with a file
  * secret, with a key derived from that secret.  A replay whose request has
- * the very same bytes is recognised by it, without the canonical text and
- * SHA-256 (some 80,000 instructions for a 1 KB request); any other request
- * is compared by its fingerprint, as before.  Same bytes are the same
- * request, so the digest never accepts what the fingerprint would refuse;
- * without the key no one can make two requests share a digest.
+ * the same normal bytes is recognised by it, without the canonical text
+ * and SHA-256 (some 80,000 instructions for a 1 KB request); any other
+ * request is compared by its fingerprint, as before.  Same normal bytes
+ * are the same canonical text, so the digest never accepts what the
+ * fingerprint would refuse; without the key no one can make two requests
+ * share a digest (fingerprint_print.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -83,7 +85,7 @@ typedef struct FingerprintKey
 	int			version;
 	int			len;
 	char	   *secret;
-	bool		has_digest_key; /* digest_key is derived (digest_key()) */
+	bool		has_digest_key; /* digest_key is derived (idem_fingerprint_digest_key) */
 	uint8		digest_key[IDEM_DIGEST_SECRET_LEN];
 } FingerprintKey;
 
@@ -424,8 +426,8 @@ idem_fingerprint_jsonb(Jsonb *request, char *hex)
  * CRYPTO_memcmp, some 450 instructions for 64 bytes on every replay under
  * callgrind (test/bench/instructions.sh), where this loop costs about 75.
  */
-static bool
-equal_in_constant_time(const void *a, const void *b, size_t len)
+bool
+idem_equal_in_constant_time(const void *a, const void *b, size_t len)
 {
 	const unsigned char *x = a;
 	const unsigned char *y = b;
@@ -442,7 +444,7 @@ idem_fingerprints_equal(const char *a, const char *b)
 {
 	if (strlen(a) != IDEM_HASH_HEX_LEN || strlen(b) != IDEM_HASH_HEX_LEN)
 		return false;
-	return equal_in_constant_time(a, b, IDEM_HASH_HEX_LEN);
+	return idem_equal_in_constant_time(a, b, IDEM_HASH_HEX_LEN);
 }
 
 /* ---------- a call's request, its fingerprint and its digest ---------- */
@@ -455,8 +457,8 @@ idem_fingerprints_equal(const char *a, const char *b)
  * of a keyed record's request by its digest than by its fingerprint.
  * NULL: no key, for a version the file no longer holds.
  */
-static const uint8 *
-digest_key(const uint8 *db_secret, int version)
+const uint8 *
+idem_fingerprint_digest_key(const uint8 *db_secret, int version)
 {
 	static const char what[] = "idem request digest key";
 	FingerprintKey *key = NULL;
@@ -479,119 +481,4 @@ digest_key(const uint8 *db_secret, int version)
 		key->has_digest_key = true;
 	}
 	return key->digest_key;
-}
-
-/* p is request, nothing computed yet. */
-void
-idem_print_of_request(IdemRequestPrint *p, Jsonb *request)
-{
-	p->request = request;
-	p->text = NULL;
-	p->has_fingerprint = false;
-	p->digest_version = -1;
-}
-
-/*
- * p is the canonical text of a request, which outlives the call's claim.
- * Its digest is of the text's bytes: never a valid jsonb's, whose header's
- * flags never read as the opening of a JSON object ("{\"" and a letter),
- * so it matches no digest of a request given as jsonb.
- */
-void
-idem_print_of_text(IdemRequestPrint *p, const char *text, int len)
-{
-	p->request = NULL;
-	p->text = text;
-	p->text_len = len;
-	p->has_fingerprint = false;
-	p->digest_version = -1;
-}
-
-/*
- * p is a request known by its fingerprint only (it has no digest), which
- * the caller writes into the buffer returned.
- */
-char *
-idem_print_given(IdemRequestPrint *p)
-{
-	p->request = NULL;
-	p->text = NULL;
-	p->has_fingerprint = true;
-	p->digest_version = -1;
-	return p->fingerprint;
-}
-
-/* p's fingerprint, computed the first time it is asked for. */
-const char *
-idem_print_fingerprint(IdemRequestPrint *p)
-{
-	if (!p->has_fingerprint)
-	{
-		if (p->text != NULL)
-			idem_sha256_hex(p->text, p->text_len, p->fingerprint);
-		else
-		{
-			Assert(p->request != NULL);
-			idem_fingerprint_jsonb(p->request, p->fingerprint);
-		}
-		p->has_fingerprint = true;
-	}
-	return p->fingerprint;
-}
-
-/*
- * p's digest under secret version (IDEM_DIGEST_LEN bytes, p's own); NULL
- * when there is none.  No key for the version, or p settled under another
- * version or known by its fingerprint only.
- */
-const uint8 *
-idem_print_digest(IdemRequestPrint *p, const uint8 *db_secret, int version)
-{
-	if (p->digest_version != version)
-	{
-		const uint8 *key;
-
-		if ((p->request == NULL && p->text == NULL) ||
-			(key = digest_key(db_secret, version)) == NULL)
-			return NULL;
-		if (p->request != NULL)
-			idem_siphash128(key, VARDATA_ANY(p->request), VARSIZE_ANY_EXHDR(p->request), p->digest);
-		else
-			idem_siphash128(key, p->text, p->text_len, p->digest);
-		p->digest_version = version;
-	}
-	return p->digest;
-}
-
-/*
- * Compute what a record written later needs, the fingerprint and the digest
- * under the version new records are keyed with, and let go of the request
- * (which lives no longer than the call).
- */
-void
-idem_print_settle(IdemRequestPrint *p, const uint8 *db_secret)
-{
-	(void) idem_print_fingerprint(p);
-	if (p->request != NULL || p->text != NULL)
-		(void) idem_print_digest(p, db_secret, idem_fingerprint_sign_version());
-	p->request = NULL;
-	p->text = NULL;
-}
-
-/*
- * Is p the request of a record that stores fingerprint stored and digest
- * stored_digest (NULL: none), both keyed with version?  The same digest is
- * the same bytes, so the same request; otherwise the fingerprints decide,
- * compared in constant time.
- */
-bool
-idem_print_matches(IdemRequestPrint *p, const uint8 *db_secret, const char *stored,
-				   int version, const uint8 *stored_digest)
-{
-	const uint8 *digest;
-
-	if (stored_digest != NULL && (digest = idem_print_digest(p, db_secret, version)) != NULL &&
-		equal_in_constant_time(digest, stored_digest, IDEM_DIGEST_LEN))
-		return true;
-	return idem_fingerprint_matches(stored, version, idem_print_fingerprint(p));
 }

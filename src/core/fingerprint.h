@@ -28,6 +28,7 @@ typedef char IdemFingerprint[IDEM_HASH_HEX_LEN + 1];
 typedef struct IdemRequestPrint
 {
 	Jsonb	   *request;		/* NULL: given as text, given by fingerprint, or settled */
+	Jsonb	   *normal;			/* request with its numbers normalised, once computed */
 	const char *text;			/* the canonical text, when given as such */
 	int			text_len;
 	bool		has_fingerprint;
@@ -39,6 +40,8 @@ typedef struct IdemRequestPrint
 extern void idem_sha256_hex(const char *data, size_t len, char *hex);
 extern void idem_fingerprint_jsonb(Jsonb *request, char *hex);
 extern bool idem_fingerprints_equal(const char *a, const char *b);
+extern bool idem_equal_in_constant_time(const void *a, const void *b, size_t len);
+extern const uint8 *idem_fingerprint_digest_key(const uint8 *db_secret, int version);
 
 extern char *idem_fingerprint_keys_file;
 

@@ -206,93 +206,22 @@ jcs_append_string(StringInfo out, const char *s, int len)
 }
 
 /*
- * A numeric's stored form, as src/backend/utils/adt/numeric.c lays it out
- * (an on-disk format: pg_upgrade carries it between majors unchanged).  An
- * integer of up to 16 decimal digits is a "short" numeric.  A 16-bit header
- * (sign, display scale, weight in base-10000 digits) and its base-10000
- * digits, trailing zero digits dropped.
- */
-#define JCS_NUMERIC_SHORT			0x8000
-#define JCS_NUMERIC_FORM_MASK		0xC000
-#define JCS_SHORT_SIGN				0x2000
-#define JCS_SHORT_DSCALE_MASK		0x1F80
-#define JCS_SHORT_WEIGHT_SIGN		0x0040
-#define JCS_SHORT_WEIGHT_MASK		0x003F
-#define JCS_MAX_EXACT				INT64CONST(9007199254740992)	/* 2^53 */
-
-/*
- * Append a numeric that is an integer below 2^53 in magnitude, written
- * without a fraction (display scale 0), as its decimal digits.  Exact as a
- * double, and ECMAScript prints such a double as its digits.  Returns false
- * for any other numeric (the caller takes the general path).
- */
-static bool
-jcs_append_small_integer(StringInfo out, Numeric num)
-{
-	const char *data = VARDATA_ANY(num);	/* read with memcpy, since it may be unaligned */
-	int			ndigits = (VARSIZE_ANY_EXHDR(num) - sizeof(uint16)) / sizeof(int16);
-	uint16		header;
-	int16		digit;
-	int			weight;
-	int64		value = 0;
-	char		buf[MAXINT8LEN + 2];
-	int			len = 0;
-
-	memcpy(&header, data, sizeof(header));
-	if ((header & JCS_NUMERIC_FORM_MASK) != JCS_NUMERIC_SHORT ||
-		(header & JCS_SHORT_DSCALE_MASK) != 0 ||
-		(header & JCS_SHORT_WEIGHT_SIGN) != 0)
-		return false;
-	weight = header & JCS_SHORT_WEIGHT_MASK;
-	if (weight > 3 || ndigits > weight + 1)
-		return false;
-	for (int i = 0; i <= weight; i++)
-	{
-		digit = 0;
-		if (i < ndigits)
-			memcpy(&digit, data + sizeof(uint16) + i * sizeof(int16), sizeof(digit));
-		value = value * 10000 + digit;
-	}
-	if (value >= JCS_MAX_EXACT)
-		return false;
-	if (value != 0 && (header & JCS_SHORT_SIGN) != 0)
-		buf[len++] = '-';
-	len += pg_lltoa(value, buf + len);
-	appendBinaryStringInfo(out, buf, len);
-	return true;
-}
-
-/*
  * Append a jsonb number.  First read as an IEEE double, as a JSON parser
  * conforming to RFC 8785 does (so 1, 1.0 and 1e0 are one number, and digits
- * past double precision are rounded away), then printed canonically.
+ * past double precision are rounded away), then printed canonically.  An
+ * integer below 2^53 is printed from its digits.
  */
 static void
 jcs_append_numeric(StringInfo out, Numeric num)
 {
-	char	   *text;
-	double		d;
+	int64		value;
+	bool		plain;
+	char		buf[MAXINT8LEN + 1];
 
-	/*
-	 * An integer below 2^53 (every one jsonb stores in numeric's short form)
-	 * is printed from its digits; anything else is read as a double, as
-	 * RFC 8785 says, and printed as ECMAScript does (an integer below 2^53
-	 * that reached here would still print as its digits).
-	 */
-	if (jcs_append_small_integer(out, num))
-		return;
-	text = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(num)));
-	errno = 0;
-	d = strtod(text, NULL);
-	if (isinf(d) || isnan(d))
-		ereport(ERROR,
-				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
-				 errmsg("JSON number is out of range for canonical JSON"),
-				 errdetail("RFC 8785 numbers must fit an IEEE 754 double; the number has %zu characters.",
-						   strlen(text)),
-				 errhint("Send numbers outside the double range as JSON strings.")));
-	pfree(text);
-	idem_jcs_append_number(out, d);
+	if (idem_jcs_small_integer(num, &value, &plain))
+		appendBinaryStringInfo(out, buf, pg_lltoa(value, buf));
+	else
+		idem_jcs_append_number(out, idem_jcs_numeric_double(num));
 }
 
 /*

@@ -14,6 +14,8 @@
 
 #include "common/shortest_dec.h"
 #include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
 
 #include "jcs.h"
 
@@ -217,4 +219,77 @@ idem_jcs_append_number(StringInfo out, double d)
 		}
 		appendStringInfo(out, "e%c%d", n - 1 >= 0 ? '+' : '-', abs(n - 1));
 	}
+}
+
+/*
+ * A numeric's stored form, as src/backend/utils/adt/numeric.c lays it out
+ * (an on-disk format: pg_upgrade carries it between majors unchanged).  An
+ * integer of up to 16 decimal digits is a "short" numeric.  A 16-bit header
+ * (sign, display scale, weight in base-10000 digits) and its base-10000
+ * digits, trailing zero digits dropped.
+ */
+#define JCS_NUMERIC_SHORT			0x8000
+#define JCS_NUMERIC_FORM_MASK		0xC000
+#define JCS_SHORT_SIGN				0x2000
+#define JCS_SHORT_DSCALE_MASK		0x1F80
+#define JCS_SHORT_WEIGHT_SIGN		0x0040
+#define JCS_SHORT_WEIGHT_MASK		0x003F
+#define JCS_MAX_EXACT				INT64CONST(9007199254740992)	/* 2^53 */
+
+/*
+ * Is num an integer below 2^53 in magnitude, in numeric's short form (so
+ * exact as a double, which ECMAScript prints as its digits)?  Then *value
+ * is it, and *plain whether it is written without a fraction (display
+ * scale 0: 1 rather than 1.0).  False for any other numeric.
+ */
+bool
+idem_jcs_small_integer(Numeric num, int64 *value, bool *plain)
+{
+	const char *data = VARDATA_ANY(num);	/* read with memcpy, since it may be unaligned */
+	int			ndigits = (VARSIZE_ANY_EXHDR(num) - sizeof(uint16)) / sizeof(int16);
+	uint16		header;
+	int16		digit;
+	int			weight;
+	int64		v = 0;
+
+	memcpy(&header, data, sizeof(header));
+	if ((header & JCS_NUMERIC_FORM_MASK) != JCS_NUMERIC_SHORT ||
+		(header & JCS_SHORT_WEIGHT_SIGN) != 0)
+		return false;
+	weight = header & JCS_SHORT_WEIGHT_MASK;
+	if (weight > 3 || ndigits > weight + 1)
+		return false;
+	for (int i = 0; i <= weight; i++)
+	{
+		digit = 0;
+		if (i < ndigits)
+			memcpy(&digit, data + sizeof(uint16) + i * sizeof(int16), sizeof(digit));
+		v = v * 10000 + digit;
+	}
+	if (v >= JCS_MAX_EXACT)
+		return false;
+	*value = (header & JCS_SHORT_SIGN) != 0 ? -v : v;
+	*plain = (header & JCS_SHORT_DSCALE_MASK) == 0;
+	return true;
+}
+
+/*
+ * num as an IEEE double, correctly rounded (strtod of its text); outside
+ * the double range 22003, as RFC 8785 has no text for it.
+ */
+double
+idem_jcs_numeric_double(Numeric num)
+{
+	char	   *text = DatumGetCString(DirectFunctionCall1(numeric_out, NumericGetDatum(num)));
+	double		d = strtod(text, NULL);
+
+	if (isinf(d) || isnan(d))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("JSON number is out of range for canonical JSON"),
+				 errdetail("RFC 8785 numbers must fit an IEEE 754 double; the number has %zu characters.",
+						   strlen(text)),
+				 errhint("Send numbers outside the double range as JSON strings.")));
+	pfree(text);
+	return d;
 }

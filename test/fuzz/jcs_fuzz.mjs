@@ -6,6 +6,8 @@
 //
 //   node jcs_fuzz.mjs generate COUNT SEED > docs.csv
 //   node jcs_fuzz.mjs compare docs.csv results.csv   (results: i, canonical, hash)
+//   node jcs_fuzz.mjs pairs COUNT SEED > pairs.csv
+//   node jcs_fuzz.mjs compare-pairs pairs.csv results.csv   (results: i, fingerprint, fast)
 //
 // The generator covers deep nesting, object keys whose UTF-16 and code-point
 // orders differ (BMP characters above U+E000 against astral ones), every
@@ -148,18 +150,89 @@ function generator(seed) {
 	};
 
 	// Mostly shallow documents, some nested 20 deep.
-	return () => {
+	const next = () => {
 		const depth = int(10) === 0 ? 20 : 1 + int(5);
 		let v = randValue(depth);
 		if (depth === 20) for (let i = 0; i < 15; i++) v = { t: '{"n' + i + '":' + v.t + '}' };
 		return ws() + v.t + ws();
 	};
+
+	// The double next to d, up (dir 1) or down (-1), by its bit pattern.
+	const neighbour = (d, dir) => {
+		if (d === 0) return dir * 5e-324;
+		view.setFloat64(0, d);
+		const hi = view.getUint32(0), lo = view.getUint32(4);
+		const away = (d > 0) === (dir > 0);
+		let l = away ? lo + 1 : lo - 1, h = hi;
+		if (l > 0xffffffff) { l = 0; h++; }
+		if (l < 0) { l = 0xffffffff; h--; }
+		view.setUint32(0, h);
+		view.setUint32(4, l);
+		return view.getFloat64(0);
+	};
+	const digitsOf = (n) => {
+		let s = String(1 + int(9));
+		for (let i = 1; i < n; i++) s += String(int(10));
+		return s;
+	};
+	// One pair of number spellings: [a, b], read by a conforming parser as
+	// the same double or not (a spelling outside the double range: no double).
+	const numberPair = () => {
+		const kind = int(32);
+		switch (kind < 12 ? 0 : kind < 18 ? 3 : kind < 23 ? 4 : kind < 26 ? 5 : kind < 31 ? 6 : 7) {
+			case 0: {					// one double, two spellings
+				const d = randDouble();
+				return [spellNumber(d), spellNumber(d)];
+			}
+			case 3: {					// neighbours: one ulp apart
+				const d = randDouble();
+				const e = neighbour(d, int(2) ? 1 : -1);
+				return Number.isFinite(e) ? [spellNumber(d), spellNumber(e)] : [spellNumber(d), spellNumber(d)];
+			}
+			case 4: {					// integers beyond 2^53, rounded or not
+				const a = (int(2) ? '-' : '') + digitsOf(16 + int(6));
+				const exact = BigInt(Number(a)).toString();
+				const b = pick([exact, a, (BigInt(a) + 1n).toString(), (BigInt(exact) + 1n).toString(),
+					exact + '.0', a.replace(/(\d)(\d*)$/, '$1.$2e' + (a.length - (a[0] === '-' ? 2 : 1)))]);
+				return int(2) ? [a, b] : [b, a];
+			}
+			case 5: {					// the zeros
+				const zeros = ['0', '-0', '0.0', '-0.0', '0e5', '-0E-3', '0.000', '-0e0'];
+				return [pick(zeros), pick(zeros)];
+			}
+			case 6: {					// subnormals and their neighbours
+				view.setUint32(0, int(0x100000) | (int(2) ? 0x80000000 : 0));
+				view.setUint32(4, Math.floor(rnd() * 4294967296));
+				const d = view.getFloat64(0);
+				return [spellNumber(d), spellNumber(int(2) ? d : neighbour(d, int(2) ? 1 : -1))];
+			}
+			default: {					// outside the double range
+				const out = pick(['1e400', '-1e309', '1.8e308', '2e308', '1' + '0'.repeat(400)]);
+				return int(2) ? [out, spellNumber(randDouble())] : [out, out];
+			}
+		}
+	};
+	// A pair of documents, the same but for their numbers: both an array or
+	// both an object of one to four number pairs.
+	const pair = () => {
+		const n = 1 + int(4);
+		const as = [], bs = [];
+		for (let i = 0; i < n; i++) {
+			const [a, b] = numberPair();
+			as.push(a);
+			bs.push(b);
+		}
+		if (int(2)) return ['[' + as.join(',') + ']', '[' + bs.join(', ') + ']', as, bs];
+		const obj = (xs) => '{' + xs.map((x, i) => '"n' + i + '":' + x).join(',') + '}';
+		return [obj(as), obj(bs), as, bs];
+	};
+	return { next, pair };
 }
 
 const csv = (s) => '"' + s.replace(/"/g, '""') + '"';
 
 function generate(count, seed) {
-	const next = generator(seed);
+	const { next } = generator(seed);
 	const out = [];
 	for (let i = 0; i < count; i++) {
 		const text = next();
@@ -213,10 +286,54 @@ function compare(docsPath, resultsPath, seed) {
 	console.log(`${docs.length} ${mismatches} ${errors}`);
 }
 
+// Pairs of requests that differ only in how their numbers are spelled,
+// with what a conforming parser makes of them: "equal" (every number the
+// same double; -0 is 0), "differ", or "error" (a number outside the
+// double range, which RFC 8785 cannot write).
+function generatePairs(count, seed) {
+	const { pair } = generator(seed);
+	const out = [];
+	for (let i = 0; i < count; i++) {
+		const [a, b, as, bs] = pair();
+		const x = as.map(Number), y = bs.map(Number);
+		const expected = [...x, ...y].some((d) => !Number.isFinite(d)) ? 'error'
+			: x.every((d, k) => d === y[k]) ? 'equal' : 'differ';
+		out.push([i, csv(a), csv(b), expected].join(','));
+		if (out.length === 10000) {
+			process.stdout.write(out.join('\n') + '\n');
+			out.length = 0;
+		}
+	}
+	if (out.length) process.stdout.write(out.join('\n') + '\n');
+}
+
+// The property of request digests: two requests have the same digest
+// input exactly when they have the same fingerprint, and that is what a
+// conforming parser says.  results: i, fingerprint, fast (each "equal",
+// "differ" or "error").  Prints: pairs, equal pairs, violations.
+function comparePairs(pairsPath, resultsPath, seed) {
+	const pairs = readCsv(pairsPath);
+	const results = new Map(readCsv(resultsPath).map((r) => [r[0], r]));
+	let equal = 0, bad = 0;
+	for (const [i, a, b, expected] of pairs) {
+		const r = results.get(i);
+		const fp = r ? r[1] : 'missing', fast = r ? r[2] : 'missing';
+		const ok = fp === expected && (fp === 'error' ? fast !== 'equal' : fast === fp);
+		if (expected === 'equal') equal++;
+		if (!ok) {
+			bad++;
+			if (bad <= 5) console.error(`# pair ${i} (seed ${seed}): expected ${expected}, fingerprint ${fp}, digest input ${fast}\n#   ${a}\n#   ${b}`);
+		}
+	}
+	console.log(`${pairs.length} ${equal} ${bad}`);
+}
+
 const [cmd, a, b, c] = process.argv.slice(2);
 if (cmd === 'generate') generate(parseInt(a, 10), parseInt(b, 10));
 else if (cmd === 'compare') compare(a, b, c);
+else if (cmd === 'pairs') generatePairs(parseInt(a, 10), parseInt(b, 10));
+else if (cmd === 'compare-pairs') comparePairs(a, b, c);
 else {
-	console.error('usage: jcs_fuzz.mjs generate COUNT SEED | compare DOCS RESULTS [SEED]');
+	console.error('usage: jcs_fuzz.mjs generate COUNT SEED | compare DOCS RESULTS [SEED] | pairs COUNT SEED | compare-pairs PAIRS RESULTS [SEED]');
 	process.exit(2);
 }
