@@ -43,9 +43,13 @@
 #     table and a NOTIFY;
 #   - beside the replays, the physical limit: the stored status and body
 #     by the unique key, nothing else (no threshold);
-#   - the keyed drain (25,000 messages over 1,000 keys; 10 and 110
-#     batches of fetch 100 + ack, per message): a pgmq-style queue in
-#     plain SQL (pgmq's table, read and delete).
+#   - the drains (per message, 1 and 3 batches of fetch 100 + ack from a
+#     queue filled to 1,000 and to 15,000 messages): the real pgmq, its
+#     SQL fetched at run time (cargo vendor of the pgmq crate into this
+#     run's temporary directory; a skip line without cargo).  The keyless
+#     drain against pgmq.read, the keyed drain (1,000 keys, per-key order)
+#     against pgmq's FIFO groups, read_grouped_rr and read_grouped; each
+#     read and its delete in one statement, as the ack.
 source "$(dirname "$0")/../lib.sh"
 ensure_packages
 ensure_service_packages valgrind
@@ -103,17 +107,61 @@ SELECT 1, 'CREATE_ORDER', 'cg-ord-' || lpad(o.id::text, 12, '0'), repeat('0', 64
 ANALYZE peer.idempotency_record;
 ANALYZE peer.purchase_order;
 SQL
-if [ -z "$smoke" ]; then
-	# the keyed drain: 25,000 messages over 1,000 keys, and a pgmq-style queue
-	# (pgmq's table and its read and delete, in plain SQL) of as many
+# the drains, against the real pgmq: its SQL (the pgmq crate on crates.io
+# embeds it) fetched now with cargo into this run's temporary directory,
+# installed into the private PostgreSQL, never kept
+pgmq_crate=0.33.7 pgmq_version=1.11.1
+fetch_pgmq() {	# false (and a line why) if it cannot
+	local dir=$IDEM_TMP/pgmq cargo src
+	cargo=$(command -v cargo || echo "$HOME/.cargo/bin/cargo")
+	if [ ! -x "$cargo" ]; then
+		ensure_service_packages cargo >/dev/null 2>&1 || true
+		cargo=$(command -v cargo) || { echo "# skip - the pgmq drains: no cargo to fetch pgmq with"; return 1; }
+	fi
+	mkdir -p "$dir/p/src" && touch "$dir/p/src/lib.rs"
+	printf '[package]\nname = "throwaway"\nversion = "0.0.0"\nedition = "2021"\n[dependencies]\npgmq = { version = "=%s", default-features = false }\n' \
+		"$pgmq_crate" >"$dir/p/Cargo.toml"
+	(cd "$dir/p" && CARGO_HOME="$dir/home" "$cargo" vendor -q "$dir/vendor") >"$dir/vendor.log" 2>&1 ||
+		{ echo "# skip - the pgmq drains: cargo vendor of pgmq $pgmq_crate failed ($(tail -n 1 "$dir/vendor.log"))"; return 1; }
+	src=$dir/vendor/pgmq/src/install/embedded
+	grep -q "^default_version = '$pgmq_version'" "$src/pgmq.control" ||
+		{ echo "# skip - the pgmq drains: the crate holds no pgmq $pgmq_version"; return 1; }
+	cp "$src/pgmq.control" "$("$PG_CONFIG" --sharedir)/extension/pgmq.control"
+	cp "$src/sql/pgmq.sql" "$("$PG_CONFIG" --sharedir)/extension/pgmq--$pgmq_version.sql"
+}
+drain=yes
+{ [ -n "$smoke" ] || [[ -n "${IDEM_INSTR_PATHS:-}" && " $IDEM_INSTR_PATHS " != *" drain "* ]]; } && drain=
+[ -z "$drain" ] || fetch_pgmq || drain=
+if [ -n "$drain" ]; then
+	# four queues: idem's outbox keyless (topic drainfree) and over 1,000
+	# keys (drain), pgmq's queue keyless and in 1,000 FIFO groups; before
+	# each run one of them is filled to the depth measured, the others
+	# emptied
 	psql <<'SQL'
-SELECT count(idem_outbox_emit('drain', '{"order": 1, "status": "CREATED"}', 'account-' || (g % 1000)))
-  FROM generate_series(1, 25000) g;
-SQL
-	psql <<'SQL'
-INSERT INTO plain.pgmq (message) SELECT '{"order": 1, "status": "CREATED"}' FROM generate_series(1, 25000);
-VACUUM ANALYZE plain.pgmq;
-VACUUM ANALYZE idem_internal.idem_outbox;
+CREATE EXTENSION pgmq;
+SELECT pgmq.create('keyless'), pgmq.create('keyed');
+CREATE FUNCTION bench_fill(queue text, depth int) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    body jsonb := '{"order": 1, "status": "CREATED"}';
+    n int;
+BEGIN
+    DELETE FROM idem_internal.idem_outbox WHERE topic <> CASE queue WHEN 'drain' THEN 'drain' WHEN 'drainfree' THEN 'drainfree' ELSE '' END;
+    IF queue <> 'keyless' THEN DELETE FROM pgmq.q_keyless; END IF;
+    IF queue <> 'keyed' THEN DELETE FROM pgmq.q_keyed; END IF;
+    IF queue = 'drain' THEN
+        n := depth - (SELECT count(*) FROM idem_internal.idem_outbox WHERE topic = 'drain');
+        PERFORM idem_outbox_emit('drain', body, 'account-' || (g % 1000)) FROM generate_series(1, n) g;
+    ELSIF queue = 'drainfree' THEN
+        n := depth - (SELECT count(*) FROM idem_internal.idem_outbox WHERE topic = 'drainfree');
+        PERFORM idem_outbox_emit('drainfree', body) FROM generate_series(1, n) g;
+    ELSIF queue = 'keyless' THEN
+        n := depth - (SELECT count(*) FROM pgmq.q_keyless);
+        PERFORM pgmq.send('keyless', body) FROM generate_series(1, n) g;
+    ELSE
+        n := depth - (SELECT count(*) FROM pgmq.q_keyed);
+        PERFORM pgmq.send('keyed', body, jsonb_build_object('x-pgmq-group', 'account-' || (g % 1000))) FROM generate_series(1, n) g;
+    END IF;
+END $$;
 SQL
 fi
 as_pg_user "$PG_BINDIR/pg_ctl" -D "$IDEM_TMP/data" -w -s stop
@@ -163,9 +211,14 @@ script run_new "$fresh" "SELECT replayed, http_status, body, resource_id FROM id
 script handler_and_record "$fresh" "INSERT INTO peer.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, http_status, response_json, resource_id, expires_at) SELECT 1, 'HR', $new, repeat('0', 64), 'SUCCEEDED', r.http_status, r.body::jsonb, r.resource_id, now() + interval '1 day' FROM bench_handler(:amount) r RETURNING false, http_status, response_json, resource_id;"
 script emit '\set k random(1, 1000)' "SELECT idem_outbox_emit('bench', :req, 'account-' || :k);"
 script bare_insert '\set k random(1, 1000)' "WITH i AS (INSERT INTO plain.outbox (message_id, topic, msg_key, payload, emitted_at, commit_seq, attempt, ready) VALUES (nextval('plain.outbox_seq'), 'bench', 'account-' || :k, :req, now(), nextval('plain.outbox_seq'), 0, true) RETURNING message_id) SELECT i.message_id, pg_notify('idem_outbox', 'bench') FROM i;"
+# the drains, a batch of 100 fetched and acknowledged (deleted) in one
+# statement: idem's outbox against pgmq's read and delete, like with like
 script drain_marker "SELECT 1;"
-script drain "SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox_fetch('drain', 100)));"
-script pgmq "SELECT plain.pgmq_delete(ARRAY(SELECT msg_id FROM plain.pgmq_read(100)));"
+script drain_free "SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox_fetch('drainfree', 100)));"
+script pgmq_read "SELECT pgmq.delete('keyless', ARRAY(SELECT msg_id FROM pgmq.read('keyless', 30, 100)));"
+script drain_keyed "SELECT idem_outbox_ack(ARRAY(SELECT message_id FROM idem_outbox_fetch('drain', 100)));"
+script pgmq_grouped_rr "SELECT pgmq.delete('keyed', ARRAY(SELECT msg_id FROM pgmq.read_grouped_rr('keyed', 30, 100)));"
+script pgmq_grouped "SELECT pgmq.delete('keyed', ARRAY(SELECT msg_id FROM pgmq.read_grouped('keyed', 30, 100)));"
 chmod 666 "$W"/*.sql
 
 # the server under callgrind: each backend writes cg/<pid> at its exit
@@ -234,13 +287,33 @@ line() {	# line WHAT IDEM BASELINE (nothing for a path not run)
 		"$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", b / a}')" "$wa" "$wb" "$(wall_ratio "$wa" "$wb")"
 	[ -n "$smoke" ] || top "$2"
 }
-drain=yes
-{ [ -n "$smoke" ] || [[ -n "${IDEM_INSTR_PATHS:-}" && " $IDEM_INSTR_PATHS " != *" drain "* ]]; } && drain=
+# fill QUEUE DEPTH: one queue filled to DEPTH messages, the others empty,
+# vacuumed; its backend gone before the next run counts
+base_children=$(pgrep -c -P "$postmaster")
+fill() {
+	"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -h "$PGHOST" -p "$PGPORT" -U postgres -d postgres \
+		-c "SELECT bench_fill('$1', $2)" -c "VACUUM ANALYZE idem_internal.idem_outbox, pgmq.q_keyless, pgmq.q_keyed" >/dev/null
+	for _ in $(seq 1 600); do
+		[ "$(pgrep -c -P "$postmaster")" -le "$base_children" ] && break
+		sleep 0.2
+	done
+}
+drain_queue() {	# the queue a drain script reads
+	case $1 in drain_free) echo drainfree ;; pgmq_read) echo keyless ;; drain_keyed) echo drain ;; *) echo keyed ;; esac
+}
+depths=(1000 15000)
+drains=(drain_free pgmq_read drain_keyed pgmq_grouped_rr pgmq_grouped)
 [ -z "$drain" ] || {
-	# the keyed drain, per message: fetch 100 + ack, 10 and 110 batches
-	for s in drain_marker drain pgmq; do
-		ir[$s-few]=$(run "$s" 10)
-		ir[$s-many]=$(run "$s" 110)
+	# per message: 1 and 3 batches of 100 from a queue filled to the depth
+	ir[drain_marker-few]=$(run drain_marker 1)
+	ir[drain_marker-many]=$(run drain_marker 3)
+	for depth in "${depths[@]}"; do
+		for s in "${drains[@]}"; do
+			fill "$(drain_queue "$s")" "$depth"
+			ir[$s@$depth-few]=$(run "$s" 1)
+			fill "$(drain_queue "$s")" "$depth"
+			ir[$s@$depth-many]=$(run "$s" 3)
+		done
 	done
 }
 
@@ -251,8 +324,8 @@ drain=yes
 # five runs.
 as_pg_user "$PG_BINDIR/pg_ctl" -D "$IDEM_TMP/data" -m fast -w -s stop
 as_pg_user "$PG_BINDIR/pg_ctl" -D "$IDEM_TMP/data" -l "$IDEM_TMP/server.log" -w -s start
-reps=${IDEM_WALL_REPS:-5} wall_calls=2000 wall_batches=10
-[ -n "$smoke" ] && { reps=1; wall_calls=20; wall_batches=1; }
+reps=${IDEM_WALL_REPS:-5} wall_calls=2000
+[ -n "$smoke" ] && { reps=1; wall_calls=20; }
 declare -A ms	# each path's median, microseconds per call
 wall_run() {	# wall_run NAME CALLS: microseconds per call of one run (1 / its TPS)
 	bench_script "$1" "$2" 2>&1 | awk '/^tps = / {printf "%.2f\n", 1000000 / $3}'
@@ -260,15 +333,20 @@ wall_run() {	# wall_run NAME CALLS: microseconds per call of one run (1 / its TP
 median() { printf '%s\n' $1 | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
 declare -A wl	# each path's runs, space-separated
 wall_paths=("${paths[@]}")
-[ -z "$drain" ] || wall_paths+=(drain_marker drain pgmq)
 for _ in $(seq 1 "$reps"); do
 	for s in "${wall_paths[@]}"; do
-		calls=$wall_calls
-		case $s in drain_marker | drain | pgmq) calls=$wall_batches ;; esac
-		wl[$s]+="$(wall_run "$s" "$calls") "
+		wl[$s]+="$(wall_run "$s" "$wall_calls") "
+	done
+	# a drain: 5 batches from a queue filled to the depth
+	[ -z "$drain" ] || for depth in "${depths[@]}"; do
+		wl[drain_marker]+="$(wall_run drain_marker 5) "
+		for s in "${drains[@]}"; do
+			fill "$(drain_queue "$s")" "$depth"
+			wl[$s@$depth]+="$(wall_run "$s" 5) "
+		done
 	done
 done
-for s in "${wall_paths[@]}"; do ms[$s]=$(median "${wl[$s]}"); done
+for s in "${!wl[@]}"; do ms[$s]=$(median "${wl[$s]}"); done
 # microseconds per call beyond the marker
 us() {	# us PATH [MARKER|none] [DIVISOR]: microseconds per call, less the marker's
 	local m=0
@@ -309,11 +387,20 @@ line "idem_run, a new key (a handler inserting a row)" run_new handler_and_recor
 line "idem_outbox_emit, a keyed message (1,000 keys)" emit bare_insert
 
 [ -n "$drain" ] || exit 0
-per_message() { echo $(( (ir[$1-many] - ir[$1-few] - (ir[drain_marker-many] - ir[drain_marker-few])) / 10000 )); }
-a=$(per_message drain)
-b=$(per_message pgmq)
-wa=$(us drain drain_marker 100)
-wb=$(us pgmq drain_marker 100)
-printf '%-44s %9d Ir/msg    baseline %9d   ratio %s   wall %s vs %s us, ratio %s\n' "keyed drain (fetch 100 + ack, 1,000 keys)" "$a" "$b" \
-	"$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", b / a}')" "$wa" "$wb" "$(wall_ratio "$wa" "$wb")"
-top drain 110
+per_message() { echo $(( (ir[$1-many] - ir[$1-few] - (ir[drain_marker-many] - ir[drain_marker-few])) / 200 )); }
+drain_line() {	# drain_line WHAT IDEM PGMQ DEPTH
+	local a b wa wb
+	a=$(per_message "$2@$4")
+	b=$(per_message "$3@$4")
+	wa=$(us "$2@$4" drain_marker 100)
+	wb=$(us "$3@$4" drain_marker 100)
+	printf '%-58s %8d Ir/msg  pgmq %8d  ratio %s   wall %s vs %s us, ratio %s\n' "$1" "$a" "$b" \
+		"$(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", b / a}')" "$wa" "$wb" "$(wall_ratio "$wa" "$wb")"
+}
+log "drains, per message: fetch 100 + acknowledge in one statement, against pgmq $pgmq_version (crate $pgmq_crate)"
+for depth in "${depths[@]}"; do
+	drain_line "keyless drain vs pgmq.read, $depth queued" drain_free pgmq_read "$depth"
+	drain_line "keyed drain vs pgmq.read_grouped_rr, $depth queued" drain_keyed pgmq_grouped_rr "$depth"
+	drain_line "keyed drain vs pgmq.read_grouped, $depth queued" drain_keyed pgmq_grouped "$depth"
+done
+top drain_keyed 3
