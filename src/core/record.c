@@ -414,6 +414,36 @@ set_result(IdemRow *record, const char *operation, IdemResult *res)
 }
 
 /*
+ * The record's request: its fingerprint, keyed where
+ * idem.fingerprint_keys_file has a secret, and its digest under the same
+ * version's secret.
+ */
+static void
+set_request(IdemRow *record, const IdemCatalog *cat, IdemRequestPrint *print)
+{
+	const IdemTableLayout *rt = &cat->tables[IDEM_TABLE_RECORD];
+	int			fp_version = 0;
+	IdemFingerprint stored;
+	const uint8 *digest;
+
+	if (rt->att[REC_FP_VERSION] != InvalidAttrNumber)
+		fp_version = idem_fingerprint_sign_version();
+	idem_fingerprint_keyed(idem_print_fingerprint(print), fp_version, stored);
+	idem_row_set(record, REC_HASH, CStringGetTextDatum(stored));
+	if (fp_version > 0)
+		idem_row_set(record, REC_FP_VERSION, Int16GetDatum((int16) fp_version));
+	if (rt->att[REC_DIGEST] != InvalidAttrNumber &&
+		(digest = idem_print_digest(print, idem_catalog_digest_secret(cat), fp_version)) != NULL)
+	{
+		bytea	   *stored_digest = palloc(VARHDRSZ + IDEM_DIGEST_LEN);
+
+		SET_VARSIZE(stored_digest, VARHDRSZ + IDEM_DIGEST_LEN);
+		memcpy(VARDATA(stored_digest), digest, IDEM_DIGEST_LEN);
+		idem_row_set(record, REC_DIGEST, PointerGetDatum(stored_digest));
+	}
+}
+
+/*
  * Claim a key by inserting its record, already finished and holding res
  * (or, for idem_submit, PROCESSING with its task), and return its id.  The
  * business row biz writes (if any) goes into the same IdemRows, first, so
@@ -434,9 +464,6 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	IdemRows	rows;
 	IdemRow		record;
 	int64		id;
-	int			fp_version = 0;
-	IdemFingerprint stored;
-	const uint8 *digest;
 	LOCKTAG		tag;
 
 	relids[nrels++] = rt->relid;
@@ -462,23 +489,7 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 	idem_row_set(&record, REC_OPERATION, scope->operation_text);
 	idem_row_set(&record, REC_KEY, scope->key_text);
 	idem_key_locktag(&tag, scope);
-	/* keyed where idem.fingerprint_keys_file has a secret */
-	if (rt->att[REC_FP_VERSION] != InvalidAttrNumber)
-		fp_version = idem_fingerprint_sign_version();
-	idem_fingerprint_keyed(idem_print_fingerprint(print), fp_version, stored);
-	idem_row_set(&record, REC_HASH, CStringGetTextDatum(stored));
-	if (fp_version > 0)
-		idem_row_set(&record, REC_FP_VERSION, Int16GetDatum((int16) fp_version));
-	/* the digest of the request's bytes under the same version's secret */
-	if (rt->att[REC_DIGEST] != InvalidAttrNumber &&
-		(digest = idem_print_digest(print, idem_catalog_digest_secret(cat), fp_version)) != NULL)
-	{
-		bytea	   *stored_digest = palloc(VARHDRSZ + IDEM_DIGEST_LEN);
-
-		SET_VARSIZE(stored_digest, VARHDRSZ + IDEM_DIGEST_LEN);
-		memcpy(VARDATA(stored_digest), digest, IDEM_DIGEST_LEN);
-		idem_row_set(&record, REC_DIGEST, PointerGetDatum(stored_digest));
-	}
+	set_request(&record, cat, print);
 	idem_row_set(&record, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
 	set_result(&record, scope->operation, res);
 	idem_row_set(&record, REC_CREATED, TimestampTzGetDatum(now));

@@ -153,17 +153,10 @@ catalog_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
 {
 	if (catalog_building)
 		catalog_build_invalidated = true;
-	if (!catalog.valid)
-		return;
 	/* 0: the whole cache was reset */
-	if (hashvalue == 0)
-	{
+	if (hashvalue == 0 || (cacheid == TYPEOID && hashvalue == catalog.result_type_hash))
 		catalog.valid = false;
-		return;
-	}
-	if (cacheid == TYPEOID && hashvalue == catalog.result_type_hash)
-		catalog.valid = false;
-	for (int i = 0; i < catalog.nentries; i++)
+	for (int i = 0; catalog.valid && i < catalog.nentries; i++)
 		if ((cacheid == PROCOID && hashvalue == catalog.entries[i].fn_hash) ||
 			(cacheid == TYPEOID && hashvalue == catalog.entries[i].result_hash))
 			catalog.valid = false;
