@@ -184,11 +184,15 @@ is($node->safe_psql('postgres', q{
 	SET idem.allowed_operations = '';
 	SELECT replayed FROM idem_begin(1, 'keyed', 'keyed-digest-key-00001', '{"n": 1}')}), 't',
 	'idem.fingerprint_keys_file: the same bytes replay by their digest under v1');
+is($node->safe_psql('postgres', q{
+	SET idem.allowed_operations = '';
+	SELECT replayed FROM idem_begin(1, 'keyed', 'keyed-digest-key-00001', '{"n": 1.0}')}), 't',
+	'idem.fingerprint_keys_file: the same request respelled (1.0) replays by its digest under v1');
 ($rc, $out, $err) = $node->psql('postgres', q{
 	SET idem.allowed_operations = '';
-	SELECT replayed FROM idem_begin(1, 'keyed', 'keyed-digest-key-00001', '{"n": 1.0}')});
+	SELECT replayed FROM idem_begin(1, 'keyed', 'keyed-digest-key-00001', '{"n": 2}')});
 like($err, qr/already used with a different request/,
-	'idem.fingerprint_keys_file: other bytes are compared by the (spoiled) fingerprint');
+	'idem.fingerprint_keys_file: another request is compared by the (spoiled) fingerprint');
 
 $node->stop;
 done_testing();
