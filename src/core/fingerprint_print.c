@@ -122,10 +122,31 @@ idem_print_settle(IdemRequestPrint *p, const uint8 *db_secret)
 }
 
 /*
+ * Does the digest of p's jsonb bytes as sent, not normalised, match
+ * stored_digest?  A retry of the very same request whose numbers are
+ * written plainly (most), or of one stored before 1.15 as it was sent,
+ * is recognised without reading its numbers.  Equal to a normal digest, the
+ * bytes are normal, so they are the stored request's.
+ */
+static bool
+sent_bytes_match(IdemRequestPrint *p, const uint8 *db_secret, int version,
+				 const uint8 *stored_digest)
+{
+	const uint8 *key;
+	uint8		digest[IDEM_DIGEST_LEN];
+
+	if (p->request == NULL || p->normal != NULL ||
+		(key = idem_fingerprint_digest_key(db_secret, version)) == NULL)
+		return false;
+	idem_siphash128(key, VARDATA_ANY(p->request), VARSIZE_ANY_EXHDR(p->request), digest);
+	return idem_equal_in_constant_time(digest, stored_digest, IDEM_DIGEST_LEN);
+}
+
+/*
  * Is p the request of a record that stores fingerprint stored and digest
  * stored_digest (NULL: none), both keyed with version?  The same digest is
- * the same bytes, so the same request; otherwise the fingerprints decide,
- * compared in constant time.
+ * the same normal bytes, so the same request; otherwise the fingerprints
+ * decide, compared in constant time.
  */
 bool
 idem_print_matches(IdemRequestPrint *p, const uint8 *db_secret, const char *stored,
@@ -133,8 +154,10 @@ idem_print_matches(IdemRequestPrint *p, const uint8 *db_secret, const char *stor
 {
 	const uint8 *digest;
 
-	if (stored_digest != NULL && (digest = idem_print_digest(p, db_secret, version)) != NULL &&
-		idem_equal_in_constant_time(digest, stored_digest, IDEM_DIGEST_LEN))
+	if (stored_digest != NULL &&
+		(sent_bytes_match(p, db_secret, version, stored_digest) ||
+		 ((digest = idem_print_digest(p, db_secret, version)) != NULL &&
+		  idem_equal_in_constant_time(digest, stored_digest, IDEM_DIGEST_LEN))))
 		return true;
 	return idem_fingerprint_matches(stored, version, idem_print_fingerprint(p));
 }

@@ -47,14 +47,13 @@ container_normal(const JsonbContainer *jc)
 	for (uint32 i = 0; i < n; i++)
 	{
 		JEntry		entry = jc->children[i];
-		uint32		len = getJsonbLength(jc, i);
 
 		if (JBE_ISNUMERIC(entry) && !normal_as_stored((Numeric) (data + INTALIGN(offset))))
 			return false;
 		if (JBE_ISCONTAINER(entry) &&
 			!container_normal((const JsonbContainer *) (data + INTALIGN(offset))))
 			return false;
-		offset += len;
+		JBE_ADVANCE_OFFSET(offset, entry);
 	}
 	return true;
 }

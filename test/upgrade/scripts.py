@@ -7,8 +7,9 @@ Two checks, one "ok - ..." or "not ok - ..." line each:
 - Every script of a released version is byte for byte what was released:
   extension/SHA256SUMS lists each one's sha256.  The scripts not pinned
   are the full script's source (extension/idem.sql) and the update script
-  to the version being built (idem.control's default_version).  --pin
-  adds the scripts of a version just released.
+  to the version being built (idem.control's default_version), until the
+  CHANGELOG dates that version's release.  --pin adds the scripts of a
+  version just released.
 - The update script to the version being built copies no object's
   definition by hand: a region
 
@@ -44,7 +45,12 @@ if os.path.exists(sums_path):
     for line in open(sums_path):
         digest, name = line.split()
         pins[name] = digest
-building = [n for n in os.listdir(ext) if re.fullmatch(r"idem--[0-9.]+--%s\.sql" % re.escape(current), n)]
+# the version being built, unless the CHANGELOG dates its release: then
+# its update script is released too, and pinned
+changelog = open(os.path.join(root, "CHANGELOG.md")).read()
+dated = re.search(r"^## %s \u2014 \d{4}-\d{2}-\d{2}" % re.escape(current), changelog, re.M)
+building = [] if dated else [n for n in os.listdir(ext)
+                             if re.fullmatch(r"idem--[0-9.]+--%s\.sql" % re.escape(current), n)]
 released = sorted((n for n in os.listdir(ext)
                    if (re.fullmatch(r"idem--[0-9.]+--[0-9.]+\.sql", n) or n == "idem--1.0.sql")
                    and n not in building),
