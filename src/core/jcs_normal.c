@@ -12,7 +12,9 @@
  * spelling exactly when RFC 8785 reads them as one double.  So two requests
  * have the same normal bytes exactly when they have the same canonical
  * text.  A request whose numbers are all integers below 2^53 written
- * without a fraction (most) is normal already and returned as it is.
+ * without a fraction (most) is normal already and returned as it is; one
+ * where such integers are written with a fraction (1.0) is copied with
+ * their scales cleared, the layout unchanged; any other is rebuilt.
  *
  *-------------------------------------------------------------------------
  */
@@ -24,38 +26,59 @@
 
 #include "jcs.h"
 
-/* Is num already in its normal spelling (checked without converting it)? */
-static bool
-normal_as_stored(Numeric num)
+/* How far a request's numbers are from their normal spelling. */
+typedef enum NumbersKind
+{
+	NUMBERS_NORMAL,				/* all normal */
+	NUMBERS_SCALED,				/* else integers below 2^53 written with a
+								 * fraction (1.0), normal with their scale
+								 * cleared */
+	NUMBERS_OTHER				/* else */
+} NumbersKind;
+
+static NumbersKind
+numeric_kind(Numeric num)
 {
 	int64		value;
 	bool		plain;
 
-	return idem_jcs_small_integer(num, &value, &plain) && plain;
+	if (!idem_jcs_small_integer(num, &value, &plain))
+		return NUMBERS_OTHER;
+	return plain ? NUMBERS_NORMAL : NUMBERS_SCALED;
 }
 
-/* Are all the numbers of container jc in their normal spelling? */
-static bool
-container_normal(const JsonbContainer *jc)
+/*
+ * The kind of the numbers of container jc (the farthest of them), or, with
+ * clear set, their scales cleared where that makes them normal (jc being
+ * a copy of NUMBERS_SCALED kind).
+ */
+static NumbersKind
+container_numbers(JsonbContainer *jc, bool clear)
 {
 	uint32		count = JsonContainerSize(jc);
 	uint32		n = JsonContainerIsObject(jc) ? count * 2 : count;
-	const char *data = (const char *) &jc->children[n];
+	char	   *data = (char *) &jc->children[n];
 	uint32		offset = 0;
+	NumbersKind kind = NUMBERS_NORMAL;
 
 	check_stack_depth();
-	for (uint32 i = 0; i < n; i++)
+	for (uint32 i = 0; i < n && kind != NUMBERS_OTHER; i++)
 	{
 		JEntry		entry = jc->children[i];
+		NumbersKind k = NUMBERS_NORMAL;
 
-		if (JBE_ISNUMERIC(entry) && !normal_as_stored((Numeric) (data + INTALIGN(offset))))
-			return false;
-		if (JBE_ISCONTAINER(entry) &&
-			!container_normal((const JsonbContainer *) (data + INTALIGN(offset))))
-			return false;
+		if (JBE_ISNUMERIC(entry))
+		{
+			k = numeric_kind((Numeric) (data + INTALIGN(offset)));
+			if (clear && k == NUMBERS_SCALED)
+				idem_jcs_clear_scale((Numeric) (data + INTALIGN(offset)));
+		}
+		else if (JBE_ISCONTAINER(entry))
+			k = container_numbers((JsonbContainer *) (data + INTALIGN(offset)), clear);
+		kind = Max(kind, k);
 		JBE_ADVANCE_OFFSET(offset, entry);
 	}
-	return true;
+	return kind;
 }
 
 /* The normal spelling of num: the numeric of its canonical text. */
@@ -92,8 +115,22 @@ idem_jcs_normal_numbers(Jsonb *jb)
 	JsonbValue *result = NULL;
 	JsonbIteratorToken token;
 
-	if (container_normal(&jb->root))
-		return jb;
+	switch (container_numbers(&jb->root, false))
+	{
+		case NUMBERS_NORMAL:
+			return jb;
+		case NUMBERS_SCALED:
+			{
+				/* the same layout, each 1.0 made 1 in a copy */
+				Jsonb	   *copy = palloc(VARSIZE(jb));
+
+				memcpy(copy, jb, VARSIZE(jb));
+				(void) container_numbers(&copy->root, true);
+				return copy;
+			}
+		case NUMBERS_OTHER:
+			break;
+	}
 	it = JsonbIteratorInit(&jb->root);
 	while ((token = JsonbIteratorNext(&it, &v, false)) != WJB_DONE)
 	{

@@ -274,6 +274,22 @@ idem_jcs_small_integer(Numeric num, int64 *value, bool *plain)
 }
 
 /*
+ * Write num, a small integer (idem_jcs_small_integer), without its
+ * fraction: its display scale cleared in place.  The numeric's length is
+ * unchanged, and its bytes are then those of the plainly written integer.
+ */
+void
+idem_jcs_clear_scale(Numeric num)
+{
+	char	   *data = VARDATA_ANY(num);
+	uint16		header;
+
+	memcpy(&header, data, sizeof(header));
+	header &= ~JCS_SHORT_DSCALE_MASK;
+	memcpy(data, &header, sizeof(header));
+}
+
+/*
  * num as an IEEE double, correctly rounded (strtod of its text); outside
  * the double range 22003, as RFC 8785 has no text for it.
  */
