@@ -17,7 +17,9 @@
 # stage instructions: --smoke, or IDEM_INSTR_SMOKE=1, runs 20 and 40 calls
 # of two paths and checks only that figures come out, never their size).
 #
-#   bash test/bench/instructions.sh            (about 5 minutes after the build)
+#   bash test/bench/instructions.sh            (about 25 minutes on 2 cores: pgmq's
+#                                                grouped reads of 15,000 messages
+#                                                under callgrind take most)
 #   IDEM_INSTR_PATHS="begin_replay_1k select_answer_1k" IDEM_KEEP_TMP=1 \
 #     bash test/bench/instructions.sh          (some paths only, "drain" for
 #                                                the drain; their
