@@ -40,6 +40,7 @@ void
 idem_print_of_text(IdemRequestPrint *p, const char *text, int len)
 {
 	p->request = NULL;
+	p->normal = NULL;
 	p->text = text;
 	p->text_len = len;
 	p->has_fingerprint = false;
@@ -54,6 +55,7 @@ char *
 idem_print_given(IdemRequestPrint *p)
 {
 	p->request = NULL;
+	p->normal = NULL;
 	p->text = NULL;
 	p->has_fingerprint = true;
 	p->digest_version = -1;
@@ -118,6 +120,7 @@ idem_print_settle(IdemRequestPrint *p, const uint8 *db_secret)
 	if (p->request != NULL || p->text != NULL)
 		(void) idem_print_digest(p, db_secret, idem_fingerprint_sign_version());
 	p->request = NULL;
+	p->normal = NULL;
 	p->text = NULL;
 }
 
