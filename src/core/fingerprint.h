@@ -27,7 +27,7 @@ typedef char IdemFingerprint[IDEM_HASH_HEX_LEN + 1];
  */
 typedef struct IdemRequestPrint
 {
-	Jsonb	   *request;		/* NULL: given as text, given by fingerprint, or settled */
+	Jsonb	   *request;		/* NULL: given as text, or settled */
 	Jsonb	   *normal;			/* request with its numbers normalised, once computed */
 	const char *text;			/* the canonical text, when given as such */
 	int			text_len;
@@ -51,7 +51,6 @@ extern void idem_fingerprint_keyed(const char *plain, int version, char *out);
 extern bool idem_fingerprint_matches(const char *stored, int version, const char *plain);
 
 extern void idem_print_of_request(IdemRequestPrint *p, Jsonb *request);
-extern char *idem_print_given(IdemRequestPrint *p);
 extern void idem_print_of_text(IdemRequestPrint *p, const char *text, int len);
 extern const char *idem_print_fingerprint(IdemRequestPrint *p);
 extern const uint8 *idem_print_digest(IdemRequestPrint *p, const uint8 *db_secret, int version);

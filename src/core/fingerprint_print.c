@@ -47,21 +47,6 @@ idem_print_of_text(IdemRequestPrint *p, const char *text, int len)
 	p->digest_version = -1;
 }
 
-/*
- * p is a request known by its fingerprint only (it has no digest), which
- * the caller writes into the buffer returned.
- */
-char *
-idem_print_given(IdemRequestPrint *p)
-{
-	p->request = NULL;
-	p->normal = NULL;
-	p->text = NULL;
-	p->has_fingerprint = true;
-	p->digest_version = -1;
-	return p->fingerprint;
-}
-
 /* p's fingerprint, computed the first time it is asked for. */
 const char *
 idem_print_fingerprint(IdemRequestPrint *p)
@@ -83,7 +68,7 @@ idem_print_fingerprint(IdemRequestPrint *p)
 /*
  * p's digest under secret version (IDEM_DIGEST_LEN bytes, p's own); NULL
  * when there is none.  No key for the version, or p settled under another
- * version or known by its fingerprint only.
+ * version.
  */
 const uint8 *
 idem_print_digest(IdemRequestPrint *p, const uint8 *db_secret, int version)
