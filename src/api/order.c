@@ -5,12 +5,12 @@
  *	  of the protocol core.
  *
  * Operation CREATE_ORDER.  The fingerprint is idem_request_hash of
- * {"qty": qty, "sku": sku}; the digest is of that canonical text.  A new key (or an expired one) inserts the
- * order in one IdemRows with the finished record.  The order's id comes
- * from its sequence, its order_no is 'ORD-' and the id in at least 12
- * digits, its status CREATED.  The record's response (response_json) is
- * {orderId, orderNo, status} with HTTP status 201.  A replay decodes that
- * response.
+ * {"qty": qty, "sku": sku}; the digest is of that canonical text.  A new
+ * key (or an expired one) inserts the order in one IdemRows with the
+ * finished record.  The order's id comes from its sequence, its order_no
+ * is 'ORD-' and the id in at least 12 digits, its status CREATED.  The
+ * record's response (response_json) is {orderId, orderNo, status} with
+ * HTTP status 201.  A replay decodes that response.
  *
  *-------------------------------------------------------------------------
  */
@@ -90,18 +90,6 @@ typedef struct OrderCall
 	Datum		values[RES_NCOLS];	/* the answer */
 	bool		nulls[RES_NCOLS];
 } OrderCall;
-
-/* The attributes of desc a DROP ATTRIBUTE left behind. */
-static int
-count_dropped(TupleDesc desc)
-{
-	int			dropped = 0;
-
-	for (int i = 0; i < desc->natts; i++)
-		if (TupleDescAttr(desc, i)->attisdropped)
-			dropped++;
-	return dropped;
-}
 
 /* Register the order table with the catalog. */
 void
@@ -371,18 +359,21 @@ order_result(TupleDesc desc, const OrderCall *call)
 {
 	Datum	   *values = palloc0(desc->natts * sizeof(Datum));
 	bool	   *nulls = palloc(desc->natts * sizeof(bool));
-	int			n = 0;
+	int			live = 0;
 
 	for (int i = 0; i < desc->natts; i++)
 	{
 		nulls[i] = true;
-		if (TupleDescAttr(desc, i)->attisdropped || n >= RES_NCOLS)
+		if (TupleDescAttr(desc, i)->attisdropped)
 			continue;
-		values[i] = call->values[n];
-		nulls[i] = call->nulls[n];
-		n++;
+		if (live < RES_NCOLS)
+		{
+			values[i] = call->values[live];
+			nulls[i] = call->nulls[live];
+		}
+		live++;
 	}
-	if (n != RES_NCOLS || desc->natts - n != count_dropped(desc))
+	if (live != RES_NCOLS)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("idem's type idem_order_outcome was altered: it must have %d attributes",
