@@ -114,7 +114,9 @@ idem_print_settle(IdemRequestPrint *p, const uint8 *db_secret)
  * stored_digest?  A retry of the very same request whose numbers are
  * written plainly (most), or of one stored before 1.15 as it was sent,
  * is recognised without reading its numbers.  Equal to a normal digest, the
- * bytes are normal, so they are the stored request's.
+ * bytes are normal, so they are the stored request's.  Otherwise p is
+ * normalised, and where that leaves the request as it was, the digest just
+ * computed is p's normal one (idem_print_digest need not compute it again).
  */
 static bool
 sent_bytes_match(IdemRequestPrint *p, const uint8 *db_secret, int version,
@@ -127,7 +129,15 @@ sent_bytes_match(IdemRequestPrint *p, const uint8 *db_secret, int version,
 		(key = idem_fingerprint_digest_key(db_secret, version)) == NULL)
 		return false;
 	idem_siphash128(key, VARDATA_ANY(p->request), VARSIZE_ANY_EXHDR(p->request), digest);
-	return idem_equal_in_constant_time(digest, stored_digest, IDEM_DIGEST_LEN);
+	if (idem_equal_in_constant_time(digest, stored_digest, IDEM_DIGEST_LEN))
+		return true;
+	p->normal = idem_jcs_normal_numbers(p->request);
+	if (p->normal == p->request)
+	{
+		memcpy(p->digest, digest, IDEM_DIGEST_LEN);
+		p->digest_version = version;
+	}
+	return false;
 }
 
 /*
