@@ -33,15 +33,37 @@ if [ ! -d "$here/node_modules/canonicalize" ]; then
 fi
 
 new_idem_database "$DB"
+
+# chunks COUNT MODE COMPARE SQL: COUNT items in chunks of CHUNK, each
+# written by "jcs_fuzz.mjs MODE" to $work/in.csv, run through psql with SQL
+# (which writes $work/out.csv) and counted by "jcs_fuzz.mjs COMPARE", whose
+# two figures are summed into found1 and found2; a psql run that fails is a
+# crash.  Sets total, found1, found2, crashes and took (seconds).
+chunks() {
+	local count=$1 mode=$2 compare=$3 sql=$4 n a b chunk=0 start
+	total=0 found1=0 found2=0 crashes=0
+	start=$(date +%s)
+	while [ "$total" -lt "$count" ]; do
+		n=$((count - total < CHUNK ? count - total : CHUNK))
+		node "$here/jcs_fuzz.mjs" "$mode" "$n" $((SEED + chunk)) >"$work/in.csv"
+		if PGCLIENTENCODING=UTF8 "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" >"$work/psql.log" 2>&1 <<<"$sql"; then
+			read -r _ a b <<<"$(node "$here/jcs_fuzz.mjs" "$compare" "$work/in.csv" "$work/out.csv" $((SEED + chunk)))"
+			found1=$((found1 + a))
+			found2=$((found2 + b))
+		else
+			crashes=$((crashes + 1))
+			cat "$work/psql.log" >&2
+		fi
+		total=$((total + n))
+		chunk=$((chunk + 1))
+	done
+	took=$(($(date +%s) - start))
+}
+
 echo "# seed $SEED, $COUNT documents"
-total=0 mismatches=0 errors=0 crashes=0 chunk=0
-start=$(date +%s)
-while [ "$total" -lt "$COUNT" ]; do
-	n=$((COUNT - total < CHUNK ? COUNT - total : CHUNK))
-	node "$here/jcs_fuzz.mjs" generate "$n" $((SEED + chunk)) >"$work/docs.csv"
-	if PGCLIENTENCODING=UTF8 "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" >"$work/psql.log" 2>&1 <<SQL
+chunks "$COUNT" generate compare "$(cat <<SQL
 CREATE TEMP TABLE docs (i integer, doc text, canonical text, hash text);
-\copy docs FROM '$work/docs.csv' CSV
+\copy docs FROM '$work/in.csv' CSV
 CREATE FUNCTION pg_temp.try(doc text, OUT canonical text, OUT hash text) LANGUAGE plpgsql AS \$\$
 BEGIN
     canonical := idem_canonical_json(doc::jsonb);
@@ -49,34 +71,19 @@ BEGIN
 EXCEPTION WHEN others THEN
     canonical := 'ERROR: ' || SQLSTATE || ' ' || SQLERRM;
 END \$\$;
-\copy (SELECT i, (pg_temp.try(doc)).* FROM docs ORDER BY i) TO '$work/results.csv' CSV
+\copy (SELECT i, (pg_temp.try(doc)).* FROM docs ORDER BY i) TO '$work/out.csv' CSV
 SQL
-	then
-		read -r _ bad err <<<"$(node "$here/jcs_fuzz.mjs" compare "$work/docs.csv" "$work/results.csv" $((SEED + chunk)))"
-		mismatches=$((mismatches + bad))
-		errors=$((errors + err))
-	else
-		crashes=$((crashes + 1))
-		cat "$work/psql.log" >&2
-	fi
-	total=$((total + n))
-	chunk=$((chunk + 1))
-done
-echo "# $total documents in $(($(date +%s) - start)) s: $mismatches mismatches, $errors errors, $crashes failed chunks"
-check "$total random documents (seed $SEED): canonical text and hash equal canonicalize's" 0 "$mismatches"
-check "no document raised an error in idem" 0 "$errors"
+)"
+echo "# $total documents in $took s: $found1 mismatches, $found2 errors, $crashes failed chunks"
+check "$total random documents (seed $SEED): canonical text and hash equal canonicalize's" 0 "$found1"
+check "no document raised an error in idem" 0 "$found2"
 check "no chunk failed (no crash)" 0 "$crashes"
 
 # the digest's fast path against the fingerprint, over respelled numbers
 echo "# seed $SEED, $PAIRS pairs of spellings"
-total=0 equal=0 violations=0 crashes=0 chunk=0
-start=$(date +%s)
-while [ "$total" -lt "$PAIRS" ]; do
-	n=$((PAIRS - total < CHUNK ? PAIRS - total : CHUNK))
-	node "$here/jcs_fuzz.mjs" pairs "$n" $((SEED + chunk)) >"$work/pairs.csv"
-	if "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" >"$work/psql.log" 2>&1 <<SQL
+chunks "$PAIRS" pairs compare-pairs "$(cat <<SQL
 CREATE TEMP TABLE pairs (i integer, a text, b text, expected text);
-\copy pairs FROM '$work/pairs.csv' CSV
+\copy pairs FROM '$work/in.csv' CSV
 CREATE FUNCTION pg_temp.digest_input(jsonb) RETURNS bytea AS 'idem', 'idem_test_digest_input' LANGUAGE C STRICT;
 CREATE FUNCTION pg_temp.same(a text, b text, OUT fingerprint text, OUT fast text) LANGUAGE plpgsql AS \$\$
 BEGIN
@@ -91,22 +98,12 @@ BEGIN
         fast := 'error';
     END;
 END \$\$;
-\copy (SELECT i, (pg_temp.same(a, b)).* FROM pairs ORDER BY i) TO '$work/pair_results.csv' CSV
+\copy (SELECT i, (pg_temp.same(a, b)).* FROM pairs ORDER BY i) TO '$work/out.csv' CSV
 SQL
-	then
-		read -r _ eq bad <<<"$(node "$here/jcs_fuzz.mjs" compare-pairs "$work/pairs.csv" "$work/pair_results.csv" $((SEED + chunk)))"
-		equal=$((equal + eq))
-		violations=$((violations + bad))
-	else
-		crashes=$((crashes + 1))
-		cat "$work/psql.log" >&2
-	fi
-	total=$((total + n))
-	chunk=$((chunk + 1))
-done
-echo "# $total pairs in $(($(date +%s) - start)) s: $equal of them one request, $violations violations, $crashes failed chunks"
-check "$total pairs of spellings (seed $SEED): the digest input is equal exactly when the fingerprint is, as a conforming parser says" 0 "$violations"
+)"
+echo "# $total pairs in $took s: $found1 of them one request, $found2 violations, $crashes failed chunks"
+check "$total pairs of spellings (seed $SEED): the digest input is equal exactly when the fingerprint is, as a conforming parser says" 0 "$found2"
 check "the pairs hold requests that are one and requests that are not" true \
-	"$([ "$equal" -gt 0 ] && [ "$equal" -lt "$total" ] && echo true || echo "false ($equal of $total)")"
+	"$([ "$found1" -gt 0 ] && [ "$found1" -lt "$total" ] && echo true || echo "false ($found1 of $total)")"
 check "no chunk of pairs failed (no crash)" 0 "$crashes"
 "$PG_BINDIR/dropdb" "$DB"
