@@ -231,20 +231,27 @@ function generator(seed) {
 
 const csv = (s) => '"' + s.replace(/"/g, '""') + '"';
 
-function generate(count, seed) {
-	const { next } = generator(seed);
+// COUNT CSV lines, row(i) each, written to stdout 10,000 at a time.
+function writeRows(count, row) {
 	const out = [];
 	for (let i = 0; i < count; i++) {
-		const text = next();
-		const canonical = canonicalize(JSON.parse(text));
-		const hash = createHash('sha256').update(canonical, 'utf8').digest('hex');
-		out.push([i, csv(text), csv(canonical), hash].join(','));
+		out.push(row(i).join(','));
 		if (out.length === 10000) {
 			process.stdout.write(out.join('\n') + '\n');
 			out.length = 0;
 		}
 	}
 	if (out.length) process.stdout.write(out.join('\n') + '\n');
+}
+
+function generate(count, seed) {
+	const { next } = generator(seed);
+	writeRows(count, (i) => {
+		const text = next();
+		const canonical = canonicalize(JSON.parse(text));
+		const hash = createHash('sha256').update(canonical, 'utf8').digest('hex');
+		return [i, csv(text), csv(canonical), hash];
+	});
 }
 
 // Minimal CSV reader for the files written above and by COPY ... CSV.
@@ -292,19 +299,13 @@ function compare(docsPath, resultsPath, seed) {
 // double range, which RFC 8785 cannot write).
 function generatePairs(count, seed) {
 	const { pair } = generator(seed);
-	const out = [];
-	for (let i = 0; i < count; i++) {
+	writeRows(count, (i) => {
 		const [a, b, as, bs] = pair();
 		const x = as.map(Number), y = bs.map(Number);
 		const expected = [...x, ...y].some((d) => !Number.isFinite(d)) ? 'error'
 			: x.every((d, k) => d === y[k]) ? 'equal' : 'differ';
-		out.push([i, csv(a), csv(b), expected].join(','));
-		if (out.length === 10000) {
-			process.stdout.write(out.join('\n') + '\n');
-			out.length = 0;
-		}
-	}
-	if (out.length) process.stdout.write(out.join('\n') + '\n');
+		return [i, csv(a), csv(b), expected];
+	});
 }
 
 // The property of request digests: two requests have the same digest
