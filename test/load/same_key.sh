@@ -3,7 +3,10 @@
 # same moment, for ROUNDS rounds with distinct keys.  Passes when every round
 # made exactly one order, every caller of a round got the same order_id, one
 # caller per round executed and the others replayed, and pgbench counted no
-# failed transaction.  Needs a server (PGHOST/PGPORT/PGUSER) with idem.
+# failed transaction.  Needs a server (PGHOST/PGPORT/PGUSER) with idem;
+# with IDEM_EDITION=sql, against the SQL edition (managed/idem.sql), in
+# READ COMMITTED, where a waiting duplicate replays once the original
+# commits.
 #
 # Prints one "ok - ..." or "not ok - ..." line per check.
 source "$(dirname "$0")/../lib.sh"
@@ -14,7 +17,15 @@ DB=idem_load
 here=$(cd "$(dirname "$0")" && pwd)
 psql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" -At "$@"; }
 
-new_idem_database "$DB"
+if [ "${IDEM_EDITION:-c}" = sql ]; then
+	DB=idem_load_sql
+	new_sql_edition_database "$DB"
+	"$PG_BINDIR/psql" -X -q -d "$DB" -c "ALTER DATABASE $DB SET search_path = idem, public"
+	tables=idem
+else
+	new_idem_database "$DB"
+	tables=idem_internal
+fi
 psql -c "CREATE TABLE idem_load_log (round_key text, order_id bigint, replayed boolean)"
 
 failed_runs=0
@@ -35,7 +46,7 @@ check "pgbench: no failed transaction" 0 "$failed_txns"
 check "every caller recorded its answer" $((ROUNDS * CLIENTS)) \
 	"$(psql -c "SELECT count(*) FROM idem_load_log")"
 check "exactly one order per round" "$ROUNDS" \
-	"$(psql -c "SELECT count(*) FROM idem_internal.purchase_order WHERE owner_id = 77")"
+	"$(psql -c "SELECT count(*) FROM $tables.purchase_order WHERE owner_id = 77")"
 check "every caller of a round got the same order_id" "$ROUNDS" \
 	"$(psql -c "SELECT count(*) FROM (SELECT round_key FROM idem_load_log
 	            GROUP BY round_key HAVING count(DISTINCT order_id) = 1) s")"
@@ -45,7 +56,7 @@ check "one caller per round executed, the others replayed" "$ROUNDS" \
 	               AND count(*) FILTER (WHERE replayed) = $CLIENTS - 1) s")"
 check "each round's order is the one its record points to" "$ROUNDS" \
 	"$(psql -c "SELECT count(DISTINCT l.round_key) FROM idem_load_log l
-	            JOIN idem_internal.idempotency_record r ON r.idempotency_key = l.round_key AND r.owner_id = 77
-	            JOIN idem_internal.purchase_order o ON o.id = r.resource_id AND o.id = l.order_id")"
+	            JOIN $tables.idempotency_record r ON r.idempotency_key = l.round_key AND r.owner_id = 77
+	            JOIN $tables.purchase_order o ON o.id = r.resource_id AND o.id = l.order_id")"
 
 "$PG_BINDIR/dropdb" "$DB"

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# The SQL edition (managed/idem.sql) on a server where idem's library is
+# neither preloaded nor installed: a copy of the PostgreSQL tree without
+# idem's files.  Its installer as an ordinary role; its pg_regress file
+# (test/managed/sql); the JCS fuzz; 20 clients on one key; one transaction
+# of many claims; then the differential harness against the C edition of
+# the server PGHOST/PGPORT names (preloaded): 300 sequences, and two
+# spoiled copies of the SQL edition that it must catch.
+#
+#   bash test/managed/run.sh [SEQUENCES] [SEED]
+source "$(dirname "$0")/../lib.sh"
+
+SEQUENCES=${1:-300}
+SEED=${2:-$(date +%s)}
+here=$(cd "$(dirname "$0")" && pwd)
+c_host=$PGHOST c_port=$PGPORT
+
+# ------------------------------------------------------------ the server
+root=$(mktemp -d -t idem-managed.XXXXXX)
+chmod 755 "$root"
+at_exit 'rm -rf "$root"'
+for dir in "$("$PG_CONFIG" --bindir)" "$("$PG_CONFIG" --pkglibdir)" "$("$PG_CONFIG" --sharedir)"; do
+	mkdir -p "$root/tree$(dirname "$dir")"
+	cp -al "$dir" "$root/tree$dir" 2>/dev/null || cp -a "$dir" "$root/tree$dir"
+done
+rm -rf "$root/tree$("$PG_CONFIG" --pkglibdir)"/idem.so "$root/tree$("$PG_CONFIG" --pkglibdir)"/bitcode/idem* \
+	"$root/tree$("$PG_CONFIG" --sharedir)"/extension/idem[.-]*
+bin=$root/tree$("$PG_CONFIG" --bindir)
+[ "$(id -u)" -eq 0 ] && chown postgres: "$root"
+as_pg_user "$bin/initdb" -D "$root/data" -U postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 --no-sync >"$root/initdb.log" 2>&1
+port=$(free_port)
+cat >>"$root/data/postgresql.conf" <<CONF
+listen_addresses = ''
+unix_socket_directories = '$root'
+port = $port
+fsync = off
+max_connections = 60
+log_min_messages = warning
+CONF
+as_pg_user "$bin/pg_ctl" -D "$root/data" -l "$root/server.log" -w -s start
+at_exit "as_pg_user '$bin/pg_ctl' -D '$root/data' -m immediate -w -s stop"
+export PGHOST=$root PGPORT=$port PGUSER=postgres
+PG_BINDIR=$bin
+sql() { "$bin/psql" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
+
+check "the SQL edition's server has no idem library, preloaded or installed" "||0" \
+	"$(sql -d postgres -c "SELECT current_setting('shared_preload_libraries') || '|' || current_setting('session_preload_libraries') || '|' ||
+	                          (SELECT count(*) FROM pg_available_extensions WHERE name = 'idem')")"
+
+# ------------------------------------------------------------ the installer
+sql -d postgres <<'SQL'
+CREATE ROLE idem_owner NOLOGIN;
+CREATE ROLE idem_installer LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE IN ROLE idem_owner;
+CREATE ROLE intruder LOGIN;
+CREATE DATABASE idem_managed;
+SQL
+install() { "$bin/psql" -X -q -v ON_ERROR_STOP=1 -U "$1" -d idem_managed -f "$IDEM_ROOT/managed/idem.sql" 2>&1; }
+sql -d idem_managed -c "CREATE SCHEMA idem AUTHORIZATION intruder"
+out=$(install idem_installer) || true
+check "the installer refuses a schema another role owns (55000), naming it" true \
+	"$(grep -q 'schema "idem" is owned by role intruder' <<<"$out" && echo true || echo "$out")"
+sql -d idem_managed -c "DROP SCHEMA idem; CREATE SCHEMA idem AUTHORIZATION idem_owner; GRANT CREATE ON SCHEMA idem TO intruder"
+out=$(install idem_installer) || true
+check "the installer refuses a schema where another role has CREATE (55000), naming it" true \
+	"$(grep -q 'roles other than the owner of schema "idem" can create objects in it: intruder' <<<"$out" && echo true || echo "$out")"
+check "nothing was installed by the refused runs" 0 "$(sql -d idem_managed -c "SELECT count(*) FROM pg_class WHERE relnamespace = 'idem'::regnamespace")"
+sql -d idem_managed -c "REVOKE CREATE ON SCHEMA idem FROM intruder"
+out=$(install idem_installer) || true
+check "an ordinary role that is a member of the schema's owner installs it" "" "$out"
+check "every object of the SQL edition is owned by idem_owner" 0 \
+	"$(sql -d idem_managed -c "SELECT count(*) FROM pg_class c WHERE c.relnamespace = 'idem'::regnamespace AND c.relowner <> 'idem_owner'::regrole
+	                           UNION ALL SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'idem'::regnamespace AND p.proowner <> 'idem_owner'::regrole" | awk '{n += $1} END {print n}')"
+check "every SECURITY DEFINER function sets search_path = pg_catalog, pg_temp" 0 \
+	"$(sql -d idem_managed -c "SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'idem'::regnamespace AND p.prosecdef
+	                           AND NOT coalesce(p.proconfig, '{}') @> '{\"search_path=pg_catalog, pg_temp\"}'")"
+check "no function of the SQL edition has an EXCEPTION block (no subtransaction per call)" 0 \
+	"$(grep -ciE '^\s*EXCEPTION\s*$|^\s*EXCEPTION WHEN' "$IDEM_ROOT/managed/idem.sql" || true)"
+
+# ------------------------------------------------------------ pg_regress
+regress=$("$PG_CONFIG" --pkglibdir)/pgxs/src/test/regress/pg_regress
+out=$root/regress
+mkdir -p "$out"
+[ "$(id -u)" -eq 0 ] && chown postgres: "$out"
+if "$regress" --use-existing --bindir="$bin" --host="$root" --port="$port" --user=postgres --dbname=idem_managed \
+		--inputdir="$here" --outputdir="$out" managed >"$out/log" 2>&1; then
+	echo "ok - pg_regress test/managed/sql/managed.sql against the SQL edition"
+else
+	echo "not ok - pg_regress test/managed/sql/managed.sql against the SQL edition"
+	cat "$out/log" "$out/regression.diffs" 2>/dev/null | head -n 150
+fi
+
+# ------------------------------------------------------------ the same load
+IDEM_EDITION=sql bash "$IDEM_ROOT/test/fuzz/fuzz.sh" 5000 "$SEED"
+IDEM_EDITION=sql bash "$IDEM_ROOT/test/load/same_key.sh"
+
+# One transaction of many claims (begin and finish), orders and keyed
+# emits, with the default lock settings: the locks it holds before COMMIT
+# are those of ten calls of each kind; the COMMIT's time (its one IK005
+# check, its one outbox flush) is printed.
+BIG=${IDEM_BIG_CALLS:-100000}
+big() {	# big CLAIMS OTHERS TAG
+	sql -d idem_managed <<SQL
+\\timing on
+BEGIN;
+SELECT count(*) FROM generate_series(1, $1) g,
+       LATERAL idem.idem_begin(1, 'BIG_PAIR', '$3-pair-' || lpad(g::text, 12, '0'), '{}') b,
+       LATERAL idem.idem_finish(1, 'BIG_PAIR', '$3-pair-' || lpad(g::text, 12, '0'), 200, '{}') f
+ WHERE NOT b.replayed;
+SELECT count(*) FROM generate_series(1, $2) g,
+       LATERAL idem.idem_create_order(1, '$3-order-' || lpad(g::text, 12, '0'), 5, 1) o WHERE NOT o.replayed;
+SELECT count(idem.idem_outbox_emit('$3', jsonb_build_object('n', g), 'key-' || g)) FROM generate_series(1, $2) g;
+SELECT 'locks ' || count(*) FROM pg_locks WHERE pid = pg_backend_pid();
+COMMIT;
+SQL
+}
+big 10 10 small >"$root/small.out" 2>&1
+big "$BIG" $((BIG / 10)) big >"$root/big.out" 2>&1
+sed 's/^/# /' "$root/big.out"
+check "one transaction of $BIG claims, $((BIG / 10)) orders and $((BIG / 10)) keyed emits commits" \
+	"$BIG $((BIG / 10)) $((BIG / 10))" \
+	"$(sql -d idem_managed -c "SELECT (SELECT count(*) FROM idem.idempotency_record WHERE idempotency_key LIKE 'big-pair-%' AND status = 'SUCCEEDED')
+	                               || ' ' || (SELECT count(*) FROM idem.idempotency_record WHERE idempotency_key LIKE 'big-order-%')
+	                               || ' ' || (SELECT count(*) FROM idem.idem_outbox WHERE topic = 'big' AND ready AND commit_seq > 0)")"
+check "it held as many locks before COMMIT as a transaction of ten calls of each kind" \
+	"$(grep '^locks ' "$root/small.out")" "$(grep '^locks ' "$root/big.out")"
+
+# ------------------------------------------------------------ the harness
+new_c_database() {
+	PGHOST=$c_host PGPORT=$c_port "$PG_BINDIR/dropdb" --if-exists "$1" 2>/dev/null
+	PGHOST=$c_host PGPORT=$c_port "$PG_BINDIR/createdb" "$1"
+	PGHOST=$c_host PGPORT=$c_port "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$1" -c "CREATE SCHEMA idem; CREATE EXTENSION idem SCHEMA idem"
+}
+harness() {	# harness SCRIPT SEQUENCES [env...]
+	local script=$1 n=$2
+	shift 2
+	new_c_database idem_diff_c
+	"$bin/dropdb" --if-exists idem_diff_sql
+	"$bin/createdb" idem_diff_sql
+	sql -d idem_diff_sql -c "CREATE SCHEMA idem AUTHORIZATION idem_owner"
+	sql -d idem_diff_sql -f "$script" >/dev/null
+	env "$@" /usr/bin/python3 "$here/differential.py" \
+		"host=$c_host port=$c_port user=postgres dbname=idem_diff_c" \
+		"host=$root port=$port user=postgres dbname=idem_diff_sql" "$n" "$SEED"
+}
+harness "$IDEM_ROOT/managed/idem.sql" "$SEQUENCES"
+
+# spoiled copies: a replay where IK001 is due; no IK005 at COMMIT
+spoil() {	# spoil NAME FROM TO
+	/usr/bin/python3 - "$IDEM_ROOT/managed/idem.sql" "$root/spoiled-$1.sql" "$2" "$3" <<'PY'
+import sys
+src, dst, old, new = sys.argv[1:5]
+text = open(src).read()
+assert old in text, old
+open(dst, "w").write(text.replace(old, new.replace("\\n", "\n")))
+PY
+	harness "$root/spoiled-$1.sql" 60 IDEM_DIFF_EXPECT=differences IDEM_DIFF_SPOIL="$1"
+}
+spoil "a replay where IK001 is due" \
+	"IF rec.request_hash::text OPERATOR(pg_catalog.<>) fp THEN" "IF false THEN"
+spoil "no IK005 at COMMIT" \
+	"CREATE CONSTRAINT TRIGGER idem_check_claims AFTER INSERT" "CREATE CONSTRAINT TRIGGER idem_check_claims AFTER DELETE"
+
+PGHOST=$c_host PGPORT=$c_port "$PG_BINDIR/dropdb" idem_diff_c
