@@ -2,10 +2,11 @@
 # The SQL edition (managed/idem.sql) on a server where idem's library is
 # neither preloaded nor installed: a copy of the PostgreSQL tree without
 # idem's files.  Its installer as an ordinary role; its pg_regress file
-# (test/managed/sql); the JCS fuzz; 20 clients on one key; one transaction
-# of many claims; then the differential harness against the C edition of
-# the server PGHOST/PGPORT names (preloaded): 300 sequences, and two
-# spoiled copies of the SQL edition that it must catch.
+# (test/managed/sql); the C edition's isolation specs of the slice; the
+# Python library's IK002 (libraries.py); the JCS fuzz; 20 clients on one
+# key; one transaction of many claims; then the differential harness
+# against the C edition of the server PGHOST/PGPORT names (preloaded): 300
+# sequences, and two spoiled copies of the SQL edition that it must catch.
 #
 #   bash test/managed/run.sh [SEQUENCES] [SEED]
 source "$(dirname "$0")/../lib.sh"
@@ -119,6 +120,10 @@ grep -E '\.\.\. ' "$iso/log" | sed 's/^/# /'
 check "$(echo $SPECS | wc -w) isolation specs of the C edition pass against the SQL edition" 0 \
 	"$(grep -cE '\.\.\. FAILED|\.\.\. failed' "$iso/log" || true)"
 [ -s "$iso/out/regression.diffs" ] && head -n 100 "$iso/out/regression.diffs"
+
+# ------------------------------------------------------------ the libraries
+PYTHONPATH=$IDEM_ROOT/clients/python/src /usr/bin/python3 "$here/libraries.py" \
+	"host=$root port=$port user=postgres dbname=idem_managed"
 
 # ------------------------------------------------------------ the same load
 IDEM_EDITION=sql bash "$IDEM_ROOT/test/fuzz/fuzz.sh" 5000 "$SEED"

@@ -86,7 +86,15 @@ const BY_STATE = {
 export function translate(error) {
   const state = error && typeof error.code === 'string' && /^[0-9A-Z]{5}$/.test(error.code) ? error.code : null;
   if (!state) return error;
+  if (state === '55P03' && inSqlClaim(error.where)) return new InFlight(error.message, 'IK002', error.detail, error);
   const Cls = BY_STATE[state] || IdemError;
   return new Cls(error.message, state, error.detail, error);
+}
+
+// Did the SQL edition's claim raise it (its error context names
+// idem_sql_claim)?  Its wait for an in-flight original ends in 55P03, which
+// is IK002; another lock timeout stays what it is (docs/managed.md).
+function inSqlClaim(where) {
+  return typeof where === 'string' && where.includes('function idem.idem_sql_claim(');
 }
 

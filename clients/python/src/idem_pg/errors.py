@@ -202,8 +202,19 @@ def translate(error: BaseException) -> BaseException:
     diag = getattr(cause, "diag", None)
     message = (diag.message_primary if diag is not None else None) or str(error).strip()
     detail = diag.message_detail if diag is not None else None
+    if state == "55P03" and in_sql_claim(diag.context if diag is not None else None):
+        return InFlight(message, "IK002", detail)
     cls = _BY_STATE.get(state, IdemError)
     return cls(message, state, detail)
+
+
+def in_sql_claim(context: Optional[str]) -> bool:
+    """Did the SQL edition's claim raise it (its error context names
+    idem_sql_claim)?  Its wait for an in-flight original ends in 55P03,
+    which is IK002; another lock timeout (the outbox's at COMMIT, an
+    application's own) stays what it is (docs/managed.md).
+    """
+    return context is not None and "function idem.idem_sql_claim(" in context
 
 
 def retry_serializable(transaction: Callable[[], T], attempts: int = 5,
