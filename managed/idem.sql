@@ -332,7 +332,7 @@ DECLARE
     kind text := pg_catalog.jsonb_typeof(request);
 BEGIN
     IF request IS NULL THEN
-        RETURN NULL;
+        RAISE EXCEPTION 'argument "request" must not be null' USING ERRCODE = '22004';
     ELSIF kind OPERATOR(pg_catalog.=) 'object' THEN
         RETURN '{' OPERATOR(pg_catalog.||) COALESCE(
             (SELECT pg_catalog.string_agg(pg_catalog.to_json(e.key)::text OPERATOR(pg_catalog.||) ':'
@@ -387,13 +387,26 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v text := pg_catalog.current_setting('idem_sql.' OPERATOR(pg_catalog.||) name, true);
+    iv interval;
 BEGIN
     IF v IS NULL OR v OPERATOR(pg_catalog.=) '' THEN
         RETURN fallback;
     ELSIF v OPERATOR(pg_catalog.~) '^[0-9]+$' THEN
-        RETURN (v OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) unit)::interval;
+        iv := (v OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) unit)::interval;
+    ELSIF v OPERATOR(pg_catalog.~) '^\s*[-+]?[0-9.]+\s*(ms|s|min|h|d|milliseconds?|seconds?|minutes?|hours?|days?)?\s*$' THEN
+        iv := v::interval;
+    ELSE
+        iv := NULL;
     END IF;
-    RETURN v::interval;
+    -- the C edition's ranges: ttls of at least 1 s, a wait not negative
+    IF iv IS NULL OR iv OPERATOR(pg_catalog.<) interval '0'
+       OR (unit OPERATOR(pg_catalog.=) 's' AND iv OPERATOR(pg_catalog.<) interval '1 s') THEN
+        RAISE EXCEPTION 'invalid value for idem_sql.%: "%"', name, v
+            USING ERRCODE = '22023',
+                  HINT = CASE WHEN unit OPERATOR(pg_catalog.=) 's' THEN 'Give at least 1 second, such as 86400 or ''1d''.'
+                              ELSE 'Give milliseconds, such as 5000 or ''5s''.' END;
+    END IF;
+    RETURN iv;
 END
 $$;
 
