@@ -96,6 +96,23 @@ BEGIN
 END $$;
 ANALYZE;
 SQL
+# the SQL edition (managed/idem.sql) beside it, in schema idem, with the
+# same 10,000 orders and PAY records
+psql -v keys="$keys" <<SQL
+CREATE ROLE idem_owner NOLOGIN;
+CREATE SCHEMA idem AUTHORIZATION idem_owner;
+\\i $IDEM_ROOT/managed/idem.sql
+SET bench.keys TO :keys;
+DO \$\$
+BEGIN
+  FOR i IN 1..current_setting('bench.keys')::int LOOP
+    PERFORM idem.idem_create_order(1, 'cg-ord-' || lpad(i::text, 12, '0'), 7, 1);
+    PERFORM idem.idem_begin(1, 'PAY', 'cg-key-' || lpad(i::text, 12, '0'), '{"skuId": 7, "quantity": 1}');
+    PERFORM idem.idem_finish(1, 'PAY', 'cg-key-' || lpad(i::text, 12, '0'), 201, '{"ok": true}');
+  END LOOP;
+END \$\$;
+ANALYZE idem.idempotency_record;
+SQL
 psql -f "$(dirname "$0")/peers.sql"	# the baselines, shared with bench.sh and outbox_bench.sh
 # the order replays' baseline: the article's tables with the same 10,000
 # orders, each record holding its response as the article stores it
@@ -198,6 +215,14 @@ script select_respelled "$replay" "SELECT :req2::jsonb IS NOT NULL, http_status,
 script begin_respelled_1k "$replay" "SELECT replayed, http_status, body, headers, resource_id FROM idem_begin(1, 'BIG', $key, :big2);"
 script select_respelled_1k "$replay" "SELECT :big2::jsonb IS NOT NULL, http_status, response_body, response_headers, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'BIG' AND idempotency_key = $key;"
 script select_answer_1k "$replay" "SELECT $bigreq::jsonb IS NOT NULL, http_status, response_body, response_headers, resource_id FROM idem_internal.idempotency_record WHERE owner_id = 1 AND operation = 'BIG' AND idempotency_key = $key;"
+# the SQL edition's calls, and their baselines on its own table
+script sql_begin_replay "$replay" "SELECT replayed, http_status, body, headers, resource_id FROM idem.idem_begin(1, 'PAY', $key, $req);"
+script sql_select_answer "$replay" "SELECT $req::jsonb IS NOT NULL, http_status, response_body, response_headers, resource_id FROM idem.idempotency_record WHERE owner_id = 1 AND operation = 'PAY' AND idempotency_key = $key;"
+script sql_order_replay "$replay" "SELECT order_id, order_no, status, http_status, replayed FROM idem.idem_create_order(1, $ord, 7, 1);"
+script sql_order_new "$fresh" "SELECT order_id, order_no, status, http_status, replayed FROM idem.idem_create_order(1, $new, 7, 1);"
+# a new key through idem_begin and idem_finish, in one transaction
+script begin_finish_new "$fresh" "BEGIN;" "SELECT replayed FROM idem_begin(1, 'PAY', $new, $req);" "SELECT idem_finish(1, 'PAY', $new, 201, '{\"ok\": true}');" "END;"
+script sql_begin_finish_new "$fresh" "BEGIN;" "SELECT replayed FROM idem.idem_begin(1, 'PAY', $new, $req);" "SELECT idem.idem_finish(1, 'PAY', $new, 201, '{\"ok\": true}');" "END;"
 # a pooled connection whose other requests make temporary tables: each
 # call follows a CREATE TEMP TABLE in its transaction, whose invalidations
 # reach every cache of the backend
@@ -264,8 +289,9 @@ run() {
 }
 declare -A ir
 paths=(marker begin_replay select_answer begin_replay_1k select_answer_1k begin_respelled select_respelled
-	begin_respelled_1k select_respelled_1k limit_answer limit_order begin_replay_tmp select_answer_tmp order_replay select_order run_replay select_run run_replay_1k select_run_1k order_new write_both run_new handler_and_record emit bare_insert)
-[ -n "$smoke" ] && paths=(marker begin_replay select_answer order_new write_both)
+	begin_respelled_1k select_respelled_1k limit_answer limit_order begin_replay_tmp select_answer_tmp order_replay select_order run_replay select_run run_replay_1k select_run_1k order_new write_both run_new handler_and_record emit bare_insert
+	sql_begin_replay sql_select_answer sql_order_replay sql_order_new begin_finish_new sql_begin_finish_new)
+[ -n "$smoke" ] && paths=(marker begin_replay select_answer order_new write_both sql_begin_replay)
 [ -n "${IDEM_INSTR_PATHS:-}" ] && read -ra paths <<<"marker ${IDEM_INSTR_PATHS//drain/}"
 for s in "${paths[@]}"; do
 	ir[$s-few]=$(run "$s" "$few")
@@ -365,7 +391,7 @@ line "idem_begin replay (the article's request)" begin_replay select_answer
 if [ -n "$smoke" ]; then
 	line "idem_create_order, a new key" order_new write_both
 	# that it runs and counts: figures out, positive (never a bound on them)
-	for s in begin_replay select_answer order_new write_both; do
+	for s in begin_replay select_answer order_new write_both sql_begin_replay; do
 		v=$(per_call "$s")
 		if [ "$v" -gt 0 ]; then
 			echo "ok - the instruction benchmark counts $s over the wire ($v Ir per call in a $n-call smoke)"
@@ -390,6 +416,15 @@ line "idem_create_order, a new key" order_new write_both
 line "idem_run, a new key (a handler inserting a row)" run_new handler_and_record
 
 line "idem_outbox_emit, a keyed message (1,000 keys)" emit bare_insert
+
+log "the SQL edition (managed/idem.sql): against its baseline, then against the C edition (ratio: the C edition's cost / the SQL edition's)"
+line "SQL edition: idem_begin replay" sql_begin_replay sql_select_answer
+line "SQL edition: idem_create_order replay" sql_order_replay select_order
+line "SQL edition: idem_create_order, a new key" sql_order_new write_both
+line "SQL vs C edition: idem_begin replay" sql_begin_replay begin_replay
+line "SQL vs C edition: idem_create_order replay" sql_order_replay order_replay
+line "SQL vs C edition: idem_create_order, a new key" sql_order_new order_new
+line "SQL vs C edition: idem_begin + idem_finish, a new key" sql_begin_finish_new begin_finish_new
 
 [ -n "$drain" ] || exit 0
 per_message() { echo $(( (ir[$1-many] - ir[$1-few] - (ir[drain_marker-many] - ir[drain_marker-few])) / 100 )); }
