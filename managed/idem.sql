@@ -323,10 +323,12 @@ BEGIN
 END
 $$;
 
--- The RFC 8785 (JCS) canonical text of a JSON value.
+-- The RFC 8785 (JCS) canonical text of a JSON value.  It and
+-- idem_request_hash run as their caller and name everything with its
+-- schema, so they need no SET of their own (which would keep them from
+-- being inlined and cost a GUC save and restore per call).
 CREATE FUNCTION idem.idem_canonical_json(request jsonb) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     kind text := pg_catalog.jsonb_typeof(request);
@@ -356,7 +358,6 @@ $$;
 -- Lowercase hex SHA-256 of the canonical text.
 CREATE FUNCTION idem.idem_request_hash(request jsonb) RETURNS text
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
 BEGIN ATOMIC
     SELECT pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(idem.idem_canonical_json(request), 'UTF8')), 'hex');
 END;
@@ -427,9 +428,11 @@ CREATE FUNCTION idem.idem_sql_check_scope(owner bigint, operation text, key text
 LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
-    PERFORM idem.idem_sql_not_null(owner IS NULL, 'owner');
-    PERFORM idem.idem_sql_not_null(operation IS NULL, 'operation');
-    PERFORM idem.idem_sql_not_null(key IS NULL, 'key');
+    IF owner IS NULL OR operation IS NULL OR key IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null',
+            CASE WHEN owner IS NULL THEN 'owner' WHEN operation IS NULL THEN 'operation' ELSE 'key' END
+            USING ERRCODE = '22004';
+    END IF;
     IF pg_catalog.length(operation) OPERATOR(pg_catalog.<) 1 OR pg_catalog.length(operation) OPERATOR(pg_catalog.>) 64 THEN
         RAISE EXCEPTION 'operation must be 1 to 64 characters long'
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('The operation has %s characters.', pg_catalog.length(operation));
@@ -528,11 +531,12 @@ CREATE FUNCTION idem.idem_sql_check_ttl(ttl interval) RETURNS void
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    max_ttl interval := (SELECT s.max_ttl FROM idem.idem_settings s);
+    max_ttl interval;
 BEGIN
     IF ttl IS NULL THEN
         RETURN;
     END IF;
+    SELECT s.max_ttl INTO max_ttl FROM idem.idem_settings s;
     IF pg_catalog.now() OPERATOR(pg_catalog.+) ttl OPERATOR(pg_catalog.<=) pg_catalog.now() THEN
         RAISE EXCEPTION 'ttl must be positive'
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('The call has ttl %s.', ttl);
@@ -726,7 +730,6 @@ BEGIN
       INTO p_ttl, p_wait, refuses, audit
       FROM idem.idem_settings s
       LEFT JOIN idem.idem_policy p ON p.operation OPERATOR(pg_catalog.=) idem_sql_claim.operation;
-    expires := pg_catalog.now() OPERATOR(pg_catalog.+) COALESCE(ttl, p_ttl, idem.idem_sql_setting('ttl', 's', interval '86400 s'));
     FOR attempt IN 1..4 LOOP
         SELECT * INTO rec FROM idem.idempotency_record r
          WHERE r.owner_id OPERATOR(pg_catalog.=) owner AND r.operation::text OPERATOR(pg_catalog.=) idem_sql_claim.operation
@@ -770,6 +773,7 @@ BEGIN
             -- another may have taken it first: look again
             PERFORM idem.idem_sql_archive(rec.id, rec.expires_at);
         END IF;
+        expires := pg_catalog.now() OPERATOR(pg_catalog.+) COALESCE(ttl, p_ttl, idem.idem_sql_setting('ttl', 's', interval '86400 s'));
         saved := pg_catalog.current_setting('lock_timeout');
         PERFORM pg_catalog.set_config('lock_timeout', idem.idem_sql_wait(p_wait), true);
         INSERT INTO idem.idempotency_record AS r
