@@ -519,13 +519,6 @@ END
 $$;
 REVOKE ALL ON FUNCTION idem.idem_bind(name, text, text) FROM PUBLIC;
 
--- The operation's policy, if it has one.
-CREATE FUNCTION idem.idem_sql_policy(operation text) RETURNS idem.idem_policy
-LANGUAGE sql STABLE
-BEGIN ATOMIC
-    SELECT p.* FROM idem.idem_policy p WHERE p.operation OPERATOR(pg_catalog.=) idem_sql_policy.operation;
-END;
-
 -- now + a call's ttl: 22023 unless positive and within max_ttl.
 CREATE FUNCTION idem.idem_sql_check_ttl(ttl interval) RETURNS void
 LANGUAGE plpgsql STABLE

@@ -312,17 +312,20 @@ new_idem_database() {
 	"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$1" -c "CREATE EXTENSION idem"
 }
 
-# A new database $1 with idem's SQL edition (managed/idem.sql) in schema
-# idem, owned by the NOLOGIN role idem_owner, installed as a member of it
-# (the superuser here); the C library is not used.
-new_sql_edition_database() {
+# A new database $1 with idem's SQL edition (managed/idem.sql, or the
+# script $2) in schema idem, owned by the NOLOGIN role idem_owner,
+# installed as a member of it (the superuser here); the C library is not
+# used.  Its search_path is idem, public: the C edition's tests, run
+# against it, call idem's functions unqualified.
+new_sql_edition_database() {	# new_sql_edition_database DB [SCRIPT]
 	"$PG_BINDIR/dropdb" --if-exists "$1" 2>/dev/null
 	"$PG_BINDIR/createdb" "$1"
 	"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$1" >/dev/null <<-SQL
 		DO \$\$ BEGIN CREATE ROLE idem_owner NOLOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END \$\$;
 		CREATE SCHEMA idem AUTHORIZATION idem_owner;
+		ALTER DATABASE "$1" SET search_path = idem, public;
 	SQL
-	"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$1" -f "$IDEM_ROOT/managed/idem.sql" >/dev/null
+	"$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$1" -f "${2:-$IDEM_ROOT/managed/idem.sql}" >/dev/null
 }
 
 # Guard database $1's calls of idem: overloads of every idem function

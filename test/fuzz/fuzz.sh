@@ -37,7 +37,6 @@ fi
 if [ "${IDEM_EDITION:-c}" = sql ]; then
 	DB=idem_fuzz_sql
 	new_sql_edition_database "$DB"
-	"$PG_BINDIR/psql" -X -q -d "$DB" -c "ALTER DATABASE $DB SET search_path = idem, public"
 	PAIRS=0
 	what="the SQL edition's"
 else

@@ -20,7 +20,6 @@ psql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$DB" -At "$@"; }
 if [ "${IDEM_EDITION:-c}" = sql ]; then
 	DB=idem_load_sql
 	new_sql_edition_database "$DB"
-	"$PG_BINDIR/psql" -X -q -d "$DB" -c "ALTER DATABASE $DB SET search_path = idem, public"
 	tables=idem
 else
 	new_idem_database "$DB"

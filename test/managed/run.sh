@@ -105,10 +105,8 @@ for f in $REGRESS_SUBSET; do
 		translate "$IDEM_ROOT/expected/$f.out" >"$sub/expected/$f.out"
 	fi
 done
-sql -d postgres -c "CREATE DATABASE idem_subset"
-sql -d idem_subset -c "CREATE SCHEMA idem AUTHORIZATION idem_owner" -c "CREATE EXTENSION pgcrypto" \
-	-c "ALTER DATABASE idem_subset SET search_path = idem, public"
-sql -d idem_subset -f "$IDEM_ROOT/managed/idem.sql" >/dev/null
+new_sql_edition_database idem_subset
+sql -d idem_subset -c "CREATE EXTENSION pgcrypto SCHEMA public"
 # shellcheck disable=SC2086
 "$regress" --use-existing --bindir="$bin" --host="$root" --port="$port" --user=postgres --dbname=idem_subset \
 	--inputdir="$sub" --outputdir="$sub/out" $REGRESS_SUBSET >"$sub/log" 2>&1 || true
@@ -136,9 +134,7 @@ for spec in $SPECS; do
 		translate "$IDEM_ROOT/test/expected/$spec.out" >"$iso/expected/$spec.out"
 	fi
 done
-sql -d postgres -c "CREATE DATABASE idem_iso"
-sql -d idem_iso -c "CREATE SCHEMA idem AUTHORIZATION idem_owner" -c "ALTER DATABASE idem_iso SET search_path = idem, public"
-sql -d idem_iso -f "$IDEM_ROOT/managed/idem.sql" >/dev/null
+new_sql_edition_database idem_iso
 # shellcheck disable=SC2086
 "$("$PG_CONFIG" --pkglibdir)/pgxs/src/test/isolation/pg_isolation_regress" --use-existing --bindir="$bin" \
 	--host="$root" --port="$port" --user=postgres --dbname=idem_iso \
@@ -200,10 +196,7 @@ harness() {	# harness SCRIPT SEQUENCES [env...]
 	local script=$1 n=$2
 	shift 2
 	new_c_database idem_diff_c
-	"$bin/dropdb" --if-exists idem_diff_sql
-	"$bin/createdb" idem_diff_sql
-	sql -d idem_diff_sql -c "CREATE SCHEMA idem AUTHORIZATION idem_owner"
-	sql -d idem_diff_sql -f "$script" >/dev/null
+	new_sql_edition_database idem_diff_sql "$script"
 	env "$@" /usr/bin/python3 "$here/differential.py" \
 		"host=$c_host port=$c_port user=postgres dbname=idem_diff_c" \
 		"host=$root port=$port user=postgres dbname=idem_diff_sql" "$n" "$SEED"
