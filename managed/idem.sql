@@ -132,7 +132,8 @@ CREATE INDEX idem_history_audit_until ON idem.idem_history (audit_until);
 -- The C edition's policy row; the SQL edition reads ttl, failure_ttl,
 -- wait_timeout, audit_ttl and reuse_after_expiry.
 CREATE TABLE idem.idem_policy (
-    operation     text PRIMARY KEY CHECK (operation OPERATOR(pg_catalog.~) '^[A-Za-z0-9_.:-]{1,64}$'),
+    operation     text PRIMARY KEY CHECK (pg_catalog.length(operation) OPERATOR(pg_catalog.>=) 1 AND pg_catalog.length(operation) OPERATOR(pg_catalog.<=) 64
+        AND operation OPERATOR(pg_catalog.!~) '[^A-Za-z0-9_.:-]'),
     ttl           interval,
     failure_ttl   interval,
     wait_timeout  interval,
@@ -338,13 +339,13 @@ BEGIN
     ELSIF kind OPERATOR(pg_catalog.=) 'object' THEN
         RETURN '{' OPERATOR(pg_catalog.||) COALESCE(
             (SELECT pg_catalog.string_agg(pg_catalog.to_json(e.key)::text OPERATOR(pg_catalog.||) ':'
-                                          OPERATOR(pg_catalog.||) idem.idem_canonical_json(e.value), ','
+                                          OPERATOR(pg_catalog.||) idem.idem_sql_canonical_member(e.value), ','
                                           ORDER BY CASE WHEN pg_catalog.octet_length(e.key) OPERATOR(pg_catalog.=) pg_catalog.length(e.key) THEN e.key
                                                    ELSE idem.idem_sql_utf16_key(e.key) END COLLATE "C")
                FROM pg_catalog.jsonb_each(request) e), '') OPERATOR(pg_catalog.||) '}';
     ELSIF kind OPERATOR(pg_catalog.=) 'array' THEN
         RETURN '[' OPERATOR(pg_catalog.||) COALESCE(
-            (SELECT pg_catalog.string_agg(idem.idem_canonical_json(a.v), ',' ORDER BY a.i)
+            (SELECT pg_catalog.string_agg(idem.idem_sql_canonical_member(a.v), ',' ORDER BY a.i)
                FROM pg_catalog.jsonb_array_elements(request) WITH ORDINALITY AS a (v, i)), '') OPERATOR(pg_catalog.||) ']';
     ELSIF kind OPERATOR(pg_catalog.=) 'string' THEN
         RETURN pg_catalog.to_json(request OPERATOR(pg_catalog.#>>) '{}'::text[])::text;
@@ -355,13 +356,27 @@ BEGIN
 END
 $$;
 
--- Lowercase hex SHA-256 of the canonical text.
-CREATE FUNCTION idem.idem_request_hash(request jsonb) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-BEGIN ATOMIC
-    SELECT pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(idem.idem_canonical_json(request), 'UTF8')), 'hex');
-END;
+-- A member's or element's canonical text: strings, integers of at most
+-- 15 digits (jsonb writes them as RFC 8785 does), booleans and null in the
+-- caller's query (inlined: STABLE as to_json is, no SET, not strict);
+-- other numbers and containers by their functions.
+CREATE FUNCTION idem.idem_sql_canonical_member(v jsonb) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN CASE WHEN pg_catalog.jsonb_typeof(v) OPERATOR(pg_catalog.=) 'string' THEN pg_catalog.to_json(v OPERATOR(pg_catalog.#>>) '{}'::text[])::text
+            WHEN pg_catalog.jsonb_typeof(v) OPERATOR(pg_catalog.=) ANY (ARRAY['boolean', 'null']) THEN v::text
+            WHEN pg_catalog.jsonb_typeof(v) OPERATOR(pg_catalog.=) 'number' THEN
+                 CASE WHEN pg_catalog.length(v::text) OPERATOR(pg_catalog.<=) 15 AND v::text OPERATOR(pg_catalog.~) '^(-?[1-9][0-9]*|0)$' THEN v::text ELSE idem.idem_sql_number(v::numeric) END
+            ELSE idem.idem_canonical_json(v) END;
 
+-- Lowercase hex SHA-256 of the canonical text.  PL/pgSQL: an IMMUTABLE
+-- SQL function calling convert_to (STABLE) is never inlined.
+CREATE FUNCTION idem.idem_request_hash(request jsonb) RETURNS text
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+AS $$
+BEGIN
+    RETURN pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(idem.idem_canonical_json(request), 'UTF8')), 'hex');
+END
+$$;
 -- ===========================================================================
 -- Settings, bindings and checks
 -- ===========================================================================
@@ -422,8 +437,9 @@ BEGIN
 END
 $$;
 
--- The scope's checks, as the C edition's: the key 16 to 128 characters of
--- [A-Za-z0-9_-], the operation 1 to 64 of [A-Za-z0-9_.:-]; never echoed.
+-- The scope's checks, in the C edition's order: NULLs, the owner's
+-- binding, the operation (1 to 64 characters of [A-Za-z0-9_.:-]), its
+-- binding, the key (16 to 128 of [A-Za-z0-9_-], never echoed).
 CREATE FUNCTION idem.idem_sql_check_scope(owner bigint, operation text, key text) RETURNS void
 LANGUAGE plpgsql STABLE
 AS $$
@@ -433,6 +449,7 @@ BEGIN
             CASE WHEN owner IS NULL THEN 'owner' WHEN operation IS NULL THEN 'operation' ELSE 'key' END
             USING ERRCODE = '22004';
     END IF;
+    PERFORM idem.idem_sql_check_bound(owner, NULL);
     IF pg_catalog.length(operation) OPERATOR(pg_catalog.<) 1 OR pg_catalog.length(operation) OPERATOR(pg_catalog.>) 64 THEN
         RAISE EXCEPTION 'operation must be 1 to 64 characters long'
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('The operation has %s characters.', pg_catalog.length(operation));
@@ -443,6 +460,7 @@ BEGIN
                   DETAIL = pg_catalog.format('Character %s of the operation is not allowed.',
                                              pg_catalog.length(pg_catalog.substring(operation, '^[A-Za-z0-9_.:-]*')) OPERATOR(pg_catalog.+) 1);
     END IF;
+    PERFORM idem.idem_sql_check_bound(owner, operation);
     IF pg_catalog.length(key) OPERATOR(pg_catalog.<) 16 OR pg_catalog.length(key) OPERATOR(pg_catalog.>) 128 THEN
         RAISE EXCEPTION 'idempotency key must be 16 to 128 characters long'
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('The key has %s characters.', pg_catalog.length(key)),
@@ -455,9 +473,18 @@ BEGIN
                                              pg_catalog.length(pg_catalog.substring(key, '^[A-Za-z0-9_-]*')) OPERATOR(pg_catalog.+) 1),
                   HINT = 'Send one high-entropy key per business intent, such as a UUID or a ULID.';
     END IF;
-    PERFORM idem.idem_sql_check_bound(owner, operation);
 END
 $$;
+
+-- Does the scope pass idem_sql_check_scope's checks?  Inlined into the
+-- entry points, which call that function (for its error) only when not.
+CREATE FUNCTION idem.idem_sql_scope_valid(owner bigint, operation text, key text) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN COALESCE(owner IS NOT NULL
+                AND pg_catalog.length(key) OPERATOR(pg_catalog.>=) 16 AND pg_catalog.length(key) OPERATOR(pg_catalog.<=) 128
+                AND key OPERATOR(pg_catalog.!~) '[^A-Za-z0-9_-]'
+                AND pg_catalog.length(operation) OPERATOR(pg_catalog.>=) 1 AND pg_catalog.length(operation) OPERATOR(pg_catalog.<=) 64
+                AND operation OPERATOR(pg_catalog.!~) '[^A-Za-z0-9_.:-]', false);
 
 -- 42501 unless session_user's binding (idem_bind) allows owner and
 -- operation (operation NULL: the owner alone).  session_user: neither SET
@@ -706,28 +733,33 @@ RETURNS idem.idem_sql_claimed
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    rec idem.idempotency_record;
+    rec record;
     until timestamptz;
     got bigint;
     saved text;
     result idem.idem_sql_claimed;
-    p_ttl interval;
-    p_wait interval;
-    refuses boolean;
-    audit interval;
     expires timestamptz;
 BEGIN
-    SELECT p.ttl, p.wait_timeout,
-           COALESCE(p.reuse_after_expiry, s.reuse_after_expiry) OPERATOR(pg_catalog.=) 'refuse',
-           COALESCE(p.audit_ttl, s.audit_ttl)
-      INTO p_ttl, p_wait, refuses, audit
-      FROM idem.idem_settings s
-      LEFT JOIN idem.idem_policy p ON p.operation OPERATOR(pg_catalog.=) idem_sql_claim.operation;
     FOR attempt IN 1..4 LOOP
-        SELECT * INTO rec FROM idem.idempotency_record r
-         WHERE r.owner_id OPERATOR(pg_catalog.=) owner AND r.operation::text OPERATOR(pg_catalog.=) idem_sql_claim.operation
-           AND r.idempotency_key::text OPERATOR(pg_catalog.=) key;
-        IF FOUND AND rec.expires_at OPERATOR(pg_catalog.>=) pg_catalog.now() THEN
+        -- one read: the session's binding, the settings, the policy, the record
+        SELECT b.role_name IS NOT NULL AS bound, b.owners, b.operations,
+               p.ttl AS p_ttl, p.wait_timeout AS p_wait,
+               COALESCE(p.reuse_after_expiry, s.reuse_after_expiry) OPERATOR(pg_catalog.=) 'refuse' AS refuses,
+               COALESCE(p.audit_ttl, s.audit_ttl) AS audit,
+               r.id, r.request_hash, r.status, r.claim_xid, r.expires_at, r.http_status, r.response_body,
+               r.response_headers, r.response_header_list, r.resource_id, r.response_json
+          INTO rec
+          FROM idem.idem_settings s
+          LEFT JOIN idem.idem_binding b ON b.role_name OPERATOR(pg_catalog.=) session_user
+          LEFT JOIN idem.idem_policy p ON p.operation OPERATOR(pg_catalog.=) idem_sql_claim.operation
+          LEFT JOIN idem.idempotency_record r
+                 ON r.owner_id OPERATOR(pg_catalog.=) owner AND r.operation::text OPERATOR(pg_catalog.=) idem_sql_claim.operation
+                AND r.idempotency_key::text OPERATOR(pg_catalog.=) key;
+        IF rec.bound AND ((rec.owners IS NOT NULL AND NOT rec.owners OPERATOR(pg_catalog.@>) owner)
+                          OR (rec.operations IS NOT NULL AND NOT operation OPERATOR(pg_catalog.=) ANY (rec.operations))) THEN
+            PERFORM idem.idem_sql_check_bound(owner, operation);
+        END IF;
+        IF rec.id IS NOT NULL AND rec.expires_at OPERATOR(pg_catalog.>=) pg_catalog.now() THEN
             IF rec.request_hash::text OPERATOR(pg_catalog.<>) fp THEN
                 PERFORM idem.idem_sql_refuse('IK001', owner, operation, key, NULL);
             END IF;
@@ -744,14 +776,14 @@ BEGIN
             RETURN result;
         END IF;
         -- expired or gone: refused while in its audit period (reuse 'refuse')
-        IF FOUND AND refuses THEN
-            until := rec.expires_at OPERATOR(pg_catalog.+) audit;
+        IF rec.id IS NOT NULL AND rec.refuses THEN
+            until := rec.expires_at OPERATOR(pg_catalog.+) rec.audit;
             IF until OPERATOR(pg_catalog.>) pg_catalog.now() THEN
                 PERFORM idem.idem_sql_refuse('IK007', owner, operation, key,
                     pg_catalog.format('its record expired at %s; the operation refuses the key until %s (reuse_after_expiry ''refuse'').', rec.expires_at, until));
             END IF;
         END IF;
-        IF refuses THEN
+        IF rec.refuses THEN
             SELECT h.audit_until INTO until FROM idem.idem_history h
              WHERE h.owner_id OPERATOR(pg_catalog.=) owner AND h.operation::text OPERATOR(pg_catalog.=) idem_sql_claim.operation
                AND h.idempotency_key::text OPERATOR(pg_catalog.=) key AND h.audit_until OPERATOR(pg_catalog.>) pg_catalog.now()
@@ -766,9 +798,9 @@ BEGIN
             -- another may have taken it first: look again
             PERFORM idem.idem_sql_archive(rec.id, rec.expires_at);
         END IF;
-        expires := pg_catalog.now() OPERATOR(pg_catalog.+) COALESCE(ttl, p_ttl, idem.idem_sql_setting('ttl', 's', interval '86400 s'));
+        expires := pg_catalog.now() OPERATOR(pg_catalog.+) COALESCE(ttl, rec.p_ttl, idem.idem_sql_setting('ttl', 's', interval '86400 s'));
         saved := pg_catalog.current_setting('lock_timeout');
-        PERFORM pg_catalog.set_config('lock_timeout', idem.idem_sql_wait(p_wait), true);
+        PERFORM pg_catalog.set_config('lock_timeout', idem.idem_sql_wait(rec.p_wait), true);
         INSERT INTO idem.idempotency_record AS r
                (owner_id, operation, idempotency_key, request_hash, status, expires_at, claim_xid, claim_ttl)
         VALUES (owner, operation, key, fp, 'PROCESSING',
@@ -787,7 +819,6 @@ BEGIN
             result := ROW(false, got, NULL, NULL, NULL, NULL, expires, NULL, NULL);
             RETURN result;
         END IF;
-        rec := NULL;
     END LOOP;
     RAISE EXCEPTION 'could not claim idempotency key: its record kept changing'
         USING ERRCODE = '40001', HINT = 'Retry the transaction.';
@@ -876,10 +907,19 @@ DECLARE
     c idem.idem_sql_claimed;
     result idem.idem_outcome;
 BEGIN
-    PERFORM idem.idem_sql_check_scope(owner, operation, key);
-    PERFORM idem.idem_sql_not_null(request IS NULL, 'request');
-    PERFORM idem.idem_sql_check_ttl(ttl);
-    c := idem.idem_sql_claim(owner, operation, key, idem.idem_request_hash(request), ttl, true);
+    -- the scope's checks, written out only when one fails
+    IF NOT idem.idem_sql_scope_valid(owner, operation, key) THEN
+        PERFORM idem.idem_sql_check_scope(owner, operation, key);
+    END IF;
+    -- the binding (else checked by the claim's read) before the request and ttl
+    IF request IS NULL OR ttl IS NOT NULL THEN
+        PERFORM idem.idem_sql_check_bound(owner, operation);
+        PERFORM idem.idem_sql_not_null(request IS NULL, 'request');
+        PERFORM idem.idem_sql_check_ttl(ttl);
+    END IF;
+    c := idem.idem_sql_claim(owner, operation, key,
+             pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(idem.idem_canonical_json(request), 'UTF8')), 'hex'),
+             ttl, true);
     result := ROW(c.replayed, c.http_status, c.body, c.headers, c.resource_id, c.expires_at, c.header_list);
     RETURN result;
 END
@@ -900,7 +940,11 @@ DECLARE
     rec idem.idempotency_record;
     result idem.idem_outcome;
 BEGIN
-    PERFORM idem.idem_sql_check_scope(owner, operation, key);
+    -- the scope's checks, written out only when one fails
+    IF NOT idem.idem_sql_scope_valid(owner, operation, key) THEN
+        PERFORM idem.idem_sql_check_scope(owner, operation, key);
+    END IF;
+    PERFORM idem.idem_sql_check_bound(owner, operation);
     PERFORM idem.idem_sql_not_null(http_status IS NULL, 'http_status');
     IF http_status OPERATOR(pg_catalog.<) 200 OR http_status OPERATOR(pg_catalog.>) 499 THEN
         RAISE EXCEPTION 'http_status must be between 200 and 499'
@@ -972,9 +1016,16 @@ DECLARE
     response jsonb;
     result idem.idem_order_outcome;
 BEGIN
-    PERFORM idem.idem_sql_check_scope(owner, 'CREATE_ORDER', key);
-    PERFORM idem.idem_sql_not_null(sku IS NULL, 'sku');
-    PERFORM idem.idem_sql_not_null(qty IS NULL, 'qty');
+    -- the C edition's order: NULLs, the binding, the key, the request
+    IF owner IS NULL OR key IS NULL OR sku IS NULL OR qty IS NULL THEN
+        PERFORM idem.idem_sql_not_null(true, CASE WHEN owner IS NULL THEN 'owner' WHEN key IS NULL THEN 'key'
+                                                  WHEN sku IS NULL THEN 'sku' ELSE 'qty' END);
+    END IF;
+    IF NOT idem.idem_sql_scope_valid(owner, 'CREATE_ORDER', key)
+       OR qty OPERATOR(pg_catalog.<) 1 OR qty OPERATOR(pg_catalog.>) 100
+       OR sku OPERATOR(pg_catalog.<) -9007199254740991 OR sku OPERATOR(pg_catalog.>) 9007199254740991 THEN
+        PERFORM idem.idem_sql_check_scope(owner, 'CREATE_ORDER', key);
+    END IF;
     IF qty OPERATOR(pg_catalog.<) 1 OR qty OPERATOR(pg_catalog.>) 100 THEN
         RAISE EXCEPTION 'qty must be between 1 and 100'
             USING ERRCODE = '22023', DETAIL = pg_catalog.format('The request has qty %s.', qty);
@@ -1560,7 +1611,7 @@ BEGIN
     FOR f IN SELECT p.oid::pg_catalog.regprocedure FROM pg_catalog.pg_proc p
               WHERE p.pronamespace OPERATOR(pg_catalog.=) 'idem'::pg_catalog.regnamespace
                 AND p.proname OPERATOR(pg_catalog.~~) 'idem\_sql\_%'
-                AND p.proname OPERATOR(pg_catalog.<>) ALL (ARRAY['idem_sql_number', 'idem_sql_utf16_key', 'idem_sql_reads_back']) LOOP
+                AND p.proname OPERATOR(pg_catalog.<>) ALL (ARRAY['idem_sql_number', 'idem_sql_utf16_key', 'idem_sql_reads_back', 'idem_sql_canonical_member']) LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
     END LOOP;
 END

@@ -123,6 +123,16 @@ SET ROLE managed_other;
 SELECT * FROM idem.idem_create_order(8, 'order-key-000000000003', 42, 1);
 RESET ROLE;
 SELECT idem.idem_outbox_emit('orders', '{}', NULL, NULL, 9);
+-- the C edition's order of checks: NULLs, the binding, the key, the request
+SELECT * FROM idem.idem_create_order(8, 'short', 42, 1);
+SELECT * FROM idem.idem_create_order(8, 'order-key-000000000004', 42, 0);
+SELECT * FROM idem.idem_create_order(8, 'order-key-000000000004', NULL, 1);
+SELECT * FROM idem.idem_create_order(7, 'short', 42, 1);
+SELECT * FROM idem.idem_begin(8, 'PAY', 'short', '{}');
+SELECT * FROM idem.idem_begin(7, 'SHIP', 'short', '{}');
+SELECT * FROM idem.idem_begin(8, 'PAY', 'pay-key-00000000000001', NULL);
+SELECT * FROM idem.idem_begin(7, 'PAY', 'pay-key-00000000000001', '{}', interval '-1 day');
+SELECT * FROM idem.idem_finish(8, 'PAY', 'short', 200, '{}');
 \c - postgres
 SET ROLE idem_owner;
 SELECT idem.idem_bind('managed_app', NULL, NULL);
