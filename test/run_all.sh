@@ -232,7 +232,7 @@ run_shell_check instructions "$IDEM_ROOT/test/bench/instructions.sh" \
 	"a smoke of the instruction benchmark (callgrind over the wire, pgbench -M prepared): it runs and counts" --smoke
 run_shell_check fuzz "$IDEM_ROOT/test/fuzz/fuzz.sh" "idem_canonical_json and idem_request_hash against npm's canonicalize, 20,000 random documents; the digest input against the fingerprint, 5,000 pairs of spellings"
 run_shell_check managed "$IDEM_ROOT/test/managed/run.sh" \
-	"the SQL edition (managed/idem.sql) on a server without idem's library: its installer as an ordinary role, its pg_regress file, the JCS fuzz, 20 clients on one key, one transaction of 100,000 claims, 300 sequences against the C edition and two spoiled copies caught"
+	"the SQL edition (managed/idem.sql) on a server without idem's library: its installer as an ordinary role, its pg_regress file, the escalation attack, the three libraries' IK002, the article's seven tests, the JCS fuzz, 20 clients on one key, one transaction of 100,000 claims, 300 sequences against the C edition and two spoiled copies caught"
 run_shell_check dump "$IDEM_ROOT/test/dump/dump_restore.sh" "pg_dump keeps idem's rows"
 run_shell_check readme "$IDEM_ROOT/test/readme/check.sh" \
 	"the README's quickstart runs as pasted; the Markdown pages' links resolve; the README is at most 40 KB"

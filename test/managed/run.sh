@@ -31,7 +31,7 @@ bin=$root/tree$("$PG_CONFIG" --bindir)
 as_pg_user "$bin/initdb" -D "$root/data" -U postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 --no-sync >"$root/initdb.log" 2>&1
 port=$(free_port)
 cat >>"$root/data/postgresql.conf" <<CONF
-listen_addresses = ''
+listen_addresses = '127.0.0.1'
 unix_socket_directories = '$root'
 port = $port
 fsync = off
@@ -144,9 +144,145 @@ check "$(echo $SPECS | wc -w) isolation specs of the C edition pass against the 
 	"$(grep -cE '\.\.\. FAILED|\.\.\. failed' "$iso/log" || true)"
 [ -s "$iso/out/regression.diffs" ] && head -n 100 "$iso/out/regression.diffs"
 
+# ------------------------------------------------------------ escalation
+# test/t/014_schema_hijack.pl's attack on the SQL edition: in a database
+# another role owns (and so public), with a role that may create schemas
+# named after every caller, the attackers plant look-alikes of every idem
+# object, operators and catalog functions (test/hijack.sql) in every schema
+# on the callers' search_path and in their pg_temp; then every entry point
+# is called by the role of its kind (test/managed/hijack_calls.sql).
+# Nothing planted may run, and no role may gain a right.
+rights="SELECT string_agg(r.rolname || ':' || r.rolsuper || r.rolcreaterole || r.rolcreatedb || r.rolbypassrls || ':'
+          || coalesce((SELECT string_agg(g.rolname, ',' ORDER BY g.rolname) FROM pg_auth_members m
+                        JOIN pg_roles g ON g.oid = m.roleid WHERE m.member = r.oid), ''), ' ' ORDER BY r.rolname)
+          FROM pg_roles r WHERE r.rolname !~ '^pg_'"
+sql -d postgres <<'SQL'
+CREATE ROLE evil_owner LOGIN;
+CREATE ROLE evil_creator LOGIN;
+CREATE ROLE h_app LOGIN;
+CREATE ROLE h_publisher LOGIN;
+CREATE ROLE h_granted;
+CREATE DATABASE idem_hijack OWNER evil_owner;
+GRANT CREATE ON DATABASE idem_hijack TO evil_creator;
+SQL
+rights_before=$(sql -d postgres -c "$rights")
+sql -d idem_hijack -f "$IDEM_ROOT/test/hijack.sql" >/dev/null
+sql -d idem_hijack -c "CREATE SCHEMA idem AUTHORIZATION idem_owner"
+"$bin/psql" -X -q -v ON_ERROR_STOP=1 -U idem_installer -d idem_hijack -f "$IDEM_ROOT/managed/idem.sql"
+"$bin/psql" -X -q -At -v ON_ERROR_STOP=1 -U idem_installer -d idem_hijack >/dev/null <<'SQL'
+SELECT idem.idem_grant('h_app', 'app');
+SELECT idem.idem_grant('h_publisher', 'publisher');
+SELECT idem.idem_set_policy('SHORT', ttl => interval '10 milliseconds', audit_ttl => interval '1 hour', reuse_after_expiry => 'refuse');
+SELECT idem.idem_set_policy('BRIEF', ttl => interval '10 milliseconds', audit_ttl => interval '1 hour');
+SQL
+hijack_out=$root/hijack.out
+{
+	as_role() { "$bin/psql" -X -q -At -U "$1" -d idem_hijack -c "$2" 2>&1 || true; }
+	as_role evil_owner "ALTER SCHEMA idem RENAME TO idem_renamed"
+	as_role evil_owner "CREATE FUNCTION idem.idem_begin(bigint, text, text, jsonb) RETURNS void LANGUAGE sql AS 'SELECT'"
+	as_role evil_creator "CREATE TABLE idem.idem_policy_x (id int)"
+	as_role evil_owner "SELECT hijack_log.plant('public')"
+	for s in postgres idem_installer idem_owner h_app h_publisher; do
+		as_role evil_creator "CREATE SCHEMA $s; GRANT USAGE ON SCHEMA $s TO PUBLIC; SELECT hijack_log.plant('$s')"
+	done
+} >"$hijack_out.attack"
+check "the database's owner cannot rename idem's schema, nor any attacker create in it" 3 \
+	"$(grep -cE 'must be owner of schema idem|permission denied for schema idem' "$hijack_out.attack")"
+check "the attackers planted look-alikes in public and in the schemas named after every caller" t \
+	"$(sql -d idem_hijack -c "SELECT count(*) >= 5 * 40 FROM pg_proc p WHERE p.prosrc ~ 'hijack_log.hit' AND p.pronamespace::regnamespace::text IN ('public', 'postgres', 'idem_installer', 'idem_owner', 'h_app', 'h_publisher')")"
+log_from=$(stat -c %s "$root/server.log")
+hijack_status=0
+"$bin/psql" -X -q -At -d idem_hijack -f "$here/hijack_calls.sql" >"$hijack_out" 2>&1 || hijack_status=$?
+check "every call of the SQL edition's entry points by the roles of their kinds succeeds (but IK007 and IK005, as meant)" "0 IK007 IK005" \
+	"$hijack_status $(grep -oE 'idempotency key expired|did not finish it' "$hijack_out" | sed 's/idempotency key expired/IK007/; s/did not finish it/IK005/' | tr '\n' ' ' | sed 's/ $//')"
+check "every function of schema idem but the internal idem_sql_* is called there" "" \
+	"$(sql -d idem_hijack -c "SELECT string_agg(p.proname, ' ' ORDER BY p.proname) FROM pg_proc p
+	                          WHERE p.pronamespace = 'idem'::regnamespace AND p.proname !~ '^idem_sql_'" | tr ' ' '\n' |
+		while read -r f; do grep -q "idem\.$f(" "$here/hijack_calls.sql" || echo "$f"; done | tr '\n' ' ' | sed 's/ $//')"
+check "no plant ran" "" \
+	"$(cat "$hijack_out" <(tail -c +$((log_from + 1)) "$root/server.log") | grep -o 'hijack: plant .*' | sort -u | head -n 5)"
+check "no role gained a right" "$rights_before" "$(sql -d postgres -c "$rights")"
+grep -E '^(ERROR|psql)' "$hijack_out" | grep -vE 'idempotency key expired|did not finish it' | head -n 10 || true
+check "control: a call that does not name idem's schema runs the plant the attacker put on h_app's search_path" \
+	"hijack: plant function h_app.idem_canonical_json ran as h_app" \
+	"$("$bin/psql" -X -q -At -U h_app -d idem_hijack -c "SELECT idem_canonical_json('{}')" 2>&1 | grep -o 'hijack: plant .*' | head -n 1)"
+
 # ------------------------------------------------------------ the libraries
+# Python from the tree; Node from its npm package (the clients stage's
+# install when there is one); Java from its jar (the clients stage's mvn
+# install, else one here), over TCP.
 PYTHONPATH=$IDEM_ROOT/clients/python/src /usr/bin/python3 "$here/libraries.py" \
 	"host=$root port=$port user=postgres dbname=idem_managed"
+node_app=${IDEM_TMP:-$root}/node-app
+if [ ! -d "$node_app/node_modules/idem-pg" ]; then
+	node_app=$root/node-app
+	mkdir -p "$node_app"
+	echo '{"name": "idem-managed-test", "private": true, "type": "module"}' >"$node_app/package.json"
+	tarball=$(cd "$IDEM_ROOT/clients/node" && npm pack --silent --pack-destination "$root")
+	(cd "$node_app" && npm install --no-audit --no-fund --silent "$root/$tarball" pg@^8.13.0 >/dev/null 2>&1) ||
+		echo "not ok - node: the package and pg install"
+fi
+cp "$here/libraries.mjs" "$node_app/managed-libraries.mjs"
+ran() {	# ran NAME CHECKS OUTPUT: the output, and a line if a check is missing
+	echo "$3"
+	[ "$(grep -cE '^(not )?ok - ' <<<"$3")" -eq "$2" ] || { echo "not ok - $1 ran its $2 checks"; sed 's/^/# /' <<<"$3" | tail -n 20; }
+}
+ran "node: test/managed/libraries.mjs" 4 "$(node "$node_app/managed-libraries.mjs" "$root" "$port" idem_managed 2>&1)"
+java_version=$(sed -n '0,/<version>/s:.*<version>\(.*\)</version>.*:\1:p' "$IDEM_ROOT/clients/java/pom.xml")
+java_jar=$HOME/.m2/repository/dev/idem/idem-pg/$java_version/idem-pg-$java_version.jar
+[ -f "$java_jar" ] || (cd "$IDEM_ROOT/clients/java" && mvn -B -ntp -q -DskipTests install >"$root/mvn.log" 2>&1) ||
+	{ tail -n 30 "$root/mvn.log"; echo "not ok - java: mvn install builds idem-pg"; }
+(cd "$IDEM_ROOT/clients/java" && mvn -B -ntp -q dependency:build-classpath -Dmdep.includeScope=runtime \
+	-Dmdep.outputFile="$root/java.cp" >>"$root/mvn.log" 2>&1) || true
+ran "java: test/managed/Libraries.java" 4 "$(java -cp "$java_jar:$(cat "$root/java.cp" 2>/dev/null)" "$here/Libraries.java" \
+	"jdbc:postgresql://127.0.0.1:$port/idem_managed?user=postgres" 2>&1)"
+
+# ------------------------------------------------------------ the seven tests
+# The article's seven tests (docs/protocol.md) against the SQL edition, for
+# the order and for the generic API (pay(): idem_begin, a ledger row,
+# idem_finish); the second, 20 concurrent callers, is same_key.sh's below.
+new_sql_edition_database idem_seven
+s7() { sql -d idem_seven -c "$1"; }
+sqlstate() { "$bin/psql" -X -q -At -d idem_seven -v VERBOSITY=sqlstate -c "$1" 2>&1 | sed -n 's/^ERROR:  \([0-9A-Z]\{5\}\).*/\1/p'; }
+s7 "CREATE TABLE public.ledger (owner_id bigint, amount int);
+    CREATE FUNCTION public.pay(o bigint, k text, amount int) RETURNS TABLE (http_status int, body json, replayed boolean)
+    LANGUAGE plpgsql AS \$\$
+    DECLARE b record;
+    BEGIN
+        SELECT * INTO b FROM idem.idem_begin(o, 'PAY', k, jsonb_build_object('amount', amount));
+        IF NOT b.replayed THEN
+            INSERT INTO public.ledger VALUES (o, amount);
+            SELECT f.http_status, f.body INTO b.http_status, b.body
+              FROM idem.idem_finish_stored(o, 'PAY', k, 201, json_build_object('paid', amount, 'at', clock_timestamp())) f;
+        END IF;
+        RETURN QUERY SELECT b.http_status, b.body, b.replayed;
+    END \$\$"
+first=$(s7 "SELECT order_id, order_no, status, http_status, replayed FROM idem.idem_create_order(1, 'seven-order-0000001', 5, 2)")
+second=$(s7 "SELECT order_id, order_no, status, http_status, replayed FROM idem.idem_create_order(1, 'seven-order-0000001', 5, 2)")
+check "1. create_order twice in a row: one order" 1 "$(s7 "SELECT count(*) FROM idem.purchase_order WHERE owner_id = 1")"
+check "6. create_order: the replay returns the first answer" "${first%|f}|t" "$second"
+check "3. create_order: the key with another request is IK001" IK001 \
+	"$(sqlstate "SELECT * FROM idem.idem_create_order(1, 'seven-order-0000001', 5, 3)")"
+first=$(s7 "SELECT http_status, body::text, replayed FROM public.pay(1, 'seven-pay-00000001', 10)")
+second=$(s7 "SELECT http_status, body::text, replayed FROM public.pay(1, 'seven-pay-00000001', 10)")
+check "1. idem_begin / idem_finish twice in a row: one ledger row" 1 "$(s7 "SELECT count(*) FROM public.ledger WHERE owner_id = 1")"
+check "6. idem_begin: the replay returns the first status and body, byte for byte" "${first%|f}|t" "$second"
+check "3. idem_begin: the key with another request is IK001" IK001 \
+	"$(sqlstate "SELECT * FROM public.pay(1, 'seven-pay-00000001', 11)")"
+sql -d idem_seven -c "BEGIN" -c "SELECT * FROM idem.idem_create_order(1, 'seven-order-0000002', 6, 1)" -c "ROLLBACK" >/dev/null
+sql -d idem_seven -c "BEGIN" -c "SELECT * FROM public.pay(1, 'seven-pay-00000002', 3)" -c "ROLLBACK" >/dev/null
+check "4. after a rolled-back first attempt the retry executes (order, payment), one ledger row" "f f 1" \
+	"$(s7 "SELECT replayed FROM idem.idem_create_order(1, 'seven-order-0000002', 6, 1)") $(s7 "SELECT replayed FROM public.pay(1, 'seven-pay-00000002', 3)") $(s7 "SELECT count(*) FROM public.ledger WHERE amount = 3")"
+check "5. no cache in front: a duplicate record written around idem fails on the unique index (23505)" 23505 \
+	"$(sqlstate "INSERT INTO idem.idempotency_record (owner_id, operation, idempotency_key, request_hash, status, expires_at)
+	             VALUES (1, 'CREATE_ORDER', 'seven-order-0000002', repeat('0', 64), 'PROCESSING', now() + interval '1 day')")"
+for o in 2 3 4; do
+	s7 "SELECT * FROM idem.idem_create_order($o, 'seven-shared-key-01', 7, 1)" >/dev/null
+	s7 "SELECT * FROM public.pay($o, 'seven-shared-key-01', 7)" >/dev/null
+done
+check "7. three owners, one key: three orders and three payments, none replayed" "3 3 3" \
+	"$(s7 "SELECT count(DISTINCT resource_id) FILTER (WHERE operation = 'CREATE_ORDER'), count(*) FILTER (WHERE operation = 'PAY')
+	       FROM idem.idempotency_record WHERE idempotency_key = 'seven-shared-key-01'" | tr '|' ' ') $(s7 "SELECT count(*) FROM public.ledger WHERE amount = 7")"
 
 # ------------------------------------------------------------ the same load
 IDEM_EDITION=sql bash "$IDEM_ROOT/test/fuzz/fuzz.sh" 5000 "$SEED"
