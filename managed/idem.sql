@@ -337,16 +337,15 @@ BEGIN
     IF request IS NULL THEN
         RAISE EXCEPTION 'argument "request" must not be null' USING ERRCODE = '22004';
     ELSIF kind OPERATOR(pg_catalog.=) 'object' THEN
-        RETURN '{' OPERATOR(pg_catalog.||) COALESCE(
-            (SELECT pg_catalog.string_agg(pg_catalog.to_json(e.key)::text OPERATOR(pg_catalog.||) ':'
-                                          OPERATOR(pg_catalog.||) idem.idem_sql_canonical_member(e.value), ','
-                                          ORDER BY CASE WHEN pg_catalog.octet_length(e.key) OPERATOR(pg_catalog.=) pg_catalog.length(e.key) THEN e.key
-                                                   ELSE idem.idem_sql_utf16_key(e.key) END COLLATE "C")
-               FROM pg_catalog.jsonb_each(request) e), '') OPERATOR(pg_catalog.||) '}';
+        RETURN '{' OPERATOR(pg_catalog.||) pg_catalog.array_to_string(ARRAY(
+            SELECT pg_catalog.to_json(e.key)::text OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) idem.idem_sql_canonical_member(e.value)
+              FROM pg_catalog.jsonb_each(request) e
+             ORDER BY CASE WHEN pg_catalog.octet_length(e.key) OPERATOR(pg_catalog.=) pg_catalog.length(e.key) THEN e.key
+                      ELSE idem.idem_sql_utf16_key(e.key) END COLLATE "C"), ',') OPERATOR(pg_catalog.||) '}';
     ELSIF kind OPERATOR(pg_catalog.=) 'array' THEN
-        RETURN '[' OPERATOR(pg_catalog.||) COALESCE(
-            (SELECT pg_catalog.string_agg(idem.idem_sql_canonical_member(a.v), ',' ORDER BY a.i)
-               FROM pg_catalog.jsonb_array_elements(request) WITH ORDINALITY AS a (v, i)), '') OPERATOR(pg_catalog.||) ']';
+        RETURN '[' OPERATOR(pg_catalog.||) pg_catalog.array_to_string(ARRAY(
+            SELECT idem.idem_sql_canonical_member(a.v)
+              FROM pg_catalog.jsonb_array_elements(request) WITH ORDINALITY AS a (v, i) ORDER BY a.i), ',') OPERATOR(pg_catalog.||) ']';
     ELSIF kind OPERATOR(pg_catalog.=) 'string' THEN
         RETURN pg_catalog.to_json(request OPERATOR(pg_catalog.#>>) '{}'::text[])::text;
     ELSIF kind OPERATOR(pg_catalog.=) 'number' THEN
@@ -356,17 +355,16 @@ BEGIN
 END
 $$;
 
--- A member's or element's canonical text: strings, integers of at most
--- 15 digits (jsonb writes them as RFC 8785 does), booleans and null in the
--- caller's query (inlined: STABLE as to_json is, no SET, not strict);
--- other numbers and containers by their functions.
+-- A member's or element's canonical text, in the caller's query (inlined:
+-- STABLE, no SET, not strict): jsonb writes a string (escape_json, as
+-- to_json does), a boolean, null and an integer of at most 15 digits as
+-- RFC 8785 does; other numbers and containers by their functions.
 CREATE FUNCTION idem.idem_sql_canonical_member(v jsonb) RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE
-RETURN CASE WHEN pg_catalog.jsonb_typeof(v) OPERATOR(pg_catalog.=) 'string' THEN pg_catalog.to_json(v OPERATOR(pg_catalog.#>>) '{}'::text[])::text
-            WHEN pg_catalog.jsonb_typeof(v) OPERATOR(pg_catalog.=) ANY (ARRAY['boolean', 'null']) THEN v::text
-            WHEN pg_catalog.jsonb_typeof(v) OPERATOR(pg_catalog.=) 'number' THEN
-                 CASE WHEN pg_catalog.length(v::text) OPERATOR(pg_catalog.<=) 15 AND v::text OPERATOR(pg_catalog.~) '^(-?[1-9][0-9]*|0)$' THEN v::text ELSE idem.idem_sql_number(v::numeric) END
-            ELSE idem.idem_canonical_json(v) END;
+RETURN CASE WHEN pg_catalog.jsonb_typeof(v) OPERATOR(pg_catalog.=) ANY (ARRAY['object', 'array']) THEN idem.idem_canonical_json(v)
+            WHEN pg_catalog.jsonb_typeof(v) OPERATOR(pg_catalog.<>) 'number'
+              OR (pg_catalog.length(v::text) OPERATOR(pg_catalog.<=) 15 AND v::text OPERATOR(pg_catalog.~) '^(-?[1-9][0-9]*|0)$') THEN v::text
+            ELSE idem.idem_sql_number(v::numeric) END;
 
 -- Lowercase hex SHA-256 of the canonical text.  PL/pgSQL: an IMMUTABLE
 -- SQL function calling convert_to (STABLE) is never inlined.
@@ -734,6 +732,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     rec record;
+    pol record;
     until timestamptz;
     got bigint;
     saved text;
@@ -741,17 +740,12 @@ DECLARE
     expires timestamptz;
 BEGIN
     FOR attempt IN 1..4 LOOP
-        -- one read: the session's binding, the settings, the policy, the record
-        SELECT b.role_name IS NOT NULL AS bound, b.owners, b.operations,
-               p.ttl AS p_ttl, p.wait_timeout AS p_wait,
-               COALESCE(p.reuse_after_expiry, s.reuse_after_expiry) OPERATOR(pg_catalog.=) 'refuse' AS refuses,
-               COALESCE(p.audit_ttl, s.audit_ttl) AS audit,
-               r.id, r.request_hash, r.status, r.claim_xid, r.expires_at, r.http_status, r.response_body,
+        -- one read: the session's binding and the record
+        SELECT b.role_name IS NOT NULL AS bound, b.owners, b.operations, r.id, r.request_hash, r.status, r.claim_xid, r.expires_at, r.http_status, r.response_body,
                r.response_headers, r.response_header_list, r.resource_id, r.response_json
           INTO rec
-          FROM idem.idem_settings s
+          FROM (SELECT) AS one
           LEFT JOIN idem.idem_binding b ON b.role_name OPERATOR(pg_catalog.=) session_user
-          LEFT JOIN idem.idem_policy p ON p.operation OPERATOR(pg_catalog.=) idem_sql_claim.operation
           LEFT JOIN idem.idempotency_record r
                  ON r.owner_id OPERATOR(pg_catalog.=) owner AND r.operation::text OPERATOR(pg_catalog.=) idem_sql_claim.operation
                 AND r.idempotency_key::text OPERATOR(pg_catalog.=) key;
@@ -775,15 +769,24 @@ BEGIN
                           COALESCE(rec.response_header_list, rec.response_headers::text::json), rec.response_json);
             RETURN result;
         END IF;
+        -- not a replay: the operation's policy and the settings
+        IF attempt OPERATOR(pg_catalog.=) 1 THEN
+            SELECT p.ttl AS p_ttl, p.wait_timeout AS p_wait,
+                   COALESCE(p.reuse_after_expiry, s.reuse_after_expiry) OPERATOR(pg_catalog.=) 'refuse' AS refuses,
+                   COALESCE(p.audit_ttl, s.audit_ttl) AS audit
+              INTO pol
+              FROM idem.idem_settings s
+              LEFT JOIN idem.idem_policy p ON p.operation OPERATOR(pg_catalog.=) idem_sql_claim.operation;
+        END IF;
         -- expired or gone: refused while in its audit period (reuse 'refuse')
-        IF rec.id IS NOT NULL AND rec.refuses THEN
-            until := rec.expires_at OPERATOR(pg_catalog.+) rec.audit;
+        IF rec.id IS NOT NULL AND pol.refuses THEN
+            until := rec.expires_at OPERATOR(pg_catalog.+) pol.audit;
             IF until OPERATOR(pg_catalog.>) pg_catalog.now() THEN
                 PERFORM idem.idem_sql_refuse('IK007', owner, operation, key,
                     pg_catalog.format('its record expired at %s; the operation refuses the key until %s (reuse_after_expiry ''refuse'').', rec.expires_at, until));
             END IF;
         END IF;
-        IF rec.refuses THEN
+        IF pol.refuses THEN
             SELECT h.audit_until INTO until FROM idem.idem_history h
              WHERE h.owner_id OPERATOR(pg_catalog.=) owner AND h.operation::text OPERATOR(pg_catalog.=) idem_sql_claim.operation
                AND h.idempotency_key::text OPERATOR(pg_catalog.=) key AND h.audit_until OPERATOR(pg_catalog.>) pg_catalog.now()
@@ -798,9 +801,9 @@ BEGIN
             -- another may have taken it first: look again
             PERFORM idem.idem_sql_archive(rec.id, rec.expires_at);
         END IF;
-        expires := pg_catalog.now() OPERATOR(pg_catalog.+) COALESCE(ttl, rec.p_ttl, idem.idem_sql_setting('ttl', 's', interval '86400 s'));
+        expires := pg_catalog.now() OPERATOR(pg_catalog.+) COALESCE(ttl, pol.p_ttl, idem.idem_sql_setting('ttl', 's', interval '86400 s'));
         saved := pg_catalog.current_setting('lock_timeout');
-        PERFORM pg_catalog.set_config('lock_timeout', idem.idem_sql_wait(rec.p_wait), true);
+        PERFORM pg_catalog.set_config('lock_timeout', idem.idem_sql_wait(pol.p_wait), true);
         INSERT INTO idem.idempotency_record AS r
                (owner_id, operation, idempotency_key, request_hash, status, expires_at, claim_xid, claim_ttl)
         VALUES (owner, operation, key, fp, 'PROCESSING',
