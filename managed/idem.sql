@@ -796,14 +796,16 @@ BEGIN
                     pg_catalog.format('an earlier execution of the key is in its audit period until %s (reuse_after_expiry ''refuse'').', until));
             END IF;
         END IF;
+        expires := pg_catalog.now() OPERATOR(pg_catalog.+) COALESCE(ttl, pol.p_ttl, idem.idem_sql_setting('ttl', 's', interval '86400 s'));
+        -- the bounded wait: for the row of an original in flight, whether
+        -- it holds the expired record (deleting it) or the new claim
+        saved := pg_catalog.current_setting('lock_timeout');
+        PERFORM pg_catalog.set_config('lock_timeout', idem.idem_sql_wait(pol.p_wait), true);
         IF rec.id IS NOT NULL THEN
             -- the expired record goes (its audit fields to the history);
             -- another may have taken it first: look again
             PERFORM idem.idem_sql_archive(rec.id, rec.expires_at);
         END IF;
-        expires := pg_catalog.now() OPERATOR(pg_catalog.+) COALESCE(ttl, pol.p_ttl, idem.idem_sql_setting('ttl', 's', interval '86400 s'));
-        saved := pg_catalog.current_setting('lock_timeout');
-        PERFORM pg_catalog.set_config('lock_timeout', idem.idem_sql_wait(pol.p_wait), true);
         INSERT INTO idem.idempotency_record AS r
                (owner_id, operation, idempotency_key, request_hash, status, expires_at, claim_xid, claim_ttl)
         VALUES (owner, operation, key, fp, 'PROCESSING',
