@@ -6,7 +6,8 @@ one with the C edition preloaded, one where idem's library is neither
 preloaded nor installed and the SQL edition (managed/idem.sql) answers.
 Every answer and SQLSTATE is compared after normalisation: ids renumbered
 by first appearance, timestamps as the TTL they fall under (or "past"),
-message ids by first appearance.  A step that blocks is left waiting until
+message ids by first appearance, a fetch's messages grouped by key (each
+key's in order).  A step that blocks is left waiting until
 the other session's step that releases it (pg_blocking_pids), as the
 isolation tester does; expiries come from TTLs of 500 ms and a wait until
 the records' own expiry has passed, never from a fixed sleep.
@@ -342,6 +343,12 @@ def normalise(norm: Normal, ed, kind, result):
         elif kind == "fetch_ack" and row[0] != "acked":
             row[0] = norm.id("message", row[0])
         rows.append(tuple(norm.value(v) for v in row))
+    if kind == "fetch_ack":
+        # each key's messages in order; the order across keys is neither
+        # edition's promise (the C edition sequences a transaction's keys
+        # in hash order, the SQL edition in emit order)
+        messages = sorted((r for r in rows if r[0] != "acked"), key=lambda r: (r[1] is not None, r[1] or ""))
+        rows = messages + [r for r in rows if r[0] == "acked"]
     return rows
 
 
