@@ -36,7 +36,7 @@ PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter
 REGRESS = jcs jcs_numbers encoding order cleanup writes api digest policy key_spellings redact task_lapses erasure retention headers tasks distribute outbox dead_letters inbox health stats owners operations grant hijack scripts rename tempschema security invalidation upgrade
 REGRESS_OPTS = --load-extension=idem --load-extension=pgcrypto
 
-ISOLATION = claim-race-2 claim-race-3 in-flight-timeout policy-invalidation key-spelling-race repeatable-read mismatch-race expired-race expired-wait key-deadlock cleanup-skip-locked savepoint bypass-writer claim-window api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race outbox-cross-keys outbox-nack-emit-race outbox-ack-share inbox-race stats-waits task-lease-race task-submit-race task-takeover refuse-cleanup-race
+ISOLATION = claim-race-2 claim-race-3 in-flight-timeout policy-invalidation key-spelling-race repeatable-read mismatch-race expired-race expired-wait expired-archive-race key-deadlock cleanup-skip-locked savepoint bypass-writer claim-window api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race outbox-cross-keys outbox-nack-emit-race outbox-ack-share inbox-race stats-waits task-lease-race task-submit-race task-takeover refuse-cleanup-race
 ISOLATION_OPTS = --inputdir=$(srcdir)/test --outputdir=test/output_iso --load-extension=idem
 
 # the cleanup worker, restarts, crashes, a standby: PostgreSQL::Test::Cluster

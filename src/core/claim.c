@@ -191,8 +191,8 @@ claim_absent(IdemClaim *c, bool found)
 	 */
 	idem_check_key_policy(c->scope);
 	idem_use_safe_search_path(c->identity);
-	if (idem_record_delete_expired(c->cat, &c->rec) == IDEM_ROW_CHANGED)
-		return CLAIM_AGAIN;
+	if (idem_record_delete_expired(c->cat, &c->rec) != IDEM_ROW_DELETED)
+		return CLAIM_AGAIN;		/* changed, or deleted and archived by another */
 	(void) idem_scope_spelling(c->scope, c->rec_spelling, &spelled);
 	idem_history_archive(c->cat, &spelled, &c->rec, c->now);
 	idem_stats_count_at_commit(IDEM_KIND_OPERATION, c->scope->operation, IDEM_STAT_RENEWED, 1);

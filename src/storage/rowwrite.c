@@ -264,9 +264,9 @@ idem_rows_update(IdemRows *rows, int i, TupleTableSlot *locked,
  * Delete the row at tid of relid, which the caller read (an expired record
  * or inbox entry, under its key's lock).  The row is locked first, as a
  * DELETE's would be: if the cleanup (or anything else) deleted it
- * meanwhile, it is gone; if something changed it, the caller reads again
- * (or, where the transaction keeps its snapshot, gets 40001, as for a
- * DELETE).  what names the row in an unexpected error.
+ * meanwhile, it is gone; if something changed it, the caller reads again.
+ * Where the transaction keeps its snapshot, either is 40001, as for a
+ * DELETE.  what names the row in an unexpected error.
  */
 IdemRowDeletion
 idem_rows_delete_read(Oid relid, ItemPointer tid, const char *what)
@@ -288,6 +288,10 @@ idem_rows_delete_read(Oid relid, ItemPointer tid, const char *what)
 			idem_rows_delete(&rows, 0, slot);
 			break;
 		case TM_Deleted:
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent delete")));
 			outcome = IDEM_ROW_GONE;
 			break;
 		case TM_Updated:

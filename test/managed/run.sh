@@ -122,7 +122,7 @@ check "the C edition's pg_regress files $REGRESS_SUBSET pass against the SQL edi
 # files in test/managed/expected_iso, whose differences docs/managed.md
 # lists.
 SPECS="api-begin-race api-expired-cleanup bypass-writer claim-race-2 cleanup-skip-locked
-	expired-race expired-wait in-flight-timeout key-deadlock mismatch-race outbox-ack-emit-race outbox-commit-order
+	expired-race expired-wait expired-archive-race in-flight-timeout key-deadlock mismatch-race outbox-ack-emit-race outbox-commit-order
 	outbox-cross-keys outbox-fetch-race outbox-lease-lapse refuse-cleanup-race repeatable-read savepoint"
 iso=$root/iso
 mkdir -p "$iso/specs" "$iso/expected"
