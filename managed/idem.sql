@@ -366,13 +366,19 @@ RETURN CASE WHEN pg_catalog.jsonb_typeof(v) OPERATOR(pg_catalog.=) ANY (ARRAY['o
               OR (pg_catalog.length(v::text) OPERATOR(pg_catalog.<=) 15 AND v::text OPERATOR(pg_catalog.~) '^(-?[1-9][0-9]*|0)$') THEN v::text
             ELSE idem.idem_sql_number(v::numeric) END;
 
+-- Lowercase hex SHA-256 of a canonical text, in the caller's expression
+-- (inlined: STABLE as convert_to is, no SET).
+CREATE FUNCTION idem.idem_sql_digest(canonical text) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(canonical, 'UTF8')), 'hex');
+
 -- Lowercase hex SHA-256 of the canonical text.  PL/pgSQL: an IMMUTABLE
 -- SQL function calling convert_to (STABLE) is never inlined.
 CREATE FUNCTION idem.idem_request_hash(request jsonb) RETURNS text
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
 AS $$
 BEGIN
-    RETURN pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(idem.idem_canonical_json(request), 'UTF8')), 'hex');
+    RETURN idem.idem_sql_digest(idem.idem_canonical_json(request));
 END
 $$;
 -- ===========================================================================
@@ -923,8 +929,7 @@ BEGIN
         PERFORM idem.idem_sql_check_ttl(ttl);
     END IF;
     c := idem.idem_sql_claim(owner, operation, key,
-             pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(idem.idem_canonical_json(request), 'UTF8')), 'hex'),
-             ttl, true);
+             idem.idem_sql_digest(idem.idem_canonical_json(request)), ttl, true);
     result := ROW(c.replayed, c.http_status, c.body, c.headers, c.resource_id, c.expires_at, c.header_list);
     RETURN result;
 END
@@ -1041,8 +1046,7 @@ BEGIN
                   DETAIL = 'The request fingerprint holds sku as a JSON number, exact only up to 2^53 - 1.';
     END IF;
     c := idem.idem_sql_claim(owner, 'CREATE_ORDER', key,
-                             pg_catalog.encode(pg_catalog.sha256(pg_catalog.convert_to(
-                                 pg_catalog.format('{"qty":%s,"sku":%s}', qty, sku), 'UTF8')), 'hex'),
+                             idem.idem_sql_digest(pg_catalog.format('{"qty":%s,"sku":%s}', qty, sku)),
                              NULL, false);
     IF c.replayed THEN
         result := ROW((c.response_json OPERATOR(pg_catalog.->>) 'orderId')::bigint,
@@ -1616,7 +1620,7 @@ BEGIN
     FOR f IN SELECT p.oid::pg_catalog.regprocedure FROM pg_catalog.pg_proc p
               WHERE p.pronamespace OPERATOR(pg_catalog.=) 'idem'::pg_catalog.regnamespace
                 AND p.proname OPERATOR(pg_catalog.~~) 'idem\_sql\_%'
-                AND p.proname OPERATOR(pg_catalog.<>) ALL (ARRAY['idem_sql_number', 'idem_sql_utf16_key', 'idem_sql_reads_back', 'idem_sql_canonical_member']) LOOP
+                AND p.proname OPERATOR(pg_catalog.<>) ALL (ARRAY['idem_sql_number', 'idem_sql_utf16_key', 'idem_sql_reads_back', 'idem_sql_canonical_member', 'idem_sql_digest']) LOOP
         EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
     END LOOP;
 END
