@@ -95,25 +95,36 @@ fi
 # checks; test/managed/expected_regress holds the outputs that differ.
 REGRESS_SUBSET="jcs jcs_numbers order"
 translate() { sed 's/idem_internal\./idem./g; s/idem\.wait_timeout/idem_sql.wait_timeout/g; s/idem\.ttl/idem_sql.ttl/g; s/idem\.failure_ttl/idem_sql.failure_ttl/g' "$@"; }
+# C edition's files NAMES of EXT from SRC (expected outputs from EXPECTED),
+# translated into OUT/INDIR and OUT/expected, but the outputs OVERLAY holds
+copy_subset() {	# copy_subset OUT INDIR EXT SRC EXPECTED OVERLAY NAMES...
+	local out=$1 indir=$2 ext=$3 src=$4 expected=$5 overlay=$6 f
+	shift 6
+	mkdir -p "$out/$indir" "$out/expected"
+	for f in "$@"; do
+		translate "$src/$f.$ext" >"$out/$indir/$f.$ext"
+		if [ -f "$overlay/$f.out" ]; then
+			cp "$overlay/$f.out" "$out/expected/"
+		else
+			translate "$expected/$f.out" >"$out/expected/$f.out"
+		fi
+	done
+}
+# each file's line of the run in OUT, one check named WHAT, the diffs
+subset_result() {	# subset_result OUT WHAT
+	grep -E '\.\.\. ' "$1/log" | sed 's/^/# /'
+	check "$2" 0 "$(grep -cE '\.\.\. FAILED|\.\.\. failed' "$1/log" || true)"
+	if [ -s "$1/out/regression.diffs" ]; then head -n 100 "$1/out/regression.diffs"; fi
+}
 sub=$root/subset
-mkdir -p "$sub/sql" "$sub/expected"
-for f in $REGRESS_SUBSET; do
-	translate "$IDEM_ROOT/sql/$f.sql" >"$sub/sql/$f.sql"
-	if [ -f "$here/expected_regress/$f.out" ]; then
-		cp "$here/expected_regress/$f.out" "$sub/expected/"
-	else
-		translate "$IDEM_ROOT/expected/$f.out" >"$sub/expected/$f.out"
-	fi
-done
+# shellcheck disable=SC2086
+copy_subset "$sub" sql sql "$IDEM_ROOT/sql" "$IDEM_ROOT/expected" "$here/expected_regress" $REGRESS_SUBSET
 new_sql_edition_database idem_subset
 sql -d idem_subset -c "CREATE EXTENSION pgcrypto SCHEMA public"
 # shellcheck disable=SC2086
 "$regress" --use-existing --bindir="$bin" --host="$root" --port="$port" --user=postgres --dbname=idem_subset \
 	--inputdir="$sub" --outputdir="$sub/out" $REGRESS_SUBSET >"$sub/log" 2>&1 || true
-grep -E '\.\.\. ' "$sub/log" | sed 's/^/# /'
-check "the C edition's pg_regress files $REGRESS_SUBSET pass against the SQL edition" 0 \
-	"$(grep -cE '\.\.\. FAILED|\.\.\. failed' "$sub/log" || true)"
-[ -s "$sub/out/regression.diffs" ] && head -n 100 "$sub/out/regression.diffs"
+subset_result "$sub" "the C edition's pg_regress files $REGRESS_SUBSET pass against the SQL edition"
 
 # ------------------------------------------------------------ isolation
 # The C edition's specs of what the slice has, run against the SQL edition
@@ -125,24 +136,14 @@ SPECS="api-begin-race api-expired-cleanup bypass-writer claim-race-2 cleanup-ski
 	expired-race expired-wait expired-archive-race in-flight-timeout key-deadlock mismatch-race outbox-ack-emit-race outbox-commit-order
 	outbox-cross-keys outbox-fetch-race outbox-lease-lapse refuse-cleanup-race repeatable-read savepoint"
 iso=$root/iso
-mkdir -p "$iso/specs" "$iso/expected"
-for spec in $SPECS; do
-	translate "$IDEM_ROOT/test/specs/$spec.spec" >"$iso/specs/$spec.spec"
-	if [ -f "$here/expected_iso/$spec.out" ]; then
-		cp "$here/expected_iso/$spec.out" "$iso/expected/"
-	else
-		translate "$IDEM_ROOT/test/expected/$spec.out" >"$iso/expected/$spec.out"
-	fi
-done
+# shellcheck disable=SC2086
+copy_subset "$iso" specs spec "$IDEM_ROOT/test/specs" "$IDEM_ROOT/test/expected" "$here/expected_iso" $SPECS
 new_sql_edition_database idem_iso
 # shellcheck disable=SC2086
 "$("$PG_CONFIG" --pkglibdir)/pgxs/src/test/isolation/pg_isolation_regress" --use-existing --bindir="$bin" \
 	--host="$root" --port="$port" --user=postgres --dbname=idem_iso \
 	--inputdir="$iso" --outputdir="$iso/out" $SPECS >"$iso/log" 2>&1 || true
-grep -E '\.\.\. ' "$iso/log" | sed 's/^/# /'
-check "$(echo $SPECS | wc -w) isolation specs of the C edition pass against the SQL edition" 0 \
-	"$(grep -cE '\.\.\. FAILED|\.\.\. failed' "$iso/log" || true)"
-[ -s "$iso/out/regression.diffs" ] && head -n 100 "$iso/out/regression.diffs"
+subset_result "$iso" "$(echo $SPECS | wc -w) isolation specs of the C edition pass against the SQL edition"
 
 # ------------------------------------------------------------ escalation
 # test/t/014_schema_hijack.pl's attack on the SQL edition: in a database
