@@ -217,6 +217,10 @@ CREATE TABLE idem_internal.idempotency_record (
     response_header_list json,
     task_lapses     integer,
     request_digest  bytea,
+    task_leased_at  timestamptz,
+    task_uncertain_since timestamptz,
+    task_reconcile_at timestamptz,
+    task_reconciles integer,
     CONSTRAINT uk_idempotency_scope UNIQUE (owner_id, operation, idempotency_key),
     -- pg_catalog's operator by name: an = for varchar planted in the target
     -- schema would otherwise win over pg_catalog's text = text
@@ -496,7 +500,10 @@ CREATE TABLE idem_internal.idem_policy (
     updated_at    timestamptz NOT NULL DEFAULT pg_catalog.now(),
     audit_ttl     interval,
     reuse_after_expiry text
-        CHECK (reuse_after_expiry OPERATOR(pg_catalog.=) ANY (ARRAY['execute', 'refuse']::text[]))
+        CHECK (reuse_after_expiry OPERATOR(pg_catalog.=) ANY (ARRAY['execute', 'refuse']::text[])),
+    uncertain     text
+        CHECK (uncertain OPERATOR(pg_catalog.=) ANY (ARRAY['retry', 'reconcile']::text[])),
+    reconcile_within interval
 );
 REVOKE ALL ON idem_internal.idem_policy FROM PUBLIC;
 SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_policy', '');
@@ -541,15 +548,18 @@ CREATE FUNCTION @extschema@.idem_set_policy(
     reuse_after_expiry text DEFAULT idem_internal.idem_policy_unchanged_text(),
     redact text[] DEFAULT idem_internal.idem_policy_unchanged_textarray(),
     key_format text DEFAULT idem_internal.idem_policy_unchanged_text(),
-    reject_weak_keys boolean DEFAULT idem_internal.idem_policy_unchanged_boolean())
+    reject_weak_keys boolean DEFAULT idem_internal.idem_policy_unchanged_boolean(),
+    uncertain text DEFAULT idem_internal.idem_policy_unchanged_text(),
+    reconcile_within interval DEFAULT idem_internal.idem_policy_unchanged_interval())
 RETURNS idem_internal.idem_policy
 LANGUAGE C VOLATILE CALLED ON NULL INPUT AS 'MODULE_PATHNAME', 'idem_set_policy';
-REVOKE ALL ON FUNCTION @extschema@.idem_set_policy(text, interval, interval, interval, integer, interval, interval, interval, text, text[], text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_set_policy(text, interval, interval, interval, integer, interval, interval, interval, text, text[], text, boolean, text, interval) FROM PUBLIC;
 
 -- the policies, readable by pg_monitor
 CREATE VIEW @extschema@.idem_policies AS
     SELECT operation, ttl, failure_ttl, wait_timeout, max_attempts, retry_base, retry_max,
-           audit_ttl, reuse_after_expiry, redact, key_format, reject_weak_keys, updated_at
+           audit_ttl, reuse_after_expiry, redact, key_format, reject_weak_keys, updated_at,
+           uncertain, reconcile_within
     FROM idem_internal.idem_policy;
 REVOKE ALL ON @extschema@.idem_policies FROM PUBLIC;
 GRANT SELECT ON @extschema@.idem_policies TO pg_monitor;
@@ -628,8 +638,8 @@ COMMENT ON VIEW @extschema@.idem_audit IS
 
 -- ---------------------------------------------------------------------------
 -- idem_forget_owner(owner): an erasure request.  Removes every record,
--- order (idem_create_order's), history row and inbox entry of the owner,
--- and (undelivered => 'delete') its outbox messages not yet
+-- order (idem_create_order's), history row, task attempt and inbox entry
+-- of the owner, and (undelivered => 'delete') its outbox messages not yet
 -- delivered, in batches of batch_size rows a statement, at most
 -- max_batches batches a table (all when NULL); returns how many rows went.
 -- Superuser only.
@@ -686,6 +696,7 @@ BEGIN
         ('idem_internal.idempotency_record', 'id', true),
         ('idem_internal.purchase_order', 'id', true),
         ('idem_internal.idem_history', 'record_id', true),
+        ('idem_internal.idem_task_attempt', 'task_id, token', true),
         ('idem_internal.idem_inbox', 'consumer, message_id', true),
         ('idem_internal.idem_inbox_failure', 'consumer, message_id', true),
         ('idem_internal.idem_outbox', 'message_id', undelivered OPERATOR(pg_catalog.=) 'delete')) AS t (tbl, keys, wanted)
@@ -709,7 +720,7 @@ $$;
 REVOKE ALL ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer, text) FROM PUBLIC;
 
 COMMENT ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer, text) IS
-    'idem: an erasure request: remove every record, order, history row, inbox entry and failure, outbox dead letter and (undelivered => ''delete'') outbox message of owner (superuser only)';
+    'idem: an erasure request: remove every record, order, history row, task attempt, inbox entry and failure, outbox dead letter and (undelivered => ''delete'') outbox message of owner (superuser only)';
 
 -- ===========================================================================
 -- Tasks
@@ -769,6 +780,88 @@ COMMENT ON COLUMN idem_internal.idempotency_record.task_ttl IS
 -- max_attempts.
 COMMENT ON COLUMN idem_internal.idempotency_record.task_lapses IS
     'idem: how many of the task''s attempts ended by their lease lapsing (or their bound session ending), not by idem_complete or idem_fail';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_leased_at IS
+    'idem: when the current (or last) lease was handed out';
+
+-- ---------------------------------------------------------------------------
+-- Uncertain outcomes.  For an operation whose policy says uncertain =>
+-- 'reconcile', an attempt that ends without a known outcome (idem_fail_unknown,
+-- a lease that lapses, a bound session that ends) leaves the task
+-- PROCESSING with task_uncertain_since set and task_due_at NULL: no
+-- idem_lease sees it again.  Only idem_lease_reconcile hands it out, through
+-- idem_task_reconcile, with the attempts so far; its holder completes the
+-- task with the provider's answer, fails it for good, declares that the
+-- attempt had no effect (idem_fail, retryable: the task is due again) or
+-- that the outcome is still unknown (idem_fail_unknown: reconciled again
+-- after a backoff).  Past the policy's reconcile_within the task waits for
+-- an operator (task_reconcile_at NULL; idem_health counts it).
+-- ---------------------------------------------------------------------------
+CREATE INDEX idem_task_reconcile ON idem_internal.idempotency_record (operation, task_reconcile_at)
+    WHERE task_reconcile_at IS NOT NULL;
+
+COMMENT ON COLUMN idem_internal.idempotency_record.task_uncertain_since IS
+    'idem: since when the task''s outcome is uncertain (an attempt of an operation with uncertain => ''reconcile'' ended without one); NULL: not marked';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_reconcile_at IS
+    'idem: when idem_lease_reconcile may hand the marked task out next; NULL: not marked, or past reconcile_within (an operator''s)';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_reconciles IS
+    'idem: reconcile leases handed out for the task';
+
+-- ---------------------------------------------------------------------------
+-- Every ended attempt of a task: one row when its lease ends (idem_complete,
+-- idem_fail, idem_fail_unknown, or found lapsed by the next lease), with
+-- the error as the operation's policy redacts it.  A row expires with its
+-- task's record (infinity while the task is unfinished); the cleanup
+-- deletes it, idem_forget_owner erases it.  The lease in progress is read
+-- from the record (idem_task_attempts).
+-- ---------------------------------------------------------------------------
+CREATE TABLE idem_internal.idem_task_attempt (
+    owner_id    bigint NOT NULL,
+    task_id     bigint NOT NULL,
+    token       bigint NOT NULL,
+    attempt     integer NOT NULL,
+    reconcile   boolean NOT NULL,
+    worker      varchar(64) NOT NULL,
+    started_at  timestamptz NOT NULL,
+    ended_at    timestamptz NOT NULL,
+    outcome     varchar(16) NOT NULL
+        CHECK (outcome::pg_catalog.text OPERATOR(pg_catalog.=)
+               ANY (ARRAY['succeeded', 'failed', 'retryable', 'unknown', 'lapsed']::pg_catalog.text[])),
+    http_status integer,
+    error       jsonb,
+    expires_at  timestamptz NOT NULL,
+    CONSTRAINT pk_idem_task_attempt PRIMARY KEY (owner_id, task_id, token)
+);
+CREATE INDEX idem_task_attempt_expires ON idem_internal.idem_task_attempt (expires_at);
+
+COMMENT ON TABLE idem_internal.idem_task_attempt IS
+    'idem: every ended attempt of a task (its lease: worker, token, times, outcome, redacted error), kept as long as the task''s record';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_task_attempt', '');
+REVOKE ALL ON idem_internal.idem_task_attempt FROM PUBLIC;
+
+-- idem_task_attempts: the attempts of every task, the one in progress
+-- included (outcome NULL), oldest first; as idem_audit, read through a
+-- function as idem's owner, every owner for pg_monitor, else those of the
+-- caller's idem.allowed_owners.
+CREATE FUNCTION @extschema@.idem_task_attempt_entries(
+    owner bigint DEFAULT NULL,
+    OUT owner_id bigint, OUT task_id bigint, OUT operation text, OUT idempotency_key text,
+    OUT attempt integer, OUT reconcile boolean, OUT worker text, OUT token bigint,
+    OUT started_at timestamptz, OUT ended_at timestamptz, OUT outcome text,
+    OUT http_status integer, OUT error jsonb)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_task_attempt_entries'
+LANGUAGE C STABLE CALLED ON NULL INPUT;
+REVOKE ALL ON FUNCTION @extschema@.idem_task_attempt_entries(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.idem_task_attempt_entries(bigint) TO pg_monitor;
+
+CREATE VIEW @extschema@.idem_task_attempts AS
+    SELECT * FROM @extschema@.idem_task_attempt_entries(NULL::pg_catalog.int8);
+REVOKE ALL ON @extschema@.idem_task_attempts FROM PUBLIC;
+GRANT SELECT ON @extschema@.idem_task_attempts TO pg_monitor;
+
+COMMENT ON VIEW @extschema@.idem_task_attempts IS
+    'idem: every attempt of every task: worker, fencing token, start, end, outcome (succeeded, failed, retryable, unknown, lapsed; NULL while it runs), redacted error';
 
 
 -- Submit a long flow: PROCESSING with a task due now, or the key's current state.
@@ -828,6 +921,31 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean) IS
     'idem: report a failed attempt: FAILED_RETRYABLE with a backoff while attempts are left, else FAILED_FINAL (HTTP 500); IK004 if the token is stale';
 
+-- An attempt whose outcome the worker does not know (a provider's timeout).
+CREATE FUNCTION @extschema@.idem_fail_unknown(
+    task_id bigint, token bigint, error jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_fail_unknown'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_fail_unknown(bigint, bigint, jsonb) IS
+    'idem: report an attempt whose outcome is unknown: with uncertain => ''reconcile'' the task is marked for reconciliation (PROCESSING), else as idem_fail''s retryable failure; IK004 if the token is stale';
+
+-- Lease the marked tasks of an operation, with their attempts so far.
+CREATE FUNCTION @extschema@.idem_lease_reconcile(
+    operation text, worker text, lease interval DEFAULT '30 seconds',
+    batch integer DEFAULT 1, bind_session boolean DEFAULT false,
+    OUT task_id bigint, OUT owner bigint, OUT key text, OUT request jsonb,
+    OUT payload jsonb, OUT attempt integer, OUT token bigint,
+    OUT lease_expires_at timestamptz, OUT uncertain_since timestamptz,
+    OUT attempts jsonb)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_lease_reconcile'
+LANGUAGE C VOLATILE ROWS 1;
+
+COMMENT ON FUNCTION @extschema@.idem_lease_reconcile(text, text, interval, integer, boolean) IS
+    'idem: hand tasks whose outcome is uncertain to a reconciling worker, with their attempts so far, each with a new fencing token';
+
 -- Like the other entry points: granted by the administrator, to the roles
 -- that act for owners (idem_submit) and to the workers (the others).
 REVOKE ALL ON FUNCTION @extschema@.idem_submit(bigint, text, text, jsonb, jsonb, interval) FROM PUBLIC;
@@ -835,6 +953,8 @@ REVOKE ALL ON FUNCTION @extschema@.idem_lease(text, text, interval, integer, boo
 REVOKE ALL ON FUNCTION @extschema@.idem_heartbeat(bigint, bigint, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_fail_unknown(bigint, bigint, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_lease_reconcile(text, text, interval, integer, boolean) FROM PUBLIC;
 
 -- ===========================================================================
 -- Outbox and dead letters
@@ -1744,7 +1864,10 @@ CREATE FUNCTION @extschema@.idem_health(
     OUT worker_last_error_at timestamptz,
     OUT refuse_without_audit text[],
     OUT schema_creators text[],
-    OUT shadowing_functions text[])
+    OUT shadowing_functions text[],
+    OUT uncertain_tasks bigint,
+    OUT reconcile_overdue bigint,
+    OUT reconcile_oldest_overdue_age interval)
 RETURNS record
 LANGUAGE sql STABLE
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -1787,7 +1910,10 @@ SELECT
            AND COALESCE(pg_catalog.current_setting('idem.audit_ttl', true), '0')::pg_catalog.interval
                OPERATOR(pg_catalog.<=) '0'::pg_catalog.interval) u),
     idem_internal.idem_schema_creators('@extschema@'::pg_catalog.regnamespace::pg_catalog.oid),
-    idem_internal.idem_shadowing_functions('@extschema@'::pg_catalog.regnamespace::pg_catalog.oid)
+    idem_internal.idem_shadowing_functions('@extschema@'::pg_catalog.regnamespace::pg_catalog.oid),
+    (SELECT pg_catalog.count(*) FROM idem_internal.idempotency_record r
+      WHERE r.task_uncertain_since IS NOT NULL),
+    overdue.n, overdue.oldest_age
 FROM (SELECT pg_catalog.sum(pg_catalog.pg_table_size(t.rel))::pg_catalog.int8 AS table_bytes,
              pg_catalog.sum(pg_catalog.pg_indexes_size(t.rel))::pg_catalog.int8 AS index_bytes
         FROM pg_catalog.unnest(ARRAY['idem_internal.idempotency_record'::pg_catalog.regclass,
@@ -1795,13 +1921,24 @@ FROM (SELECT pg_catalog.sum(pg_catalog.pg_table_size(t.rel))::pg_catalog.int8 AS
                                      'idem_internal.idem_outbox'::pg_catalog.regclass,
                                      'idem_internal.idem_inbox'::pg_catalog.regclass,
                                      'idem_internal.idem_outbox_dead'::pg_catalog.regclass,
-                                     'idem_internal.idem_inbox_failure'::pg_catalog.regclass]) AS t(rel)) sizes
+                                     'idem_internal.idem_inbox_failure'::pg_catalog.regclass,
+                                     'idem_internal.idem_task_attempt'::pg_catalog.regclass]) AS t(rel)) sizes
+-- marked tasks past their operation's reconcile_within: an operator's
+CROSS JOIN (SELECT pg_catalog.count(*) AS n,
+                   pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(r.task_uncertain_since) AS oldest_age
+              FROM idem_internal.idempotency_record r
+              LEFT JOIN idem_internal.idem_policy p
+                ON p.operation OPERATOR(pg_catalog.=) r.operation::pg_catalog.text
+             WHERE r.task_uncertain_since IS NOT NULL
+               AND (r.task_reconcile_at IS NULL
+                    OR r.task_uncertain_since OPERATOR(pg_catalog.+) p.reconcile_within
+                       OPERATOR(pg_catalog.<=) pg_catalog.now())) overdue
 LEFT JOIN @extschema@.idem_cleanup_status() w
        ON w.datid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
                                           WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database());
 END;
 COMMENT ON FUNCTION @extschema@.idem_health() IS
-    'idem: backlog, PROCESSING records, outbox and inbox (lease lapses, dead letters), disk use, the cleanup worker''s last round, operations refusing reuse without an audit period, and who could plant functions in idem''s schema, for this database';
+    'idem: backlog, PROCESSING records, outbox and inbox (lease lapses, dead letters), disk use, the cleanup worker''s last round, operations refusing reuse without an audit period, who could plant functions in idem''s schema, and tasks whose outcome is uncertain (those past reconcile_within wait for an operator), for this database';
 REVOKE ALL ON FUNCTION @extschema@.idem_health() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.idem_health() TO pg_monitor;
 
@@ -1937,6 +2074,8 @@ BEGIN ATOMIC
         ('worker', 'EXECUTE', '@extschema@.idem_heartbeat(bigint, bigint, interval)'::pg_catalog.regprocedure, NULL),
         ('worker', 'EXECUTE', '@extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json)'::pg_catalog.regprocedure, NULL),
         ('worker', 'EXECUTE', '@extschema@.idem_fail(bigint, bigint, jsonb, boolean)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_fail_unknown(bigint, bigint, jsonb)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_lease_reconcile(text, text, interval, integer, boolean)'::pg_catalog.regprocedure, NULL),
         ('publisher', 'EXECUTE', '@extschema@.idem_outbox_fetch(text, integer, interval)'::pg_catalog.regprocedure, NULL),
         ('publisher', 'EXECUTE', '@extschema@.idem_outbox_ack(bigint[])'::pg_catalog.regprocedure, NULL),
         ('publisher', 'EXECUTE', '@extschema@.idem_outbox_nack(bigint[], text, boolean, interval)'::pg_catalog.regprocedure, NULL),
@@ -1945,6 +2084,8 @@ BEGIN ATOMIC
         ('consumer', 'EXECUTE', '@extschema@.idem_consume_failed(text, text, text, text, text, integer, bigint)'::pg_catalog.regprocedure, NULL),
         ('monitor', 'SELECT', NULL, '@extschema@.idem_stats'::pg_catalog.regclass),
         ('monitor', 'SELECT', NULL, '@extschema@.idem_audit'::pg_catalog.regclass),
+        ('monitor', 'SELECT', NULL, '@extschema@.idem_task_attempts'::pg_catalog.regclass),
+        ('monitor', 'EXECUTE', '@extschema@.idem_task_attempt_entries(bigint)'::pg_catalog.regprocedure, NULL),
         ('monitor', 'EXECUTE', '@extschema@.idem_audit_entries(bigint)'::pg_catalog.regprocedure, NULL),
         ('monitor', 'EXECUTE', '@extschema@.idem_stats_entries()'::pg_catalog.regprocedure, NULL),
         ('monitor', 'EXECUTE', '@extschema@.idem_health()'::pg_catalog.regprocedure, NULL),
@@ -2123,7 +2264,8 @@ BEGIN
                  ('idem_internal.idempotency_record', 'owner_id', 'default'),
                  ('idem_internal.purchase_order', 'owner_id', 'idem_internal.idempotency_record'),
                  ('idem_internal.idem_inbox', 'consumer', 'default'),
-                 ('idem_internal.idem_history', 'owner_id', 'idem_internal.idempotency_record')) AS v (tbl, col, colocate)
+                 ('idem_internal.idem_history', 'owner_id', 'idem_internal.idempotency_record'),
+                 ('idem_internal.idem_task_attempt', 'owner_id', 'idem_internal.idempotency_record')) AS v (tbl, col, colocate)
     LOOP
         IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
                         WHERE p.logicalrelid OPERATOR(pg_catalog.=) r.tbl::pg_catalog.regclass) THEN

@@ -161,7 +161,7 @@ SELECT idem_set_policy('PAY', ttl => '1 hour');
 \echo SQLSTATE :LAST_ERROR_SQLSTATE
 RESET ROLE;
 -- EXECUTE granted is not enough: only the owner or a superuser
-GRANT EXECUTE ON FUNCTION idem_set_policy(text, interval, interval, interval, integer, interval, interval, interval, text, text[], text, boolean),
+GRANT EXECUTE ON FUNCTION idem_set_policy(text, interval, interval, interval, integer, interval, interval, interval, text, text[], text, boolean, text, interval),
     idem_drop_policy(text) TO regress_policy_user;
 SET ROLE regress_policy_user;
 SELECT idem_set_policy('PAY', ttl => '1 hour');
@@ -194,7 +194,7 @@ WHERE idempotency_key = 'policy-order-key-0002';
 DO $$ BEGIN PERFORM idem_set_policy('PAY', ttl => '2 days'); PERFORM idem_set_policy('PAY'); END $$;
 SELECT operation, ttl, failure_ttl, wait_timeout FROM idem_policies WHERE operation = 'PAY';
 
-REVOKE EXECUTE ON FUNCTION idem_set_policy(text, interval, interval, interval, integer, interval, interval, interval, text, text[], text, boolean),
+REVOKE EXECUTE ON FUNCTION idem_set_policy(text, interval, interval, interval, integer, interval, interval, interval, text, text[], text, boolean, text, interval),
     idem_drop_policy(text) FROM regress_policy_user;
 REVOKE USAGE ON SCHEMA public FROM regress_policy_user;
 DROP ROLE regress_policy_user, regress_policy_monitor;

@@ -3,6 +3,8 @@
  * audit.c
  *	  idem_audit_entries, the rows of the idem_audit view.  They are the
  *	  audit fields of the live records and of idem_history, one trail.
+ *	  idem_task_attempt_entries, the rows of idem_task_attempts: every
+ *	  ended attempt of a task, and the lease in progress.
  *
  * An operator or an application reads the view.  The function reads as
  * idem's owner, since the caller has no privilege on the tables.  It hands
@@ -29,23 +31,41 @@
 #include "binding.h"
 
 PG_FUNCTION_INFO_V1(idem_audit_entries);
+PG_FUNCTION_INFO_V1(idem_task_attempt_entries);
 
 /*
  * The query of idem_audit_entries.  The live records and the history, the
- * audit fields only, as the view's columns.  %s is the schema, quoted; %s
- * the tables' owner condition (owner_cond).
+ * audit fields only, as the view's columns.  %2$s is the schema, quoted;
+ * %1$s and %3$s the first part's owner condition (owner_cond), %4$s and
+ * %5$s the second's.
  */
 static const char audit_query[] =
 	"SELECT r.owner_id, r.operation::pg_catalog.text, r.idempotency_key::pg_catalog.text, r.id,"
 	"       r.status::pg_catalog.text, r.http_status, r.resource_id, r.request_hash::pg_catalog.text,"
 	"       r.created_at, r.updated_at, r.expires_at, NULL::pg_catalog.timestamptz,"
 	"       NULL::pg_catalog.timestamptz, true"
-	"  FROM %s %s.idempotency_record r WHERE %s"
+	"  FROM %1$s %2$s.idempotency_record r WHERE %3$s"
 	" UNION ALL "
 	"SELECT h.owner_id, h.operation::pg_catalog.text, h.idempotency_key::pg_catalog.text, h.record_id,"
 	"       h.status::pg_catalog.text, h.http_status, h.resource_id, h.request_hash::pg_catalog.text,"
 	"       h.created_at, h.updated_at, h.expires_at, h.archived_at, h.audit_until, false"
-	"  FROM %s %s.idem_history h WHERE %s";
+	"  FROM %4$s %2$s.idem_history h WHERE %5$s";
+
+/* The query of idem_task_attempt_entries, as audit_query's. */
+static const char attempt_query[] =
+	"SELECT a.owner_id, a.task_id, r.operation::pg_catalog.text, r.idempotency_key::pg_catalog.text,"
+	"       a.attempt, a.reconcile, a.worker::pg_catalog.text, a.token, a.started_at, a.ended_at,"
+	"       a.outcome::pg_catalog.text, a.http_status, a.error"
+	"  FROM %1$s %2$s.idem_task_attempt a JOIN %2$s.idempotency_record r"
+	"    ON r.owner_id OPERATOR(pg_catalog.=) a.owner_id AND r.id OPERATOR(pg_catalog.=) a.task_id"
+	" WHERE %3$s"
+	" UNION ALL "
+	"SELECT r.owner_id, r.id, r.operation::pg_catalog.text, r.idempotency_key::pg_catalog.text,"
+	"       r.task_attempts, r.task_uncertain_since IS NOT NULL, r.task_worker::pg_catalog.text, r.task_token,"
+	"       r.task_leased_at, NULL, NULL, NULL, NULL"
+	"  FROM %4$s %2$s.idempotency_record r"
+	" WHERE r.task_lease_expires_at IS NOT NULL AND (%5$s)"
+	" ORDER BY 1, 2, 8";
 
 /* Rows fetched from the query's cursor at a time. */
 #define AUDIT_FETCH		1000
@@ -67,16 +87,16 @@ owner_cond(bool bound, char alias, char **from, char **cond)
 }
 
 /*
- * SQL: idem_audit_entries(owner bigint DEFAULT NULL) returns the rows of
- * idem_audit.  A member of pg_monitor gets every owner's (or owner's only),
- * any other role those of the owners its idem.allowed_owners names.  The
- * rows are read as idem's owner, since the caller has no privilege on the
- * tables.  A cursor reads them a batch at a time into the result's
- * tuplestore, which keeps work_mem and spills the rest to disk.  So the
- * backend's memory does not grow with the trail.
+ * The rows of query (audit_query's shape, ncols columns, owner_id first)
+ * for the owner argument of fcinfo.  A member of pg_monitor gets every
+ * owner's (or owner's only), any other role those of the owners its
+ * idem.allowed_owners names.  The rows are read as idem's owner, since the
+ * caller has no privilege on the tables.  A cursor reads them a batch at a
+ * time into the result's tuplestore, which keeps work_mem and spills the
+ * rest to disk.  So the backend's memory does not grow with the trail.
  */
-Datum
-idem_audit_entries(PG_FUNCTION_ARGS)
+static Datum
+entries(FunctionCallInfo fcinfo, const char *query, char alias1, char alias2, int ncols)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	bool		every_owner = has_privs_of_role(GetUserId(), ROLE_PG_MONITOR);
@@ -96,6 +116,7 @@ idem_audit_entries(PG_FUNCTION_ARGS)
 			   *hcond;
 	Portal		portal;
 
+	Assert(ncols <= 16);
 	InitMaterializedSRF(fcinfo, 0);
 	if (!idem_extension_row(&nspid, &owner) || nranges == 0)
 		return (Datum) 0;
@@ -112,14 +133,14 @@ idem_audit_entries(PG_FUNCTION_ARGS)
 		args[1] = PointerGetDatum(construct_array(los, nranges, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 		args[2] = PointerGetDatum(construct_array(his, nranges, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 	}
-	owner_cond(nranges > 0, 'r', &rfrom, &rcond);
-	owner_cond(nranges > 0, 'h', &hfrom, &hcond);
+	owner_cond(nranges > 0, alias1, &rfrom, &rcond);
+	owner_cond(nranges > 0, alias2, &hfrom, &hcond);
 	schema = idem_quoted_schema(nspid);
 	idem_become_owner(&identity, owner);
 	idem_use_safe_search_path(&identity);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "idem: SPI_connect failed");
-	portal = SPI_cursor_open_with_args(NULL, psprintf(audit_query, rfrom, schema, rcond, hfrom, schema, hcond),
+	portal = SPI_cursor_open_with_args(NULL, psprintf(query, rfrom, schema, rcond, hfrom, hcond),
 									   nranges > 0 ? 3 : 1, argtypes, args, nulls, true,
 									   CURSOR_OPT_NO_SCROLL);
 	for (;;)
@@ -129,8 +150,8 @@ idem_audit_entries(PG_FUNCTION_ARGS)
 			break;
 		for (uint64 i = 0; i < SPI_processed; i++)
 		{
-			Datum		values[14];
-			bool		isnull[14];
+			Datum		values[16];
+			bool		isnull[16];
 
 			heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, values, isnull);
 			if (every_owner || idem_owner_allowed(DatumGetInt64(values[0])))
@@ -142,4 +163,21 @@ idem_audit_entries(PG_FUNCTION_ARGS)
 	SPI_finish();
 	idem_restore_caller(&identity);
 	return (Datum) 0;
+}
+
+/* SQL: idem_audit_entries(owner bigint DEFAULT NULL) returns the rows of idem_audit. */
+Datum
+idem_audit_entries(PG_FUNCTION_ARGS)
+{
+	return entries(fcinfo, audit_query, 'r', 'h', 14);
+}
+
+/*
+ * SQL: idem_task_attempt_entries(owner bigint DEFAULT NULL) returns the rows
+ * of idem_task_attempts, oldest token first per task.
+ */
+Datum
+idem_task_attempt_entries(PG_FUNCTION_ARGS)
+{
+	return entries(fcinfo, attempt_query, 'a', 'r', 13);
 }

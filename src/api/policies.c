@@ -44,30 +44,38 @@ PG_FUNCTION_INFO_V1(idem_policy_unchanged);
 PG_FUNCTION_INFO_V1(idem_policy_changed);
 
 /* The settings of idem_set_policy, in argument order after operation. */
-#define POLICY_NARGS 11
+#define POLICY_NARGS 13
 enum
 {
 	SET_TTL, SET_FAILURE_TTL, SET_WAIT_TIMEOUT, SET_MAX_ATTEMPTS, SET_RETRY_BASE, SET_RETRY_MAX,
-	SET_AUDIT_TTL, SET_REUSE, SET_REDACT, SET_KEY_FORMAT, SET_REJECT_WEAK
+	SET_AUDIT_TTL, SET_REUSE, SET_REDACT, SET_KEY_FORMAT, SET_REJECT_WEAK,
+	SET_UNCERTAIN, SET_RECONCILE_WITHIN
 };
 static const char *const setting_names[POLICY_NARGS] = {
 	"ttl", "failure_ttl", "wait_timeout", "max_attempts", "retry_base", "retry_max",
-	"audit_ttl", "reuse_after_expiry", "redact", "key_format", "reject_weak_keys"
+	"audit_ttl", "reuse_after_expiry", "redact", "key_format", "reject_weak_keys",
+	"uncertain", "reconcile_within"
 };
 static const Oid setting_types[POLICY_NARGS] = {
 	INTERVALOID, INTERVALOID, INTERVALOID, INT4OID, INTERVALOID, INTERVALOID,
-	INTERVALOID, TEXTOID, TEXTARRAYOID, TEXTOID, BOOLOID
+	INTERVALOID, TEXTOID, TEXTARRAYOID, TEXTOID, BOOLOID,
+	TEXTOID, INTERVALOID
 };
 
 /*
- * The argument of setting i: its place in the 1.11 signature, or in the
- * 1.10 one (without audit_ttl and reuse_after_expiry: -1) while the
- * database has not been updated.
+ * The argument of setting i: its place in the 1.16 signature, or, while
+ * the database has not been updated, in the 1.11 one (without uncertain
+ * and reconcile_within: -1) or the 1.10 one (nor audit_ttl and
+ * reuse_after_expiry).
  */
 static int
 setting_arg(FunctionCallInfo fcinfo, int i)
 {
 	if (PG_NARGS() > POLICY_NARGS)
+		return i + 1;
+	if (i == SET_UNCERTAIN || i == SET_RECONCILE_WITHIN)
+		return -1;
+	if (PG_NARGS() > POLICY_NARGS - 2)
 		return i + 1;
 	if (i == SET_AUDIT_TTL || i == SET_REUSE)
 		return -1;
@@ -174,18 +182,20 @@ check_setting(int i, Datum value)
 		check_redact(DatumGetArrayTypeP(value));
 		return;
 	}
-	if (i == SET_REUSE)
+	if (i == SET_REUSE || i == SET_UNCERTAIN)
 	{
 		char	   *name = TextDatumGetCString(value);
+		const char *one = i == SET_REUSE ? "execute" : "retry";
+		const char *other = i == SET_REUSE ? "refuse" : "reconcile";
 
-		if (strcmp(name, "execute") != 0 && strcmp(name, "refuse") != 0)
+		if (strcmp(name, one) != 0 && strcmp(name, other) != 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("reuse_after_expiry must be 'execute' or 'refuse'"),
-					 errdetail("The call has reuse_after_expiry \"%s\".", name)));
+					 errmsg("%s must be '%s' or '%s'", setting_names[i], one, other),
+					 errdetail("The call has %s \"%s\".", setting_names[i], name)));
 		return;
 	}
-	if (i == SET_AUDIT_TTL)
+	if (i == SET_AUDIT_TTL || i == SET_RECONCILE_WITHIN)
 	{
 		TimestampTz now = GetCurrentTransactionStartTimestamp();
 

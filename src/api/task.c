@@ -194,6 +194,7 @@ idem_task_init(void)
 							NULL, NULL, NULL);
 
 	RegisterXactCallback(task_xact_callback, NULL);
+	idem_task_attempt_init();
 }
 
 /* ---------- helpers ---------- */
@@ -289,6 +290,8 @@ task_record_take(TaskRecord *tr, TupleTableSlot *locked)
 void
 task_record_put(TaskRecord *tr, int col, Datum d, bool isnull)
 {
+	if (tr->att[col] == InvalidAttrNumber)
+		return;					/* a column of a later version */
 	tr->values[tr->att[col] - 1] = d;
 	tr->nulls[tr->att[col] - 1] = isnull;
 }
@@ -308,14 +311,25 @@ task_record_close(TaskRecord *tr)
 	idem_restore_caller(&tr->identity);
 }
 
-/* The JSON body of a 202: {"status": ..., "task_id": ...}. */
+/*
+ * The JSON body of a 202: {"status": ..., "task_id": ...}; for a task whose
+ * outcome is being reconciled, a problem (RFC 9457) saying so, its
+ * status 202, with task_status and task_id.
+ */
 static Datum
-accepted_body(IdemStatus status, int64 task_id)
+accepted_body(IdemStatus status, int64 task_id, bool uncertain)
 {
-	char		buf[96];
+	char		buf[320];
 
-	snprintf(buf, sizeof(buf), "{\"status\": \"%s\", \"task_id\": " INT64_FORMAT "}",
-			 idem_status_name(status), task_id);
+	if (uncertain)
+		snprintf(buf, sizeof(buf),
+				 "{\"type\": \"" IDEM_PROBLEM_RECONCILING "\", \"title\": \"The outcome is being reconciled\", "
+				 "\"detail\": \"An attempt ended without a known outcome; it is being checked before any retry.\", "
+				 "\"status\": %d, \"task_status\": \"%s\", \"task_id\": " INT64_FORMAT "}",
+				 TASK_HTTP_ACCEPTED, idem_status_name(status), task_id);
+	else
+		snprintf(buf, sizeof(buf), "{\"status\": \"%s\", \"task_id\": " INT64_FORMAT "}",
+				 idem_status_name(status), task_id);
 	return CStringGetTextDatum(buf);
 }
 
@@ -355,7 +369,7 @@ submit_task(IdemCall *call, FunctionCallInfo fcinfo, IdemClaim *claim, IdemIdent
  */
 static Datum
 submit_answer(IdemCall *call, FunctionCallInfo fcinfo, bool replayed, IdemStatus status,
-			  int64 task_id, bool is_task, const IdemResult *stored)
+			  int64 task_id, bool is_task, bool uncertain, const IdemResult *stored)
 {
 	Datum		values[SUB_NCOLS] = {0};
 	bool		nulls[SUB_NCOLS] = {0};
@@ -367,7 +381,7 @@ submit_answer(IdemCall *call, FunctionCallInfo fcinfo, bool replayed, IdemStatus
 	if (status == IDEM_STATUS_PROCESSING || status == IDEM_STATUS_FAILED_RETRYABLE)
 	{
 		values[SUB_HTTP] = Int32GetDatum(TASK_HTTP_ACCEPTED);
-		values[SUB_BODY] = accepted_body(status, task_id);
+		values[SUB_BODY] = accepted_body(status, task_id, uncertain);
 		nulls[SUB_HEADERS] = nulls[SUB_RESOURCE] = true;
 	}
 	else
@@ -399,9 +413,9 @@ idem_submit(PG_FUNCTION_ARGS)
 	idem_restore_caller(&identity);
 
 	if (executed)
-		return submit_answer(&call, fcinfo, false, IDEM_STATUS_PROCESSING, task_id, true, NULL);
+		return submit_answer(&call, fcinfo, false, IDEM_STATUS_PROCESSING, task_id, true, false, NULL);
 	return submit_answer(&call, fcinfo, true, claim.rec.status, claim.rec.id,
-						 claim.rec.is_task, &claim.rec.result);
+						 claim.rec.is_task, claim.rec.uncertain, &claim.rec.result);
 }
 
 /* The attempts a task of operation may fail, its policy's or else idem.max_attempts. */
@@ -434,6 +448,52 @@ task_record_end(TaskRecord *tr, IdemStatus status, TimestampTz now, const char *
 	TR_CLEAR(tr, REC_TASK_SESSION);
 	TR_CLEAR(tr, REC_TASK_REQUEST);
 	TR_CLEAR(tr, REC_TASK_PAYLOAD);
+	task_record_unmark(tr);
+}
+
+/*
+ * Mark the task of tr uncertain at now: PROCESSING, not leased, out of
+ * every plain lease's reach (task_due_at NULL), handed to a reconcile
+ * lease from reconcile_at.  Marked since the first time.
+ */
+void
+task_record_mark(TaskRecord *tr, TimestampTz now, TimestampTz reconcile_at)
+{
+	TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(IDEM_STATUS_PROCESSING)));
+	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(now));
+	TR_CLEAR(tr, REC_TASK_DUE);
+	TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
+	TR_CLEAR(tr, REC_TASK_SESSION);
+	if (TR_ISNULL(tr, REC_TASK_UNCERTAIN))
+		TR_SET(tr, REC_TASK_UNCERTAIN, TimestampTzGetDatum(now));
+	TR_SET(tr, REC_TASK_RECONCILE_AT, TimestampTzGetDatum(reconcile_at));
+}
+
+/* The task of tr is no longer uncertain. */
+void
+task_record_unmark(TaskRecord *tr)
+{
+	TR_CLEAR(tr, REC_TASK_UNCERTAIN);
+	TR_CLEAR(tr, REC_TASK_RECONCILE_AT);
+}
+
+/* Whether operation's policy reconciles uncertain outcomes (uncertain => 'reconcile'). */
+bool
+idem_task_reconciles(const char *operation)
+{
+	const IdemPolicy *policy = idem_policy_of(operation);
+
+	return policy && policy->reconcile;
+}
+
+/* Whether a task of operation uncertain since since is past reconcile_within at now. */
+bool
+idem_task_reconcile_overdue(const char *operation, TimestampTz since, TimestampTz now)
+{
+	const IdemPolicy *policy = idem_policy_of(operation);
+
+	return policy && policy->has_reconcile_within &&
+		idem_timestamp_plus(since, &policy->reconcile_within) <= now;
 }
 
 /*

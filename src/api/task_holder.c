@@ -2,7 +2,7 @@
  *
  * task_holder.c
  *	  The calls of a lease's holder: idem_heartbeat, idem_complete,
- *	  idem_fail.
+ *	  idem_fail, idem_fail_unknown.
  *
  * Each locks the task's record and checks the fencing token under that
  * lock.  A stale token (the lease was taken over, or the task is finished)
@@ -10,7 +10,11 @@
  * the same transaction rolls back with it.  idem_complete stores the
  * result in the worker's transaction, next to its business write.
  * idem_fail schedules the next attempt after an exponential backoff with
- * full jitter, or ends the task FAILED_FINAL (HTTP 500).
+ * full jitter, or ends the task FAILED_FINAL (HTTP 500).  idem_fail_unknown
+ * marks the task of an operation that reconciles uncertain outcomes (its
+ * holder does not know whether the provider acted), and is a retryable
+ * failure for any other.  Each but idem_heartbeat ends the attempt, and
+ * writes its row in idem_task_attempt.
  *
  *-------------------------------------------------------------------------
  */
@@ -41,6 +45,7 @@
 PG_FUNCTION_INFO_V1(idem_heartbeat);
 PG_FUNCTION_INFO_V1(idem_complete);
 PG_FUNCTION_INFO_V1(idem_fail);
+PG_FUNCTION_INFO_V1(idem_fail_unknown);
 
 /* One call of the holder of a lease, on its task locked. */
 typedef struct HolderCall
@@ -50,6 +55,7 @@ typedef struct HolderCall
 	TupleTableSlot *locked;
 	char	   *operation;		/* the task's */
 	TimestampTz now;
+	TaskAttempt attempt;		/* the lease the call ends */
 } HolderCall;
 
 /* Raise IK004 for task_id and token, counting it for operation (NULL: unknown). */
@@ -178,15 +184,23 @@ begin_holder_call(HolderCall *hc, FunctionCallInfo fcinfo, int64 task_id, int64 
 		snprintf(detail, sizeof(detail), "The task was leased again, with token " INT64_FORMAT " (attempt %d).",
 				 DatumGetInt64(TR_VALUE(tr, REC_TASK_TOKEN)), attempts);
 	else
+	{
+		task_attempt_take(&hc->attempt, tr);
 		return;
+	}
 	report_stale(task_id, token, hc->operation, detail);
 }
 
-/* Write the new version built in hc->rec, and give the caller back its rights. */
+/*
+ * Write the new version built in hc->rec and, if the call ends the attempt
+ * (outcome not NULL), its row; give the caller back its rights.
+ */
 static void
-end_holder_call(HolderCall *hc)
+end_holder_call(HolderCall *hc, const char *outcome, int32 http_status, Datum error)
 {
 	task_record_write(&hc->rec, hc->locked);
+	if (outcome)
+		task_attempt_write(&hc->attempt, &hc->cat, &hc->rec, outcome, http_status, error, hc->now);
 	task_record_close(&hc->rec);
 }
 
@@ -214,7 +228,7 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 	TR_SET(tr, REC_TASK_LEASE_EXPIRES, TimestampTzGetDatum(expires));
 	TR_SET(tr, REC_TASK_HEARTBEAT, TimestampTzGetDatum(hc.now));
 	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(hc.now));
-	end_holder_call(&hc);
+	end_holder_call(&hc, NULL, 0, (Datum) 0);
 	PG_RETURN_TIMESTAMPTZ(expires);
 }
 
@@ -250,7 +264,8 @@ idem_complete(PG_FUNCTION_ARGS)
 	if (res.has_header_list)
 		task_record_put(tr, REC_HEADER_LIST, idem_redact_header_list(hc.operation, res.header_list), false);
 	task_record_put(tr, REC_RESOURCE, Int64GetDatum(res.resource_id), res.resource_isnull);
-	end_holder_call(&hc);
+	end_holder_call(&hc, status == IDEM_STATUS_SUCCEEDED ? ATTEMPT_SUCCEEDED : ATTEMPT_FAILED,
+					res.http_status, (Datum) 0);
 	if (status == IDEM_STATUS_FAILED_FINAL)
 		idem_stats_count_at_commit(IDEM_KIND_OPERATION, hc.operation, IDEM_STAT_FAILED_FINAL, 1);
 	PG_RETURN_VOID();
@@ -268,6 +283,7 @@ fail_retryable(HolderCall *hc, int32 attempts)
 	TR_SET(tr, REC_TASK_DUE, TimestampTzGetDatum(hc->now + idem_task_backoff_usecs(attempts, hc->operation)));
 	TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
 	TR_CLEAR(tr, REC_TASK_SESSION);
+	task_record_unmark(tr);
 	return IDEM_STATUS_FAILED_RETRYABLE;
 }
 
@@ -294,6 +310,7 @@ idem_fail(PG_FUNCTION_ARGS)
 	HolderCall	hc = {0};
 	TaskRecord *tr = &hc.rec;
 	Jsonb	   *error;
+	Datum		redacted;
 	bool		retryable;
 	int32		attempts;
 	IdemStatus	status;
@@ -304,14 +321,61 @@ idem_fail(PG_FUNCTION_ARGS)
 	retryable = PG_GETARG_BOOL(3);
 	begin_holder_call(&hc, fcinfo, PG_GETARG_INT64(0), PG_GETARG_INT64(1));
 	attempts = DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS));
-	TR_SET(tr, REC_TASK_LAST_ERROR, idem_redact_jsonb(hc.operation, JsonbPGetDatum(error)));
+	redacted = idem_redact_jsonb(hc.operation, JsonbPGetDatum(error));
+	TR_SET(tr, REC_TASK_LAST_ERROR, redacted);
 	if (retryable && attempts < idem_task_max_attempts(hc.operation))
 		status = fail_retryable(&hc, attempts);
 	else
 		status = fail_final(&hc, error);
-	end_holder_call(&hc);
+	end_holder_call(&hc, status == IDEM_STATUS_FAILED_FINAL ? ATTEMPT_FAILED : ATTEMPT_RETRYABLE, 0, redacted);
 	idem_stats_count_at_commit(IDEM_KIND_OPERATION, hc.operation,
 							   status == IDEM_STATUS_FAILED_FINAL ? IDEM_STAT_FAILED_FINAL : IDEM_STAT_RETRIES,
 							   1);
+	PG_RETURN_TEXT_P(cstring_to_text(idem_status_name(status)));
+}
+
+/*
+ * SQL: idem_fail_unknown(task_id, token, error) returns the new status.  The
+ * attempt's outcome is unknown (the provider may or may not have acted).
+ * A task of an operation with uncertain => 'reconcile' (or already marked)
+ * is marked: PROCESSING, handed only to idem_lease_reconcile, at once after
+ * a plain lease, after a backoff after a reconcile lease.  Any other is
+ * idem_fail's retryable failure.
+ */
+Datum
+idem_fail_unknown(PG_FUNCTION_ARGS)
+{
+	HolderCall	hc = {0};
+	TaskRecord *tr = &hc.rec;
+	Datum		redacted;
+	int32		attempts;
+	IdemStatus	status;
+
+	for (int i = 0; i < 3; i++)
+		idem_check_not_null(fcinfo, i, (const char *[]) {"task_id", "token", "error"}[i]);
+	begin_holder_call(&hc, fcinfo, PG_GETARG_INT64(0), PG_GETARG_INT64(1));
+	attempts = DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS));
+	redacted = idem_redact_jsonb(hc.operation, PG_GETARG_DATUM(2));
+	TR_SET(tr, REC_TASK_LAST_ERROR, redacted);
+	if (TR_CAN_MARK(tr) && (idem_task_reconciles(hc.operation) || hc.attempt.reconcile))
+	{
+		TimestampTz at = hc.now;
+
+		if (hc.attempt.reconcile)
+			at += idem_task_backoff_usecs(TR_ISNULL(tr, REC_TASK_RECONCILES) ? 1 :
+										  DatumGetInt32(TR_VALUE(tr, REC_TASK_RECONCILES)),
+										  hc.operation);
+		task_record_mark(tr, hc.now, at);
+		status = IDEM_STATUS_PROCESSING;
+	}
+	else if (attempts < idem_task_max_attempts(hc.operation))
+		status = fail_retryable(&hc, attempts);
+	else
+		status = fail_final(&hc, DatumGetJsonbP(redacted));
+	end_holder_call(&hc, ATTEMPT_UNKNOWN, 0, redacted);
+	if (status != IDEM_STATUS_PROCESSING)
+		idem_stats_count_at_commit(IDEM_KIND_OPERATION, hc.operation,
+								   status == IDEM_STATUS_FAILED_FINAL ? IDEM_STAT_FAILED_FINAL : IDEM_STAT_RETRIES,
+								   1);
 	PG_RETURN_TEXT_P(cstring_to_text(idem_status_name(status)));
 }

@@ -15,6 +15,11 @@
  * row is skipped.  Tasks of ended sessions (bind_session) are taken over
  * first (task_sessions.c).
  *
+ * idem_lease_reconcile walks idem_task_reconcile the same way: the tasks
+ * whose outcome is uncertain, which no plain lease sees (their
+ * task_due_at is NULL).  A plain lease that finds the lapsed lease of an
+ * operation that reconciles marks the task instead of leasing it again.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -44,6 +49,7 @@
 #include "util.h"
 
 PG_FUNCTION_INFO_V1(idem_lease);
+PG_FUNCTION_INFO_V1(idem_lease_reconcile);
 
 #define TASK_BATCH_MAX			1000
 
@@ -51,7 +57,9 @@ PG_FUNCTION_INFO_V1(idem_lease);
 enum
 {
 	LEASE_TASK, LEASE_OWNER, LEASE_KEY, LEASE_REQUEST, LEASE_PAYLOAD,
-	LEASE_ATTEMPT, LEASE_TOKEN, LEASE_EXPIRES, LEASE_NCOLS
+	LEASE_ATTEMPT, LEASE_TOKEN, LEASE_EXPIRES,
+	LEASE_UNCERTAIN, LEASE_ATTEMPTS,	/* idem_lease_reconcile's */
+	LEASE_NCOLS
 };
 
 /* On Citus, where the next lease starts among this node's shards. */
@@ -60,6 +68,8 @@ static uint32 lease_rotor = 0;
 /* One call of idem_lease. */
 typedef struct LeaseCall
 {
+	bool		reconcile;		/* idem_lease_reconcile */
+	const IdemCatalog *cat;		/* the table (or shard) being leased from */
 	TaskRecord	rec;
 	TupleTableSlot *scanslot;
 	TupleTableSlot *lockslot;
@@ -73,6 +83,7 @@ typedef struct LeaseCall
 	int			leased;
 	int			takeovers;
 	int			ended_lapsed;	/* tasks ended FAILED_FINAL for lapsing too often */
+	int			marked;			/* tasks whose lapsed lease made them uncertain */
 	const char *operation;
 	/* whether bound sessions are asked about, and which are alive */
 	bool		check_sessions;
@@ -128,6 +139,47 @@ end_lapsed(LeaseCall *lc, int32 attempts)
 	return true;
 }
 
+/*
+ * The lapsed lease of a task of an operation that reconciles: its outcome
+ * is unknown, so the task is marked (a reconcile lease takes it at once)
+ * and not leased again.  Past max_attempts too: an uncertain charge is no
+ * failure.
+ */
+static void
+mark_lapsed(LeaseCall *lc)
+{
+	TaskRecord *tr = &lc->rec;
+	int32		lapses = 1 + (TR_ISNULL(tr, REC_TASK_LAPSES) ? 0 : DatumGetInt32(TR_VALUE(tr, REC_TASK_LAPSES)));
+
+	TR_SET(tr, REC_TASK_LAPSES, Int32GetDatum(lapses));
+	task_record_mark(tr, lc->now, lc->now);
+	task_record_write(tr, lc->lockslot);
+	lc->marked++;
+}
+
+/*
+ * The locked row, taken by a reconcile lease: false if it is not handed
+ * out.  A task past its operation's reconcile_within is left to an
+ * operator (out of idem_task_reconcile).
+ */
+static bool
+reconcile_locked(LeaseCall *lc)
+{
+	TaskRecord *tr = &lc->rec;
+
+	if (TR_ISNULL(tr, REC_TASK_UNCERTAIN))
+		return false;
+	if (!idem_task_reconcile_overdue(lc->operation, DatumGetTimestampTz(TR_VALUE(tr, REC_TASK_UNCERTAIN)),
+									 lc->now))
+		return true;
+	TR_CLEAR(tr, REC_TASK_RECONCILE_AT);
+	TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
+	TR_CLEAR(tr, REC_TASK_SESSION);
+	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(lc->now));
+	task_record_write(tr, lc->lockslot);
+	return false;
+}
+
 /* Hand the locked row to the worker with a new attempt, a new token, a lease. */
 static void
 lease_locked(LeaseCall *lc)
@@ -137,15 +189,40 @@ lease_locked(LeaseCall *lc)
 	bool		outnulls[LEASE_NCOLS] = {0};
 	int32		attempt;
 	int64		token;
+	TaskAttempt lapsed;
+	bool		had_lapsed = false;
 
 	task_record_take(tr, lc->lockslot);
+	/* a plain lease never hands out a marked task (its index has none) */
+	if (!lc->reconcile && !TR_ISNULL(tr, REC_TASK_UNCERTAIN))
+		return;
 	attempt = (TR_ISNULL(tr, REC_TASK_ATTEMPTS) ? 0 :
-			   DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS))) + 1;
+			   DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS))) + (lc->reconcile ? 0 : 1);
 	if (!TR_ISNULL(tr, REC_TASK_LEASE_EXPIRES))
 	{
+		bool		ended = false;
+
 		lc->takeovers++;		/* lapsed, or its session ended */
-		if (end_lapsed(lc, attempt - 1))
+		task_attempt_take(&lapsed, tr);
+		had_lapsed = true;
+		if (!lc->reconcile && TR_CAN_MARK(tr) && idem_task_reconciles(lc->operation))
+		{
+			mark_lapsed(lc);
+			ended = true;
+		}
+		else if (!lc->reconcile)
+			ended = end_lapsed(lc, attempt - 1);
+		if (ended)
+		{
+			task_attempt_write(&lapsed, lc->cat, tr, ATTEMPT_LAPSED, 0, (Datum) 0, lc->now);
 			return;
+		}
+	}
+	if (lc->reconcile && !reconcile_locked(lc))
+	{
+		if (had_lapsed)
+			task_attempt_write(&lapsed, lc->cat, tr, ATTEMPT_LAPSED, 0, (Datum) 0, lc->now);
+		return;
 	}
 	token = idem_nextval(idem_task_token_seq, false);
 
@@ -156,7 +233,11 @@ lease_locked(LeaseCall *lc)
 	TR_SET(tr, REC_TASK_LEASE_EXPIRES, TimestampTzGetDatum(lc->expires));
 	TR_SET(tr, REC_TASK_WORKER, lc->worker);
 	TR_SET(tr, REC_TASK_HEARTBEAT, TimestampTzGetDatum(lc->now));
+	TR_SET(tr, REC_TASK_LEASED, TimestampTzGetDatum(lc->now));
 	task_record_put(tr, REC_TASK_SESSION, Int64GetDatum((int64) lc->session), lc->session == 0);
+	if (lc->reconcile)
+		TR_SET(tr, REC_TASK_RECONCILES, Int32GetDatum(1 + (TR_ISNULL(tr, REC_TASK_RECONCILES) ? 0 :
+														   DatumGetInt32(TR_VALUE(tr, REC_TASK_RECONCILES)))));
 
 	out[LEASE_TASK] = TR_VALUE(tr, REC_ID);
 	out[LEASE_OWNER] = TR_VALUE(tr, REC_OWNER);
@@ -168,9 +249,17 @@ lease_locked(LeaseCall *lc)
 	out[LEASE_ATTEMPT] = Int32GetDatum(attempt);
 	out[LEASE_TOKEN] = Int64GetDatum(token);
 	out[LEASE_EXPIRES] = TimestampTzGetDatum(lc->expires);
-	tuplestore_putvalues(lc->rsinfo->setResult, lc->rsinfo->setDesc, out, outnulls);
 
 	task_record_write(tr, lc->lockslot);
+	if (had_lapsed)
+		task_attempt_write(&lapsed, lc->cat, tr, ATTEMPT_LAPSED, 0, (Datum) 0, lc->now);
+	if (lc->reconcile)
+	{
+		out[LEASE_UNCERTAIN] = TR_VALUE(tr, REC_TASK_UNCERTAIN);
+		out[LEASE_ATTEMPTS] = task_attempts_json(lc->cat, DatumGetInt64(TR_VALUE(tr, REC_OWNER)),
+												 DatumGetInt64(TR_VALUE(tr, REC_ID)));
+	}
+	tuplestore_putvalues(lc->rsinfo->setResult, lc->rsinfo->setDesc, out, outnulls);
 	lc->leased++;
 }
 
@@ -235,14 +324,17 @@ lease_due(LeaseCall *lc, Relation index, Datum operation)
 
 /*
  * Lease from idempotency_record as cat has it (the table, or on Citus one
- * of its shards here), through its idem_task_due.
+ * of its shards here), through its idem_task_due (idem_task_reconcile for
+ * a reconcile lease).
  */
 static void
 lease_from(LeaseCall *lc, const IdemCatalog *cat, Datum operation)
 {
-	Oid			indexid = cat->tables[IDEM_TABLE_RECORD].indexes[REC_INDEX_TASK_DUE];
+	Oid			indexid = cat->tables[IDEM_TABLE_RECORD].indexes[lc->reconcile ? REC_INDEX_RECONCILE :
+																 REC_INDEX_TASK_DUE];
 	Relation	index;
 
+	lc->cat = cat;
 	task_record_open(&lc->rec, cat);
 	lc->scanslot = task_record_slot(&lc->rec);
 	lc->lockslot = task_record_slot(&lc->rec);
@@ -309,28 +401,38 @@ lease_from_shards(LeaseCall *lc, IdemCatalog *cat, Datum operation)
 }
 
 /*
- * SQL: idem_lease(operation, worker, lease, batch, bind_session) returns
- * setof (task_id, owner, key, request, payload, attempt, token,
- * lease_expires_at).
+ * idem_lease, or idem_lease_reconcile (reconcile), for fcinfo's
+ * arguments.
  */
-Datum
-idem_lease(PG_FUNCTION_ARGS)
+static Datum
+lease(FunctionCallInfo fcinfo, bool reconcile)
 {
 	LeaseCall	lc = {0};
 	IdemCatalog cat;
 	text	   *operation;
 	char	   *opname;
 
+	lc.reconcile = reconcile;
 	lease_args(&lc, fcinfo, &operation, &opname);
 	lc.operation = opname;
 	InitMaterializedSRF(fcinfo, 0);
 	lc.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	cat = *idem_catalog(fcinfo);
 	task_relations(&cat);
+	if (reconcile && !OidIsValid(cat.tables[IDEM_TABLE_RECORD].indexes[REC_INDEX_RECONCILE]))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's index idem_task_reconcile is missing"),
+				 errhint("Drop and re-create the extension idem.")));
 
-	/* ask about bound sessions only if one ended since this backend last did */
+	/*
+	 * Ask about bound sessions only if one ended since this backend last
+	 * went through the operation's plain leases; a reconcile lease, which
+	 * is rare, asks whenever one ever ended, and keeps no mark.
+	 */
 	lc.complete = true;
-	if (idem_task_sessions_ended(&lc.ended) && idem_task_last_checked(opname) != lc.ended)
+	if (idem_task_sessions_ended(&lc.ended) &&
+		(reconcile ? lc.ended > 0 : idem_task_last_checked(opname) != lc.ended))
 	{
 		lc.live = idem_task_live_sessions(&lc.nlive);
 		lc.check_sessions = true;
@@ -342,11 +444,35 @@ idem_lease(PG_FUNCTION_ARGS)
 	if (lc.check_sessions)
 	{
 		pfree(lc.live);
-		if (lc.complete)
+		if (lc.complete && !reconcile)
 			idem_task_mark_checked(opname, lc.ended);
 	}
 	idem_stats_count_at_commit(IDEM_KIND_OPERATION, opname, IDEM_STAT_LEASES, lc.leased);
 	idem_stats_count_at_commit(IDEM_KIND_OPERATION, opname, IDEM_STAT_TAKEOVERS, lc.takeovers);
 	idem_stats_count_at_commit(IDEM_KIND_OPERATION, opname, IDEM_STAT_FAILED_FINAL, lc.ended_lapsed);
 	return (Datum) 0;
+}
+
+/*
+ * SQL: idem_lease(operation, worker, lease, batch, bind_session) returns
+ * setof (task_id, owner, key, request, payload, attempt, token,
+ * lease_expires_at).
+ */
+Datum
+idem_lease(PG_FUNCTION_ARGS)
+{
+	return lease(fcinfo, false);
+}
+
+/*
+ * SQL: idem_lease_reconcile(operation, worker, lease, batch, bind_session)
+ * returns setof (task_id, owner, key, request, payload, attempt, token,
+ * lease_expires_at, uncertain_since, attempts): the marked tasks, each with
+ * its ended attempts.  attempt is the task's attempt whose outcome is
+ * being reconciled (a reconcile lease is no new attempt).
+ */
+Datum
+idem_lease_reconcile(PG_FUNCTION_ARGS)
+{
+	return lease(fcinfo, true);
 }

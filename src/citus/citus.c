@@ -294,6 +294,30 @@ use_shard(IdemCatalog *cat, int table, IdemShard *shard)
 }
 
 /*
+ * Table number `table` of cat for owner, a table co-located with the
+ * records by owner: the table, or on Citus (in a copy of cat, local) its
+ * shard here, next to the owner's records; NULL if this database lacks it
+ * (an optional table, before its version).
+ */
+const IdemTableLayout *
+idem_citus_owner_table(IdemCatalog *local, const IdemCatalog *cat, int table, int64 owner)
+{
+	const IdemTableLayout *t = &cat->tables[table];
+
+	if (!OidIsValid(t->relid))
+		return NULL;
+	if (!t->distributed)
+		return t;
+	*local = *cat;
+	if (!idem_citus_localize(local, table, Int64GetDatum(owner), INT8OID))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's table %s is not co-located with idempotency_record", get_rel_name(t->relid)),
+				 errhint("Distribute idem's tables with idem_distribute().")));
+	return &local->tables[table];
+}
+
+/*
  * Point cat's table number `table` (a distributed one) at its shard on this
  * node that holds value, of type `type`.  False if that shard is elsewhere.
  */

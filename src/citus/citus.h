@@ -22,6 +22,8 @@ extern int	idem_citus_local_shards(IdemCatalog *cat, int table);
 extern void idem_citus_use_local_shard(IdemCatalog *cat, int table, int n);
 extern List *idem_citus_local_relations(Oid relid);
 extern int64 idem_citus_cleanup_workers(Oid nspid, int batch_size, int max_batches);
+extern const IdemTableLayout *idem_citus_owner_table(IdemCatalog *local, const IdemCatalog *cat,
+													  int table, int64 owner);
 
 /*
  * In an entry point, after copying the catalog: point cat's table at the

@@ -164,26 +164,11 @@ idem_archive_end(IdemArchive *a)
 	a->open = false;
 }
 
-/*
- * The history table of cat for owner: the table, or on Citus its shard
- * here (co-located with the owner's records); NULL before 1.11.
- */
+/* The history table of cat for owner (idem_citus_owner_table); NULL before 1.11. */
 static const IdemTableLayout *
 history_of(IdemCatalog *local, const IdemCatalog *cat, int64 owner)
 {
-	const IdemTableLayout *t = &cat->tables[idem_history_table];
-
-	if (!OidIsValid(t->relid))
-		return NULL;
-	if (!t->distributed)
-		return t;
-	*local = *cat;
-	if (!idem_citus_localize(local, idem_history_table, Int64GetDatum(owner), INT8OID))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("idem's table idem_history is not co-located with idempotency_record"),
-				 errhint("Distribute idem's tables with idem_distribute().")));
-	return &local->tables[idem_history_table];
+	return idem_citus_owner_table(local, cat, idem_history_table, owner);
 }
 
 /*

@@ -262,6 +262,11 @@ load_row(HeapTuple tuple, TupleDesc desc)
 	}
 	d = column(tuple, desc, "reject_weak_keys", &isnull);
 	e->policy.reject_weak_keys = !isnull && DatumGetBool(d);
+	d = column(tuple, desc, "uncertain", &isnull);
+	e->policy.reconcile = !isnull && strcmp(TextDatumGetCString(d), "reconcile") == 0;
+	d = column(tuple, desc, "reconcile_within", &isnull);
+	if ((e->policy.has_reconcile_within = !isnull))
+		e->policy.reconcile_within = *DatumGetIntervalP(d);
 	d = column(tuple, desc, "redact", &isnull);
 	if (!isnull)
 		load_redact(&e->policy, DatumGetArrayTypeP(d));

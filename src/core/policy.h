@@ -44,6 +44,9 @@ typedef struct IdemPolicy
 	int			reuse_after_expiry;	/* -1: unset; else an IdemReuse */
 	IdemKeyFormat key_format;
 	bool		reject_weak_keys;
+	bool		reconcile;		/* uncertain 'reconcile' */
+	bool		has_reconcile_within;
+	Interval	reconcile_within;
 	int			nredact;		/* redact's JSON Pointers, as text[] paths */
 	Datum	   *redact_paths;
 } IdemPolicy;

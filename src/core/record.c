@@ -330,6 +330,12 @@ idem_record_read(const IdemCatalog *cat, const IdemScope *scope, TimestampTz now
 			(void) slot_getattr(slot, att[REC_TASK_ATTEMPTS], &isnull);
 			rec->is_task = !isnull;
 		}
+		rec->uncertain = false;
+		if (rec->is_task && att[REC_TASK_UNCERTAIN] != InvalidAttrNumber)
+		{
+			(void) slot_getattr(slot, att[REC_TASK_UNCERTAIN], &isnull);
+			rec->uncertain = !isnull;
+		}
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(heap, NoLock);

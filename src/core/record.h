@@ -43,6 +43,7 @@ typedef struct IdemRecord
 	ItemPointerData tid;
 	int64		id;
 	bool		is_task;		/* written by idem_submit */
+	bool		uncertain;		/* a task whose outcome is being reconciled */
 	IdemFingerprint request_hash;
 	int			fp_version;		/* request_hash's secret; 0: plain SHA-256 */
 	bool		has_digest;		/* request_digest is set */

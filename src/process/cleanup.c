@@ -3,7 +3,7 @@
  * cleanup.c
  *	  Batch deletion of expired idempotency records, and of what else
  *	  idem keeps for a while.  Expired inbox entries, acknowledged outbox
- *	  messages.
+ *	  messages, history past its audit period, tasks' attempts.
  *
  * One huge DELETE would hold many row locks and flood WAL at once, so
  * expired records go in batches of at most batch_size rows, oldest expiry
@@ -70,7 +70,11 @@ typedef struct CleanupTarget
 
 static const CleanupTarget targets[] = {
 	{"idempotency_record", "expires_at", "operation", IDEM_KIND_OPERATION, false, false},
-	{"idem_inbox", "expires_at", "consumer", IDEM_KIND_CONSUMER, true, false},		{"idem_outbox", "acked_at", "topic", IDEM_KIND_TOPIC, true, true},		{"idem_history", "audit_until", NULL, IDEM_KIND_OPERATION, true, false},	};
+	{"idem_inbox", "expires_at", "consumer", IDEM_KIND_CONSUMER, true, false},
+	{"idem_outbox", "acked_at", "topic", IDEM_KIND_TOPIC, true, true},
+	{"idem_history", "audit_until", NULL, IDEM_KIND_OPERATION, true, false},
+	{"idem_task_attempt", "expires_at", NULL, IDEM_KIND_OPERATION, true, false},
+};
 
 #define TARGET_RECORD	0
 #define TARGET_HISTORY	3

@@ -77,11 +77,16 @@ static const IdemColumnSpec record_columns[REC_NCOLS] = {
 	[REC_HEADER_LIST] = {"response_header_list", JSONOID, 0, false, true},
 	[REC_TASK_LAPSES] = {"task_lapses", INT4OID, 0, false, true},
 	[REC_DIGEST] = {"request_digest", BYTEAOID, 0, false, true},
+	[REC_TASK_LEASED] = {"task_leased_at", TIMESTAMPTZOID, 0, false, true},
+	[REC_TASK_UNCERTAIN] = {"task_uncertain_since", TIMESTAMPTZOID, 0, false, true},
+	[REC_TASK_RECONCILE_AT] = {"task_reconcile_at", TIMESTAMPTZOID, 0, false, true},
+	[REC_TASK_RECONCILES] = {"task_reconciles", INT4OID, 0, false, true},
 };
 
 static const IdemTableSpec record_table = {
 	"idempotency_record", "idempotency_record_id_seq", record_columns, REC_NCOLS,
-	NULL, 0, false, {[REC_INDEX_TASK_DUE] = "idem_task_due", [REC_INDEX_TASK_ID] = "idem_task_id"}
+	NULL, 0, false,
+	{[REC_INDEX_TASK_DUE] = "idem_task_due", [REC_INDEX_TASK_ID] = "idem_task_id", [REC_INDEX_RECONCILE] = "idem_task_reconcile"}
 };
 
 /* The tables, by registration number; idempotency_record first. */
@@ -565,17 +570,6 @@ bool
 idem_catalog_current(const IdemCatalog *cat)
 {
 	return catalog.valid && catalog.generation == cat->generation;
-}
-
-/* The blessed result descriptor of the entry point fcinfo calls. */
-TupleDesc
-idem_catalog_result(const IdemCatalog *cat, FunctionCallInfo fcinfo)
-{
-	for (int i = 0; i < cat->nentries; i++)
-		if (cat->entries[i].fn_oid == fcinfo->flinfo->fn_oid && cat->entries[i].result)
-			return cat->entries[i].result;
-	elog(ERROR, "idem: function %u must return a composite type", fcinfo->flinfo->fn_oid);
-	return NULL;				/* keep compiler quiet */
 }
 
 /*

@@ -32,7 +32,7 @@ typedef struct IdemColumnSpec
 } IdemColumnSpec;
 
 /* Other indexes a table's calls scan, by name; absent ones are InvalidOid. */
-#define IDEM_MAX_INDEXES		2
+#define IDEM_MAX_INDEXES		3
 
 /*
  * A table idem writes: its name, its id sequence (or NULL), its columns;
@@ -75,16 +75,18 @@ typedef enum IdemRecordColumn
 	REC_TASK_REQUEST, REC_TASK_PAYLOAD, REC_TASK_ATTEMPTS, REC_TASK_TOKEN,
 	REC_TASK_DUE, REC_TASK_LEASE_EXPIRES, REC_TASK_WORKER, REC_TASK_HEARTBEAT,
 	REC_TASK_SESSION, REC_TASK_LAST_ERROR, REC_TASK_TTL,
-	REC_FP_VERSION, REC_HEADER_LIST, REC_TASK_LAPSES, REC_DIGEST, REC_NCOLS
+	REC_FP_VERSION, REC_HEADER_LIST, REC_TASK_LAPSES, REC_DIGEST,
+	REC_TASK_LEASED, REC_TASK_UNCERTAIN, REC_TASK_RECONCILE_AT, REC_TASK_RECONCILES, REC_NCOLS
 } IdemRecordColumn;
 
-/* idempotency_record's other indexes: the lease's, and (on Citus) the holder's */
+/* idempotency_record's other indexes: the leases', and (on Citus) the holder's */
 #define REC_INDEX_TASK_DUE		0	/* idem_task_due */
 #define REC_INDEX_TASK_ID		1	/* idem_task_id, made by idem_distribute() */
+#define REC_INDEX_RECONCILE		2	/* idem_task_reconcile */
 
 /* idempotency_record is table 0; the others register in _PG_init */
 #define IDEM_TABLE_RECORD		0
-#define IDEM_MAX_TABLES			6
+#define IDEM_MAX_TABLES			8
 #define IDEM_MAX_ENTRY_POINTS	24
 
 /* One SQL function this build of the catalog was checked for. */

@@ -3,7 +3,8 @@
  * catalog_row.c
  *	  A row of one of idem's tables to write (IdemRow).  Its values set by
  *	  the columns of the table's spec, whatever their order in this
- *	  installation's table (catalog.c maps them).
+ *	  installation's table (catalog.c maps them).  And the result
+ *	  descriptor of an entry point the catalog checked.
  *
  *-------------------------------------------------------------------------
  */
@@ -42,4 +43,15 @@ idem_row_set(IdemRow *row, int col, Datum value)
 				 errhint("Update the extension: ALTER EXTENSION idem UPDATE.")));
 	row->values[attnum - 1] = value;
 	row->nulls[attnum - 1] = false;
+}
+
+/* The blessed result descriptor of the entry point fcinfo calls. */
+TupleDesc
+idem_catalog_result(const IdemCatalog *cat, FunctionCallInfo fcinfo)
+{
+	for (int i = 0; i < cat->nentries; i++)
+		if (cat->entries[i].fn_oid == fcinfo->flinfo->fn_oid && cat->entries[i].result)
+			return cat->entries[i].result;
+	elog(ERROR, "idem: function %u must return a composite type", fcinfo->flinfo->fn_oid);
+	return NULL;				/* keep compiler quiet */
 }

@@ -23,7 +23,7 @@ from .errors import (Forbidden, IdemError, InFlight, InvalidRequest, KeyExpired,
                      TaskStateConflict, UnfinishedClaim, retry_serializable, translate)
 from .tasks import Task, TaskWorker
 
-__version__ = "1.15.0"
+__version__ = "1.16.0"
 
 __all__ = ["Claim", "Outcome", "RawJson", "Submission", "begin", "claim", "consume", "emit", "finish", "run",
            "submit", "finish_stored", "IdemError", "Forbidden", "InFlight", "InvalidRequest", "KeyExpired", "KeyReused",
