@@ -210,6 +210,8 @@ run_shell_check e2e "$IDEM_ROOT/test/e2e/outbox_inbox.sh" \
 	"outbox -> publishers -> broker -> idem_consume, 10,000 requests, kill -9 of publishers and consumers"
 run_shell_check chaos "$IDEM_ROOT/test/chaos/tasks.sh" \
 	"10,000 tasks, 6 workers leasing with bind_session, kill -9 of two of them, retryable failures"
+run_shell_check payments "$IDEM_ROOT/test/chaos/payments.sh" \
+	"2,000 payments through a provider that is not idempotent, late answers and kill -9 of the workers: reconciled, each charged once; the control without reconciliation charges twice"
 run_shell_check pgbouncer "$IDEM_ROOT/test/pooler/pgbouncer.sh" \
 	"PgBouncer 1.18 in transaction pooling, 50 clients over 10 server connections: the seven tests, the generic API, the outbox and inbox, long flows, bind_session and per-role bindings"
 run_shell_check failover "$IDEM_ROOT/test/failover/patroni.sh" \

@@ -100,6 +100,8 @@ export interface Submission {
   headers: Record<string, string> | null;
   resourceId: string | null;
   taskId: string | null;
+  /** idem 1.16: the task's outcome is being reconciled; body is a problem of type urn:idem:task:reconciling. */
+  reconciling: boolean;
 }
 export function submit(db: Queryable, scope: Scope & { payload?: unknown }): Promise<Submission>;
 export function consume(db: Queryable, args: { consumer: string; messageId: string; ttl?: number | null; owner?: number | bigint | null }): Promise<boolean>;
@@ -125,10 +127,31 @@ export class Task {
   heartbeat(db: Queryable, extendSeconds?: number): Promise<Date>;
   complete(db: Queryable, status: number, body?: unknown, options?: { resourceId?: Int8; headers?: Record<string, string> }): Promise<void>;
   fail(db: Queryable, error: unknown, retryable?: boolean): Promise<'FAILED_RETRYABLE' | 'FAILED_FINAL'>;
+  /** idem 1.16: the attempt's outcome is unknown. */
+  failUnknown(db: Queryable, error: unknown): Promise<'PROCESSING' | 'FAILED_RETRYABLE' | 'FAILED_FINAL'>;
+}
+export interface TaskAttempt {
+  attempt: number;
+  reconcile: boolean;
+  worker: string;
+  token: number;
+  started_at: string;
+  ended_at: string;
+  outcome: 'succeeded' | 'failed' | 'retryable' | 'unknown' | 'lapsed';
+  http_status: number | null;
+  error: unknown;
+}
+/** idem 1.16: a task whose outcome is uncertain, leased by TaskWorker.leaseReconcile. */
+export class ReconcileTask extends Task {
+  uncertainSince: Date;
+  attempts: TaskAttempt[];
+  notCharged(db: Queryable, error?: unknown): Promise<'FAILED_RETRYABLE' | 'FAILED_FINAL'>;
 }
 export class TaskWorker {
   constructor(operation: string, worker: string, options?: { leaseSeconds?: number; bindSession?: boolean });
   lease(db: Queryable, batch?: number): Promise<Task[]>;
+  /** idem 1.16: tasks whose outcome is uncertain, with their attempts so far. */
+  leaseReconcile(db: Queryable, batch?: number): Promise<ReconcileTask[]>;
 }
 
 export { createIdempotency } from './http.js';

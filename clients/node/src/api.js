@@ -82,8 +82,11 @@ export async function submit(db, { owner, operation, key, request, payload, ttl:
   const [r] = await query(db, 'SELECT replayed, status, http_status, body::pg_catalog.text AS body, headers, resource_id, task_id'
     + ' FROM @idem@.idem_submit($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.jsonb, $5::pg_catalog.jsonb, $6::pg_catalog.interval)',
   [owner, operation, key, json(request), json(payload), ttl(t)]);
+  // reconciling: the task's outcome is being reconciled (idem 1.16); body is
+  // then a problem (application/problem+json) to answer with its 202
   return { replayed: r.replayed, status: r.status, httpStatus: r.http_status, body: r.body,
-    headers: r.headers, resourceId: r.resource_id, taskId: r.task_id };
+    headers: r.headers, resourceId: r.resource_id, taskId: r.task_id,
+    reconciling: r.body != null && r.body.includes('"urn:idem:task:reconciling"') };
 }
 
 // idem_consume: true the first time the consumer sees the message.
@@ -152,6 +155,16 @@ export class TaskWorker {
     [this.operation, this.worker, ttl(this.leaseSeconds), batch, this.bindSession]);
     return rows.map((r) => new Task(r));
   }
+
+  // Tasks whose outcome is uncertain (idem 1.16), each with a new token and
+  // its attempts so far; a plain lease never returns them.
+  async leaseReconcile(db, batch = 1) {
+    const rows = await query(db, 'SELECT task_id, owner, key, request, payload, attempt, token, lease_expires_at,'
+      + ' uncertain_since, attempts'
+      + ' FROM @idem@.idem_lease_reconcile($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.interval, $4::pg_catalog.int4, $5::pg_catalog.bool)',
+    [this.operation, this.worker, ttl(this.leaseSeconds), batch, this.bindSession]);
+    return rows.map((r) => new ReconcileTask(r));
+  }
 }
 
 export class Task {
@@ -176,6 +189,28 @@ export class Task {
     const [r] = await query(db, 'SELECT @idem@.idem_fail($1::pg_catalog.int8, $2::pg_catalog.int8, $3::pg_catalog.jsonb, $4::pg_catalog.bool) AS status',
       [this.taskId, this.token, json(error), retryable]);
     return r.status;
+  }
+
+  // The attempt's outcome is unknown (a provider's timeout): 'PROCESSING'
+  // when the operation reconciles, else as a retryable fail.
+  async failUnknown(db, error) {
+    const [r] = await query(db, 'SELECT @idem@.idem_fail_unknown($1::pg_catalog.int8, $2::pg_catalog.int8, $3::pg_catalog.jsonb) AS status',
+      [this.taskId, this.token, json(error)]);
+    return r.status;
+  }
+}
+
+// A task leased to find out what its uncertain attempt did: ask the
+// provider, then complete, fail for good, notCharged, or failUnknown again.
+export class ReconcileTask extends Task {
+  constructor(r) {
+    super(r);
+    Object.assign(this, { uncertainSince: r.uncertain_since, attempts: r.attempts ?? [] });
+  }
+
+  // The provider has no trace of the attempt: it had no effect, the task is due again.
+  notCharged(db, error = { reconciled: 'not charged' }) {
+    return this.fail(db, error, true);
   }
 }
 

@@ -144,6 +144,31 @@ test('submit, lease, fail, takeover: the stale token is LeaseLost', async () => 
   await c.end();
 });
 
+test('an uncertain outcome: never leased plainly again, reconciled with its attempts', async () => {
+  const c = await connect();
+  const op = `PAY_${randomUUID().slice(0, 8)}`;
+  await c.query("SELECT public.idem_set_policy($1::pg_catalog.text, uncertain => 'reconcile'::pg_catalog.text)", [op]);
+  try {
+    const k = key();
+    await idem.submit(c, { owner: 1, operation: op, key: k, request: { amount: 500 } });
+    const worker = new idem.TaskWorker(op, 'w1');
+    const [t1] = await worker.lease(c);
+    assert.equal(await t1.failUnknown(c, { provider: 'timeout' }), 'PROCESSING');
+    assert.deepEqual(await worker.lease(c, 10), []);
+    const again = await idem.submit(c, { owner: 1, operation: op, key: k, request: { amount: 500 } });
+    assert.deepEqual([again.httpStatus, again.reconciling, JSON.parse(again.body).type], [202, true, 'urn:idem:task:reconciling']);
+    const [r] = await worker.leaseReconcile(c);
+    assert.ok(r instanceof idem.ReconcileTask && BigInt(r.token) > BigInt(t1.token) && r.uncertainSince instanceof Date);
+    assert.deepEqual(r.attempts.map((a) => [a.outcome, a.error]), [['unknown', { provider: 'timeout' }]]);
+    await r.complete(c, 201, { charge: 'ch_1' });
+    const done = await idem.submit(c, { owner: 1, operation: op, key: k, request: { amount: 500 } });
+    assert.deepEqual([done.status, done.reconciling], ['SUCCEEDED', false]);
+  } finally {
+    await c.query('SELECT public.idem_drop_policy($1::pg_catalog.text)', [op]);
+    await c.end();
+  }
+});
+
 test('emit, then consume once', async () => {
   const c = await connect();
   const id = await idem.emit(c, { topic: 'node-topic', payload: { order: 1 }, key: 'order-1', headers: { kind: 'x' } });

@@ -184,6 +184,35 @@ def test_submit_lease_heartbeat_complete_and_fencing(conn):
                                                                        '{"tracking":"JD0123"}')
 
 
+def test_uncertain_outcome_is_reconciled_before_any_retry(conn):
+    conn.autocommit = True
+    op = "PAY_" + uuid.uuid4().hex[:8]
+    conn.execute("SELECT public.idem_set_policy(%s::pg_catalog.text, uncertain => 'reconcile'::pg_catalog.text,"
+                 " redact => ARRAY['/card']::pg_catalog.text[])", (op,))
+    try:
+        k = new_key()
+        idem_pg.submit(conn, 1, op, k, {"amount": 500})
+        worker = idem_pg.TaskWorker(op, "w1", lease=30)
+        (task,) = worker.lease(conn)
+        assert task.fail_unknown(conn, {"provider": "timeout", "card": "4242"}) == "PROCESSING"
+        assert worker.lease(conn, batch=10) == []          # a plain lease never gets it again
+        again = idem_pg.submit(conn, 1, op, k, {"amount": 500})
+        assert (again.http_status, again.reconciling) == (202, True)
+        assert json.loads(again.body)["type"] == "urn:idem:task:reconciling"
+        (rec,) = worker.lease_reconcile(conn)
+        assert isinstance(rec, idem_pg.ReconcileTask) and rec.token > task.token and rec.uncertain_since
+        assert [(a["outcome"], a["error"]) for a in rec.attempts] == [("unknown", {"provider": "timeout"})]
+        assert rec.not_charged(conn) == "FAILED_RETRYABLE"
+        conn.execute("UPDATE idem_internal.idempotency_record SET task_due_at = now() WHERE id = %s", (task.task_id,))
+        (second,) = worker.lease(conn)
+        assert second.attempt == 2
+        with conn.transaction():
+            second.complete(conn, 201, {"charge": "ch_1"})
+        assert not idem_pg.submit(conn, 1, op, k, {"amount": 500}).reconciling
+    finally:
+        conn.execute("SELECT public.idem_drop_policy(%s::pg_catalog.text)", (op,))
+
+
 def test_worker_wait_wakes_on_submit():
     op = "WAKE_" + uuid.uuid4().hex[:8]
     with psycopg.connect(autocommit=True) as listener, psycopg.connect(autocommit=True) as app:

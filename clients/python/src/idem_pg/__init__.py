@@ -21,7 +21,7 @@ from .schema import use_schema
 from .errors import (Forbidden, IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, KeyRunning, LeaseLost,
                      Misconfigured, NestedRun, NoClaim, NotAllowed, ReadOnly, SerializationFailure, StaleToken,
                      TaskStateConflict, UnfinishedClaim, retry_serializable, translate)
-from .tasks import Task, TaskWorker
+from .tasks import ReconcileTask, Task, TaskWorker
 
 __version__ = "1.16.0"
 
@@ -29,4 +29,4 @@ __all__ = ["Claim", "Outcome", "RawJson", "Submission", "begin", "claim", "consu
            "submit", "finish_stored", "IdemError", "Forbidden", "InFlight", "InvalidRequest", "KeyExpired", "KeyReused",
            "KeyRunning", "Misconfigured", "NoClaim", "ReadOnly", "SerializationFailure", "StaleToken",
            "TaskStateConflict", "UnfinishedClaim", "LeaseLost", "NestedRun", "NotAllowed", "retry_serializable",
-           "translate", "Task", "TaskWorker", "use_schema"]
+           "translate", "ReconcileTask", "Task", "TaskWorker", "use_schema"]

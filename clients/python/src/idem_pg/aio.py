@@ -22,7 +22,7 @@ from . import calls
 from .calls import Json, Outcome, Submission, Ttl
 from .errors import NoClaim, SerializationFailure, sqlstate_of, translate
 from .schema import LOOKUP_SQL, PLACEHOLDER, cached, remember, statement
-from .tasks import Task
+from .tasks import ReconcileTask, Task
 
 T = TypeVar("T")
 
@@ -158,6 +158,12 @@ class TaskWorker:
         rows = await perform(conn, calls.lease(self.operation, self.worker, self.lease_for, batch, self.bind_session))
         return [Task.of(r) for r in rows]
 
+    async def lease_reconcile(self, conn: Any, batch: int = 1) -> List[ReconcileTask]:
+        """``idem_pg.TaskWorker.lease_reconcile``, awaited."""
+        rows = await perform(conn, calls.lease_reconcile(self.operation, self.worker, self.lease_for, batch,
+                                                         self.bind_session))
+        return [ReconcileTask.of(r) for r in rows]
+
     @staticmethod
     async def heartbeat(conn: Any, task: Task, extend: Ttl = None):
         """``Task.heartbeat``, awaited: raises StaleToken (IK004)."""
@@ -174,6 +180,11 @@ class TaskWorker:
     async def fail(conn: Any, task: Task, error: Json, retryable: bool = True) -> str:
         """``Task.fail``, awaited: raises StaleToken (IK004)."""
         return await perform(conn, calls.fail(task.task_id, task.token, error, retryable))
+
+    @staticmethod
+    async def fail_unknown(conn: Any, task: Task, error: Json) -> str:
+        """``Task.fail_unknown``, awaited: raises StaleToken (IK004)."""
+        return await perform(conn, calls.fail_unknown(task.task_id, task.token, error))
 
 
 __all__ = ["begin", "finish", "finish_stored", "run", "submit", "consume", "emit", "claim", "Claim",

@@ -51,6 +51,13 @@ class Submission:
     resource_id: Optional[int]
     task_id: Optional[int]
 
+    @property
+    def reconciling(self) -> bool:
+        """Whether the task's outcome is being reconciled: ``body`` is then
+        a problem (``application/problem+json``) of type
+        urn:idem:task:reconciling, to answer with ``http_status`` 202."""
+        return self.body is not None and '"urn:idem:task:reconciling"' in self.body
+
 
 class Call(NamedTuple):
     """One statement of idem: its text, its parameters, and what its rows mean."""
@@ -121,6 +128,10 @@ COMPLETE_SQL = ("SELECT @idem@.idem_complete(%%s%s, %%s%s, %%s%s, %%s%s, %%s%s, 
 FAIL_SQL = "SELECT @idem@.idem_fail(%%s%s, %%s%s, %%s%s, %%s%s)" % (_I8, _I8, _J, _B)
 LEASE_SQL = ("SELECT task_id, owner, key, request::pg_catalog.text, payload::pg_catalog.text, attempt, token,"
              " lease_expires_at FROM @idem@.idem_lease(%%s%s, %%s%s, %%s%s, %%s%s, %%s%s)" % (_T, _T, _IV, _I4, _B))
+FAIL_UNKNOWN_SQL = "SELECT @idem@.idem_fail_unknown(%%s%s, %%s%s, %%s%s)" % (_I8, _I8, _J)
+LEASE_RECONCILE_SQL = ("SELECT task_id, owner, key, request::pg_catalog.text, payload::pg_catalog.text, attempt,"
+                       " token, lease_expires_at, uncertain_since, attempts::pg_catalog.text"
+                       " FROM @idem@.idem_lease_reconcile(%%s%s, %%s%s, %%s%s, %%s%s, %%s%s)" % (_T, _T, _IV, _I4, _B))
 # Whether the session's role may call what the app kind is granted
 # (idem_grant(role, 'app')): asked after a 42501, which also means an
 # owner outside idem.allowed_owners.
@@ -212,6 +223,15 @@ def complete(task_id: int, token: int, http_status: int, body: Json, resource_id
 
 def fail(task_id: int, token: int, error: Json, retryable: bool) -> Call:
     return Call(FAIL_SQL, (task_id, token, json_param(error), retryable), _value)
+
+
+def fail_unknown(task_id: int, token: int, error: Json) -> Call:
+    return Call(FAIL_UNKNOWN_SQL, (task_id, token, json_param(error)), _value)
+
+
+def lease_reconcile(operation: str, worker: str, lease_for: Ttl, batch: int, bind_session: bool) -> Call:
+    """idem_lease_reconcile: its rows as they are (tasks.ReconcileTask.of)."""
+    return Call(LEASE_RECONCILE_SQL, (operation, worker, ttl_param(lease_for), batch, bind_session), list)
 
 
 __all__ = ["Json", "Ttl", "RawJson", "Outcome", "Submission", "Call"]

@@ -11,12 +11,28 @@ with the fencing token carried for it (docs/long-flows.md).
 A stale token (the lease was taken over) raises StaleToken (IK004) from heartbeat,
 complete and fail, and changes nothing: the business write in the same
 transaction rolls back with it.
+
+An attempt whose outcome the worker cannot know (a payment provider's
+timeout) ends with ``task.fail_unknown(conn, error)``.  For an operation
+whose policy says ``uncertain => 'reconcile'`` the task is then handed only
+to ``worker.lease_reconcile(conn)``, with its attempts so far: ask the
+provider, then ``complete`` with its answer, ``fail(..., retryable=False)``,
+``not_charged`` (the attempt had no effect: retried later) or
+``fail_unknown`` again (asked again after a backoff)::
+
+    for task in worker.lease_reconcile(conn):
+        charge = provider.lookup(task.key)
+        if charge is None:
+            task.not_charged(conn)
+        else:
+            with conn.transaction():
+                task.complete(conn, 201, charge)
 """
 from __future__ import annotations
 
 import datetime as _dt
 import select
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, List, Mapping, Optional
 
 from . import calls
@@ -60,6 +76,33 @@ class Task:
         or 'FAILED_FINAL'.  Raises StaleToken (IK004)."""
         return perform(db, calls.fail(self.task_id, self.token, error, retryable), self.prepare)
 
+    def fail_unknown(self, db: Any, error: Json) -> str:
+        """An attempt whose outcome is unknown: 'PROCESSING' when the
+        operation reconciles (the task waits for ``lease_reconcile``), else
+        as a retryable ``fail``.  Raises StaleToken (IK004)."""
+        return perform(db, calls.fail_unknown(self.task_id, self.token, error), self.prepare)
+
+
+@dataclass
+class ReconcileTask(Task):
+    """A task whose outcome is uncertain, leased to find it out: since when,
+    and its ended attempts (dicts: attempt, reconcile, worker, token,
+    started_at, ended_at, outcome, http_status, error), oldest first."""
+    uncertain_since: Optional[_dt.datetime] = None
+    attempts: List[dict] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, row: tuple, prepare: Optional[bool] = None) -> "ReconcileTask":
+        """The task of a row of idem_lease_reconcile (calls.lease_reconcile)."""
+        return cls(row[0], row[1], row[2], loads(row[3]), loads(row[4]), row[5], row[6], row[7], prepare,
+                   row[8], loads(row[9]) or [])
+
+    def not_charged(self, db: Any, error: Json = None) -> str:
+        """The provider has no trace of the attempt: it had no effect, and
+        the task is due again ('FAILED_RETRYABLE'; 'FAILED_FINAL' past
+        max_attempts).  Raises StaleToken (IK004)."""
+        return self.fail(db, error if error is not None else {"reconciled": "not charged"}, True)
+
 
 class TaskWorker:
     """Leases the due tasks of one operation for one named worker."""
@@ -80,6 +123,15 @@ class TaskWorker:
         rows = perform(db, calls.lease(self.operation, self.worker, self.lease_for, batch, self.bind_session),
                        self.prepare)
         return [Task.of(r, self.prepare) for r in rows]
+
+    def lease_reconcile(self, db: Any, batch: int = 1) -> List[ReconcileTask]:
+        """Up to ``batch`` tasks whose outcome is uncertain, each with a new
+        token and its attempts so far.  A plain ``lease`` never returns
+        them.  Raises what ``lease`` raises.
+        """
+        rows = perform(db, calls.lease_reconcile(self.operation, self.worker, self.lease_for, batch,
+                                                 self.bind_session), self.prepare)
+        return [ReconcileTask.of(r, self.prepare) for r in rows]
 
     def wait(self, conn: Any, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a notification of a submit

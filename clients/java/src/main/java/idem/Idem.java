@@ -108,6 +108,13 @@ public final class Idem {
     /** What idem_submit answers: a long flow's state. */
     public record Submission(boolean replayed, String status, Integer httpStatus, String body,
                              Map<String, String> headers, Long resourceId, Long taskId) {
+        /**
+         * idem 1.16: the task's outcome is being reconciled; {@code body} is then a problem
+         * ({@code application/problem+json}) of type urn:idem:task:reconciling, to answer with its 202.
+         */
+        public boolean reconciling() {
+            return body != null && body.contains("\"urn:idem:task:reconciling\"");
+        }
     }
 
     private static final String OUTCOME = "replayed, http_status, body::pg_catalog.text, "

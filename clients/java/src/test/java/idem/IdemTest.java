@@ -182,6 +182,25 @@ public final class IdemTest {
                     && stale.equals("LeaseLost") && done.replayed() && done.status().equals("SUCCEEDED")
                     && done.body().equals("{\"tracking\": \"JD0123\"}"), done);
 
+            // an uncertain outcome: never leased plainly again, reconciled with its attempts
+            String pay = "PAY_" + UUID.randomUUID().toString().substring(0, 8);
+            c.createStatement().execute("SELECT public.idem_set_policy('" + pay + "', uncertain => 'reconcile')");
+            String pk = key();
+            idem.submit(c, 1, pay, pk, "{\"amount\": 500}", null, null);
+            TaskWorker payWorker = new TaskWorker(idem, pay, "w1", Duration.ofSeconds(30), false);
+            TaskWorker.Task p1 = payWorker.lease(c, 1).get(0);
+            String marked = p1.failUnknown(c, "{\"provider\": \"timeout\"}");
+            int plainAgain = payWorker.lease(c, 10).size();
+            Idem.Submission pending = idem.submit(c, 1, pay, pk, "{\"amount\": 500}", null, null);
+            List<TaskWorker.ReconcileTask> rec = payWorker.leaseReconcile(c, 1);
+            String notCharged = rec.get(0).notCharged(c);
+            c.createStatement().execute("SELECT public.idem_drop_policy('" + pay + "')");
+            check("an unknown outcome is marked, leased only to reconcile with its attempts, then not charged",
+                marked.equals("PROCESSING") && plainAgain == 0 && pending.httpStatus() == 202 && pending.reconciling()
+                    && rec.size() == 1 && rec.get(0).task().token() > p1.token()
+                    && rec.get(0).attemptsJson().contains("\"outcome\": \"unknown\"")
+                    && notCharged.equals("FAILED_RETRYABLE"), rec);
+
             // outbox and inbox
             c.setAutoCommit(false);
             long id = idem.emit(c, "java-topic", "{\"order\": 1}", "order-1", Map.of("kind", "created"));
