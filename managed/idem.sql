@@ -1089,7 +1089,9 @@ CREATE FUNCTION idem.idem_set_policy(
     reuse_after_expiry text DEFAULT '<unchanged>',
     redact text[] DEFAULT ARRAY['<unchanged>'],
     key_format text DEFAULT '<unchanged>',
-    reject_weak_keys boolean DEFAULT NULL)
+    reject_weak_keys boolean DEFAULT NULL,
+    uncertain text DEFAULT '<unchanged>',
+    reconcile_within interval DEFAULT interval '-178000000 years')
 RETURNS idem.idem_policy
 LANGUAGE plpgsql
 SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -1104,7 +1106,8 @@ BEGIN
             USING ERRCODE = '22023';
     END IF;
     IF max_attempts IS DISTINCT FROM -2147483648 OR retry_base IS DISTINCT FROM keep OR retry_max IS DISTINCT FROM keep
-       OR redact IS DISTINCT FROM ARRAY['<unchanged>'] OR key_format IS DISTINCT FROM '<unchanged>' OR reject_weak_keys IS NOT NULL THEN
+       OR redact IS DISTINCT FROM ARRAY['<unchanged>'] OR key_format IS DISTINCT FROM '<unchanged>' OR reject_weak_keys IS NOT NULL
+       OR uncertain IS DISTINCT FROM '<unchanged>' OR reconcile_within IS DISTINCT FROM keep THEN
         RAISE EXCEPTION 'idem''s SQL edition has no policy of tasks, redaction or key formats yet'
             USING ERRCODE = '0A000', HINT = 'It keeps ttl, failure_ttl, wait_timeout, audit_ttl and reuse_after_expiry (docs/managed.md).';
     END IF;
@@ -1136,7 +1139,7 @@ BEGIN
     RETURN p;
 END
 $$;
-REVOKE ALL ON FUNCTION idem.idem_set_policy(text, interval, interval, interval, integer, interval, interval, interval, text, text[], text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem.idem_set_policy(text, interval, interval, interval, integer, interval, interval, interval, text, text[], text, boolean, text, interval) FROM PUBLIC;
 
 CREATE FUNCTION idem.idem_drop_policy(operation text) RETURNS boolean
 LANGUAGE sql STRICT
