@@ -180,6 +180,34 @@ reconcile_locked(LeaseCall *lc)
 	return false;
 }
 
+/*
+ * The locked row's lease lapsed, or its session ended: that attempt ends
+ * "lapsed" (*lapsed, for its row).  A plain lease marks the task of an
+ * operation that reconciles, or ends one past max_attempts: false then,
+ * the row written, and the task is not handed out.
+ */
+static bool
+take_over(LeaseCall *lc, TaskAttempt *lapsed, int32 attempt)
+{
+	TaskRecord *tr = &lc->rec;
+	bool		ended;
+
+	lc->takeovers++;
+	task_attempt_take(lapsed, tr);
+	if (lc->reconcile)
+		return true;
+	if (TR_CAN_MARK(tr) && idem_task_reconciles(lc->operation))
+	{
+		mark_lapsed(lc);
+		ended = true;
+	}
+	else
+		ended = end_lapsed(lc, attempt - 1);
+	if (ended)
+		task_attempt_write(lapsed, lc->cat, tr, ATTEMPT_LAPSED, 0, (Datum) 0, lc->now);
+	return !ended;
+}
+
 /* Hand the locked row to the worker with a new attempt, a new token, a lease. */
 static void
 lease_locked(LeaseCall *lc)
@@ -190,7 +218,7 @@ lease_locked(LeaseCall *lc)
 	int32		attempt;
 	int64		token;
 	TaskAttempt lapsed;
-	bool		had_lapsed = false;
+	bool		had_lapsed;
 
 	task_record_take(tr, lc->lockslot);
 	/* a plain lease never hands out a marked task (its index has none) */
@@ -198,26 +226,9 @@ lease_locked(LeaseCall *lc)
 		return;
 	attempt = (TR_ISNULL(tr, REC_TASK_ATTEMPTS) ? 0 :
 			   DatumGetInt32(TR_VALUE(tr, REC_TASK_ATTEMPTS))) + (lc->reconcile ? 0 : 1);
-	if (!TR_ISNULL(tr, REC_TASK_LEASE_EXPIRES))
-	{
-		bool		ended = false;
-
-		lc->takeovers++;		/* lapsed, or its session ended */
-		task_attempt_take(&lapsed, tr);
-		had_lapsed = true;
-		if (!lc->reconcile && TR_CAN_MARK(tr) && idem_task_reconciles(lc->operation))
-		{
-			mark_lapsed(lc);
-			ended = true;
-		}
-		else if (!lc->reconcile)
-			ended = end_lapsed(lc, attempt - 1);
-		if (ended)
-		{
-			task_attempt_write(&lapsed, lc->cat, tr, ATTEMPT_LAPSED, 0, (Datum) 0, lc->now);
-			return;
-		}
-	}
+	had_lapsed = !TR_ISNULL(tr, REC_TASK_LEASE_EXPIRES);
+	if (had_lapsed && !take_over(lc, &lapsed, attempt))
+		return;
 	if (lc->reconcile && !reconcile_locked(lc))
 	{
 		if (had_lapsed)

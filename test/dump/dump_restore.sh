@@ -30,6 +30,11 @@ q $src "SELECT idem_outbox_emit('dump.topic', '{\"n\": 1}', 'k'), idem_outbox_em
 q $src "SELECT count(*) FROM idem_outbox_fetch('dump.topic', 10)" >/dev/null
 q $src "SELECT idem_outbox_nack(ARRAY(SELECT message_id FROM idem_internal.idem_outbox WHERE topic = 'dump.topic'), 'refused', true)" >/dev/null
 q $src "SELECT idem_consume_failed('dump-consumer', 'm1', 'boom', 'k', 'dump.topic', 1)" >/dev/null
+# a task's attempts (1.16): one of unknown outcome, marked for reconciliation
+q $src "SELECT idem_set_policy('DUMP_PAY', uncertain => 'reconcile')" >/dev/null
+q $src "SELECT idem_submit(9, 'DUMP_PAY', 'dump-task-key-000001', '{\"amount\": 1}')" >/dev/null
+q $src "SELECT idem_fail_unknown(task_id, token, '{\"provider\": \"timeout\"}') FROM idem_lease('DUMP_PAY', 'w1')" >/dev/null
+attempts_before=$(q $src "SELECT md5(string_agg(a::text, ',' ORDER BY a.token)) FROM idem_internal.idem_task_attempt a")
 dead_before=$(q $src "SELECT md5(string_agg(d::text, ',' ORDER BY d.message_id)) FROM idem_internal.idem_outbox_dead d")
 failures_before=$(q $src "SELECT md5(string_agg(f::text, ',')) FROM idem_internal.idem_inbox_failure f")
 history_before=$(q $src "SELECT md5(string_agg(h::text, ',' ORDER BY h.record_id)) FROM idem_internal.idem_history h")
@@ -59,9 +64,11 @@ check "the restored database has a digest secret of its own" "1|false" \
 check "a generic retry after the restore replays (its fingerprint decides), another request is IK001" "true|201|{\"debit\": 1}|IK001" \
 	"$(q $dst "SELECT replayed || '|' || http_status || '|' || body FROM idem_begin(9, 'DEBIT', 'dump-debit-key-000001', '{\"amount\": 100, \"account\": 1}')")|$("$PG_BINDIR/psql" -X -q -At -d $dst -v VERBOSITY=sqlstate -c "SELECT idem_begin(9, 'DEBIT', 'dump-debit-key-000001', '{\"amount\": 101, \"account\": 1}')" 2>&1 | grep -o IK001)"
 check "policies survive pg_dump and restore" "PAY|30 days|3|90 days|refuse" \
-	"$(q $dst "SELECT operation, ttl, max_attempts, audit_ttl, reuse_after_expiry FROM idem_policies")"
+	"$(q $dst "SELECT operation, ttl, max_attempts, audit_ttl, reuse_after_expiry FROM idem_policies WHERE operation = 'PAY'")"
 check "history rows survive pg_dump and restore" "$history_before" \
 	"$(q $dst "SELECT md5(string_agg(h::text, ',' ORDER BY h.record_id)) FROM idem_internal.idem_history h")"
+check "tasks' attempts survive pg_dump and restore, and the restored task is reconciled with them" "$attempts_before|unknown" \
+	"$(q $dst "SELECT md5(string_agg(a::text, ',' ORDER BY a.token)) FROM idem_internal.idem_task_attempt a")|$(q $dst "SELECT attempts->0->>'outcome' FROM idem_lease_reconcile('DUMP_PAY', 'r1')")"
 check "the restored history still refuses the archived key (IK007)" "IK007" \
 	"$("$PG_BINDIR/psql" -X -q -At -d $dst -v VERBOSITY=sqlstate -c "SELECT idem_begin(9, 'PAY', 'dump-pay-key-archived', '{}')" 2>&1 | grep -o IK007)"
 check "the restored policy applies" "t" \

@@ -144,6 +144,7 @@ sub call_everything
 			SELECT replayed FROM $h.idem_run(1, 'PAY', 'hijack-run-000000001', '{}', 'pg_temp.h_handler(jsonb)');
 			SELECT task_id IS NOT NULL FROM $h.idem_submit(1, 'SHIP', 'hijack-task-00000001', '{}');
 			SELECT task_id IS NOT NULL FROM $h.idem_submit(1, 'SHIP', 'hijack-task-00000002', '{}');
+			SELECT task_id IS NOT NULL FROM $h.idem_submit(1, 'SHIP', 'hijack-task-00000003', '{}');
 			SELECT $h.idem_outbox_emit('orders', '{"n": 1}', 'k1', '{"h": "1"}');
 			SELECT $h.idem_outbox_emit('orders', '{"n": 2}', 'k2');
 			SELECT $h.idem_request_hash('{"a": 1}') IS NOT NULL, $h.idem_canonical_json('{"b": 1, "a": 2}');
@@ -154,6 +155,9 @@ sub call_everything
 			  FROM $h.idem_lease('SHIP', 'w1', interval '1 minute');
 			SELECT $h.idem_fail(task_id, token, '{"why": "test"}', false) IS NOT NULL
 			  FROM $h.idem_lease('SHIP', 'w1', interval '1 minute');
+			SELECT $h.idem_fail_unknown(task_id, token, '{"why": "timeout"}') IS NOT NULL
+			  FROM $h.idem_lease('SHIP', 'w1', interval '1 minute');
+			SELECT count(*) >= 0 FROM $h.idem_lease_reconcile('SHIP', 'w1', interval '1 minute');
 		},
 		h_publisher => qq{
 			SELECT $h.idem_outbox_nack(ARRAY(SELECT message_id FROM $h.idem_outbox_fetch('orders', 10, interval '1 minute')),
@@ -170,6 +174,8 @@ sub call_everything
 			SELECT count(*) >= 0 FROM $h.idem_stats;
 			SELECT count(*) >= 0 FROM $h.idem_audit;
 			SELECT count(*) >= 0 FROM $h.idem_audit_entries(1);
+			SELECT count(*) >= 0 FROM $h.idem_task_attempts;
+			SELECT count(*) >= 0 FROM $h.idem_task_attempt_entries(1);
 			SELECT count(*) >= 0 FROM $h.idem_stats_entries();
 			SELECT records >= 0 FROM $h.idem_health();
 			SELECT count(*) >= 0 FROM $h.idem_cleanup_status();
