@@ -9,7 +9,7 @@ OBJS = idem.o \
 	src/core/claim.o src/core/pending.o src/core/call.o \
 	src/process/cleanup.o src/process/worker.o src/process/launcher.o \
 	src/api/order.o src/api/api.o src/api/outbox.o src/api/outbox_emit.o src/api/outbox_ack.o src/api/inbox.o \
-	src/api/policies.o src/api/canonical.o src/api/audit.o src/api/maintenance.o src/api/statistics.o src/api/task.o src/api/task_sessions.o src/api/task_lease.o src/api/task_holder.o src/api/task_attempt.o
+	src/api/policies.o src/api/canonical.o src/api/audit.o src/api/maintenance.o src/api/statistics.o src/api/task.o src/api/task_sessions.o src/api/task_lease.o src/api/task_holder.o src/api/task_attempt.o src/api/task_record.o src/api/task_operator.o
 
 EXTENSION = idem
 # The extension's scripts are in extension/: the install script of the
@@ -33,7 +33,7 @@ PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter
 # specs, their expected output in test/expected; test/t the TAP tests.
 # The lists are in the order the suites run; test/lint.sh fails if a test
 # file is missing from them.
-REGRESS = jcs jcs_numbers encoding order cleanup writes api digest policy key_spellings redact task_lapses erasure retention headers tasks task_reconcile distribute outbox dead_letters inbox health stats owners operations grant hijack scripts rename tempschema security invalidation upgrade
+REGRESS = jcs jcs_numbers encoding order cleanup writes api digest policy key_spellings redact task_lapses erasure retention headers tasks task_reconcile operator distribute outbox dead_letters inbox health stats owners operations grant hijack scripts rename tempschema security invalidation upgrade
 REGRESS_OPTS = --load-extension=idem --load-extension=pgcrypto
 
 ISOLATION = claim-race-2 claim-race-3 in-flight-timeout policy-invalidation key-spelling-race repeatable-read mismatch-race expired-race expired-wait expired-archive-race key-deadlock cleanup-skip-locked savepoint bypass-writer claim-window api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race outbox-cross-keys outbox-nack-emit-race outbox-ack-share inbox-race stats-waits task-lease-race task-submit-race task-takeover task-uncertain-race refuse-cleanup-race

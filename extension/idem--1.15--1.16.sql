@@ -148,6 +148,196 @@ CREATE OR REPLACE VIEW @extschema@.idem_policies AS
     FROM idem_internal.idem_policy;
 -- end
 
+-- ---------------------------------------------------------------------------
+-- Operators: the audit, its guard and view, the task actions; the
+-- dead-letter functions become entry points that audit (dropped above).
+-- ---------------------------------------------------------------------------
+-- from idem.sql: CREATE TABLE idem_internal.idem_operator_audit (
+CREATE TABLE idem_internal.idem_operator_audit (
+    id                 bigserial,
+    owner_id           bigint NOT NULL,
+    acted_at           timestamptz NOT NULL,
+    session_user_name  text NOT NULL,
+    current_user_name  text NOT NULL,
+    action             text NOT NULL,
+    target             text NOT NULL,
+    target_id          bigint,
+    operation          text,
+    key                text,
+    arguments          jsonb,
+    reason             text,
+    state_before       jsonb,
+    state_after        jsonb,
+    expires_at         timestamptz NOT NULL,
+    CONSTRAINT pk_idem_operator_audit PRIMARY KEY (owner_id, id)
+);
+-- end
+-- from idem.sql: CREATE INDEX idem_operator_audit_expires ON idem_internal.idem_operator_audit (expires_at);
+CREATE INDEX idem_operator_audit_expires ON idem_internal.idem_operator_audit (expires_at);
+-- end
+-- from idem.sql: COMMENT ON TABLE idem_internal.idem_operator_audit IS
+COMMENT ON TABLE idem_internal.idem_operator_audit IS
+    'idem: every operator action (who, as whom, what, on which task or message, why, the state before and after); changed by nobody but idem''s owner';
+-- end
+-- from idem.sql: SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_operator_audit', '');
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_operator_audit', '');
+-- end
+-- from idem.sql: SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_operator_audit_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_operator_audit_id_seq', '');
+-- end
+-- from idem.sql: REVOKE ALL ON idem_internal.idem_operator_audit FROM PUBLIC;
+REVOKE ALL ON idem_internal.idem_operator_audit FROM PUBLIC;
+-- end
+-- from idem.sql: REVOKE ALL ON SEQUENCE idem_internal.idem_operator_audit_id_seq FROM PUBLIC;
+REVOKE ALL ON SEQUENCE idem_internal.idem_operator_audit_id_seq FROM PUBLIC;
+-- end
+-- from idem.sql: CREATE FUNCTION idem_internal.idem_operator_audit_guard()
+CREATE FUNCTION idem_internal.idem_operator_audit_guard()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF current_user OPERATOR(pg_catalog.=) (SELECT c.relowner::pg_catalog.regrole::pg_catalog.name
+                                             FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) TG_RELID) THEN
+        RETURN CASE WHEN TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN OLD ELSE NEW END;
+    END IF;
+    -- retention: a row past its expiry
+    IF TG_OP OPERATOR(pg_catalog.=) 'DELETE' AND OLD.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() THEN
+        RETURN OLD;
+    END IF;
+    -- an erasure (idem_forget_owner): the arguments gone, nothing else changed
+    IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' AND NEW.arguments IS NULL
+       AND ROW(NEW.id, NEW.owner_id, NEW.acted_at, NEW.session_user_name, NEW.current_user_name, NEW.action,
+               NEW.target, NEW.target_id, NEW.operation, NEW.key, NEW.reason, NEW.state_before::pg_catalog.text,
+               NEW.state_after::pg_catalog.text, NEW.expires_at)
+           IS NOT DISTINCT FROM
+           ROW(OLD.id, OLD.owner_id, OLD.acted_at, OLD.session_user_name, OLD.current_user_name, OLD.action,
+               OLD.target, OLD.target_id, OLD.operation, OLD.key, OLD.reason, OLD.state_before::pg_catalog.text,
+               OLD.state_after::pg_catalog.text, OLD.expires_at) THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'idem''s operator audit cannot be changed'
+        USING ERRCODE = '42501',
+              DETAIL = pg_catalog.format('%s of idem_operator_audit by %I refused.', TG_OP, current_user),
+              HINT = 'Only idem''s owner may; the cleanup deletes rows idem.operator_audit_ttl after their action.';
+END
+$$;
+-- end
+-- from idem.sql: REVOKE ALL ON FUNCTION idem_internal.idem_operator_audit_guard() FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_internal.idem_operator_audit_guard() FROM PUBLIC;
+-- end
+-- from idem.sql: CREATE TRIGGER idem_operator_audit_guard BEFORE UPDATE OR DELETE ON idem_internal.idem_operator_audit
+CREATE TRIGGER idem_operator_audit_guard BEFORE UPDATE OR DELETE ON idem_internal.idem_operator_audit
+    FOR EACH ROW EXECUTE FUNCTION idem_internal.idem_operator_audit_guard();
+-- end
+-- from idem.sql: CREATE TRIGGER idem_operator_audit_truncate BEFORE TRUNCATE ON idem_internal.idem_operator_audit
+CREATE TRIGGER idem_operator_audit_truncate BEFORE TRUNCATE ON idem_internal.idem_operator_audit
+    FOR EACH STATEMENT EXECUTE FUNCTION idem_internal.idem_operator_audit_guard();
+-- end
+-- from idem.sql: CREATE FUNCTION idem_internal.idem_owner_visible(owner bigint)
+CREATE FUNCTION idem_internal.idem_owner_visible(owner bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_owner_visible'
+LANGUAGE C VOLATILE;
+-- end
+-- from idem.sql: CREATE VIEW @extschema@.idem_operator_actions WITH (security_barrier) AS
+CREATE VIEW @extschema@.idem_operator_actions WITH (security_barrier) AS
+    SELECT a.id, a.owner_id, a.acted_at, a.session_user_name, a.current_user_name, a.action, a.target,
+           a.target_id, a.operation, a.key, a.arguments, a.reason, a.state_before, a.state_after
+      FROM idem_internal.idem_operator_audit a
+     WHERE pg_catalog.pg_has_role(CURRENT_USER, 'pg_monitor', 'USAGE')
+        OR idem_internal.idem_owner_visible(a.owner_id);
+-- end
+-- from idem.sql: REVOKE ALL ON @extschema@.idem_operator_actions FROM PUBLIC;
+REVOKE ALL ON @extschema@.idem_operator_actions FROM PUBLIC;
+-- end
+-- from idem.sql: GRANT SELECT ON @extschema@.idem_operator_actions TO pg_monitor;
+GRANT SELECT ON @extschema@.idem_operator_actions TO pg_monitor;
+-- end
+-- from idem.sql: COMMENT ON VIEW @extschema@.idem_operator_actions IS
+COMMENT ON VIEW @extschema@.idem_operator_actions IS
+    'idem: the operators'' actions (idem_operator_audit), for the owners the reader may see';
+-- end
+-- from idem.sql: CREATE FUNCTION @extschema@.idem_task_cancel(task_id bigint, reason text)
+CREATE FUNCTION @extschema@.idem_task_cancel(task_id bigint, reason text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_task_cancel'
+LANGUAGE C VOLATILE;
+-- end
+-- from idem.sql: COMMENT ON FUNCTION @extschema@.idem_task_cancel(bigint, text) IS
+COMMENT ON FUNCTION @extschema@.idem_task_cancel(bigint, text) IS
+    'idem: an operator ends an unfinished task FAILED_FINAL (HTTP 500, {"error": {"cancelled": reason}}); audited';
+-- end
+-- from idem.sql: CREATE FUNCTION @extschema@.idem_task_retry(task_id bigint, reason text)
+CREATE FUNCTION @extschema@.idem_task_retry(task_id bigint, reason text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_task_retry'
+LANGUAGE C VOLATILE;
+-- end
+-- from idem.sql: COMMENT ON FUNCTION @extschema@.idem_task_retry(bigint, text) IS
+COMMENT ON FUNCTION @extschema@.idem_task_retry(bigint, text) IS
+    'idem: an operator makes a task waiting for its next attempt due now; audited';
+-- end
+-- from idem.sql: CREATE FUNCTION @extschema@.idem_task_resolve(
+CREATE FUNCTION @extschema@.idem_task_resolve(
+    task_id bigint, http_status integer, body json, reason text,
+    resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_task_resolve'
+LANGUAGE C VOLATILE;
+-- end
+-- from idem.sql: COMMENT ON FUNCTION @extschema@.idem_task_resolve(bigint, integer, json, text, bigint, jsonb) IS
+COMMENT ON FUNCTION @extschema@.idem_task_resolve(bigint, integer, json, text, bigint, jsonb) IS
+    'idem: an operator ends an unfinished task with an answer (2xx/3xx SUCCEEDED, 4xx FAILED_FINAL), replayed to the client; audited';
+-- end
+-- from idem.sql: CREATE FUNCTION @extschema@.idem_task_settle(
+CREATE FUNCTION @extschema@.idem_task_settle(
+    task_id bigint, happened boolean, reason text,
+    http_status integer DEFAULT NULL, body json DEFAULT NULL, resource_id bigint DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_task_settle'
+LANGUAGE C VOLATILE;
+-- end
+-- from idem.sql: COMMENT ON FUNCTION @extschema@.idem_task_settle(bigint, boolean, text, integer, json, bigint) IS
+COMMENT ON FUNCTION @extschema@.idem_task_settle(bigint, boolean, text, integer, json, bigint) IS
+    'idem: an operator settles a task whose outcome is uncertain: the provider''s answer (happened), or due again (did not happen); audited';
+-- end
+-- from idem.sql: REVOKE ALL ON FUNCTION @extschema@.idem_task_cancel(bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_task_cancel(bigint, text) FROM PUBLIC;
+-- end
+-- from idem.sql: REVOKE ALL ON FUNCTION @extschema@.idem_task_retry(bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_task_retry(bigint, text) FROM PUBLIC;
+-- end
+-- from idem.sql: REVOKE ALL ON FUNCTION @extschema@.idem_task_resolve(bigint, integer, json, text, bigint, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_task_resolve(bigint, integer, json, text, bigint, jsonb) FROM PUBLIC;
+-- end
+-- from idem.sql: REVOKE ALL ON FUNCTION @extschema@.idem_task_settle(bigint, boolean, text, integer, json, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_task_settle(bigint, boolean, text, integer, json, bigint) FROM PUBLIC;
+-- end
+-- from idem.sql: CREATE FUNCTION idem_internal.idem_dead_letters_visible(message_ids bigint[])
+CREATE FUNCTION idem_internal.idem_dead_letters_visible(message_ids bigint[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    other bigint;
+BEGIN
+    SELECT d.message_id INTO other FROM idem_internal.idem_outbox_dead d
+     WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+       AND NOT idem_internal.idem_owner_visible(d.owner_id) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'permission denied for a dead letter of another owner'
+            USING ERRCODE = '42501', DETAIL = pg_catalog.format('Dead letter %s belongs to an owner outside this role''s idem.allowed_owners.', other);
+    END IF;
+END
+$$;
+-- end
+-- from idem.sql: REVOKE ALL ON FUNCTION idem_internal.idem_dead_letters_visible(bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_internal.idem_dead_letters_visible(bigint[]) FROM PUBLIC;
+-- end
+
 -- from idem.sql, replaced: CREATE FUNCTION @extschema@.idem_forget_owner(
 CREATE OR REPLACE FUNCTION @extschema@.idem_forget_owner(
     owner bigint,
@@ -192,7 +382,8 @@ BEGIN
     -- dead letter is delivered only if redriven; its blocked key goes on
     IF EXISTS (SELECT FROM idem_internal.idem_outbox_dead d WHERE d.owner_id OPERATOR(pg_catalog.=) owner) THEN
         total := @extschema@.idem_outbox_discard(ARRAY(
-            SELECT d.message_id FROM idem_internal.idem_outbox_dead d WHERE d.owner_id OPERATOR(pg_catalog.=) owner));
+            SELECT d.message_id FROM idem_internal.idem_outbox_dead d WHERE d.owner_id OPERATOR(pg_catalog.=) owner),
+            'erasure: idem_forget_owner');
     END IF;
 
     -- each table in statements of batch_size rows, at most max_batches
@@ -218,6 +409,11 @@ BEGIN
             EXIT WHEN n OPERATOR(pg_catalog.<) batch_size OR batches OPERATOR(pg_catalog.>=) max_batches;
         END LOOP;
     END LOOP;
+    -- the owner's operator audit stays, without its payloads
+    UPDATE idem_internal.idem_operator_audit a SET arguments = NULL
+     WHERE a.owner_id OPERATOR(pg_catalog.=) owner AND a.arguments IS NOT NULL;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    total := total OPERATOR(pg_catalog.+) n;
     RETURN total;
 END
 $$;
@@ -282,7 +478,8 @@ BEGIN
                  ('idem_internal.purchase_order', 'owner_id', 'idem_internal.idempotency_record'),
                  ('idem_internal.idem_inbox', 'consumer', 'default'),
                  ('idem_internal.idem_history', 'owner_id', 'idem_internal.idempotency_record'),
-                 ('idem_internal.idem_task_attempt', 'owner_id', 'idem_internal.idempotency_record')) AS v (tbl, col, colocate)
+                 ('idem_internal.idem_task_attempt', 'owner_id', 'idem_internal.idempotency_record'),
+                 ('idem_internal.idem_operator_audit', 'owner_id', 'idem_internal.idempotency_record')) AS v (tbl, col, colocate)
     LOOP
         IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
                         WHERE p.logicalrelid OPERATOR(pg_catalog.=) r.tbl::pg_catalog.regclass) THEN
@@ -333,7 +530,13 @@ BEGIN
         ('@extschema@.idem_set_policy(text, interval, interval, interval, integer, interval, interval, interval, text, text[], text, boolean)',
          '@extschema@.idem_set_policy(text, interval, interval, interval, integer, interval, interval, interval, text, text[], text, boolean, text, interval)',
          'GRANT EXECUTE ON FUNCTION %2$s TO %1$s'),
-        ('@extschema@.idem_health()', '@extschema@.idem_health()', 'SELECT idem_grant(role, ''monitor'') for each role, or GRANT EXECUTE ON FUNCTION %2$s TO %1$s')
+        ('@extschema@.idem_health()', '@extschema@.idem_health()', 'SELECT idem_grant(role, ''monitor'') for each role, or GRANT EXECUTE ON FUNCTION %2$s TO %1$s'),
+        ('@extschema@.idem_outbox_redrive(bigint[])', '@extschema@.idem_outbox_redrive(bigint[], text)',
+         'SELECT idem_grant(role, ''operator'') for each role, or GRANT EXECUTE ON FUNCTION %2$s TO %1$s'),
+        ('@extschema@.idem_outbox_discard(bigint[])', '@extschema@.idem_outbox_discard(bigint[], text)',
+         'SELECT idem_grant(role, ''operator'') for each role, or GRANT EXECUTE ON FUNCTION %2$s TO %1$s'),
+        ('@extschema@.idem_inbox_redrive(text, text[], boolean)', '@extschema@.idem_inbox_redrive(text, text[], boolean, text)',
+         'SELECT idem_grant(role, ''operator'') for each role, or GRANT EXECUTE ON FUNCTION %2$s TO %1$s')
         ) AS v (old, new, how)
     LOOP
         SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)), ', ')
@@ -375,6 +578,9 @@ DROP FUNCTION @extschema@.idem_privileges(text);
 DROP FUNCTION idem_internal.idem_privileges(text);
 DROP FUNCTION @extschema@.idem_health();
 DROP FUNCTION @extschema@.idem_set_policy(text, interval, interval, interval, integer, interval, interval, interval, text, text[], text, boolean);
+DROP FUNCTION @extschema@.idem_outbox_redrive(bigint[]);
+DROP FUNCTION @extschema@.idem_outbox_discard(bigint[]);
+DROP FUNCTION @extschema@.idem_inbox_redrive(text, text[], boolean);
 
 -- from idem.sql: CREATE FUNCTION @extschema@.idem_set_policy(
 CREATE FUNCTION @extschema@.idem_set_policy(
@@ -510,6 +716,258 @@ REVOKE ALL ON FUNCTION @extschema@.idem_health() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.idem_health() TO pg_monitor;
 -- end
 
+-- from idem.sql: CREATE FUNCTION idem_internal.idem_outbox_redrive_rows(message_ids bigint[], reason text)
+CREATE FUNCTION idem_internal.idem_outbox_redrive_rows(message_ids bigint[], reason text)
+RETURNS TABLE (owner_id bigint, message_id bigint, topic text, msg_key text, state_before jsonb, state_after jsonb)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    ktopics text[];
+    kkeys text[];
+    n bigint;
+    m bigint;
+    t text;
+BEGIN
+    SELECT l.topics, l.keys INTO ktopics, kkeys
+      FROM idem_internal.idem_outbox_lock_dead('idem_outbox_redrive', message_ids) l;
+    -- what is acted on, before: each message's owner must be the caller's
+    RETURN QUERY SELECT d.owner_id, d.message_id, d.topic::pg_catalog.text, d.msg_key::pg_catalog.text,
+                        pg_catalog.jsonb_build_object('dead_at', d.dead_at, 'on_dead', d.on_dead, 'last_reason', d.last_reason),
+                        pg_catalog.jsonb_build_object('redriven', true)
+                   FROM idem_internal.idem_outbox_dead d
+                  WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids) ORDER BY d.message_id;
+    PERFORM idem_internal.idem_dead_letters_visible(message_ids);
+
+    -- 'block': in place
+    WITH back AS (
+        DELETE FROM idem_internal.idem_outbox_dead d
+         USING idem_internal.idem_outbox o
+         WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+           AND o.message_id OPERATOR(pg_catalog.=) d.message_id AND o.dead_at IS NOT NULL
+        RETURNING d.message_id)
+    UPDATE idem_internal.idem_outbox o
+       SET dead_at = NULL, ready = true, nacks = NULL, not_before = NULL, leased_until = NULL
+      FROM back
+     WHERE o.message_id OPERATOR(pg_catalog.=) back.message_id;
+    GET DIAGNOSTICS n = ROW_COUNT;
+
+    -- the others: appended, in their first order
+    WITH back AS (
+        DELETE FROM idem_internal.idem_outbox_dead d
+         WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+        RETURNING d.*),
+    ordered AS (
+        SELECT b.*, pg_catalog.row_number() OVER (PARTITION BY b.topic, b.msg_key ORDER BY b.message_id) AS nth
+          FROM back b ORDER BY b.message_id)
+    INSERT INTO idem_internal.idem_outbox
+        (message_id, topic, msg_key, payload, headers, emitted_at, commit_seq, attempt, ready, owner_id)
+    SELECT b.message_id, b.topic, b.msg_key, b.payload,
+           COALESCE(b.headers, '{}'::pg_catalog.jsonb) OPERATOR(pg_catalog.||)
+               pg_catalog.jsonb_build_object('idem-redriven', 'true'),
+           b.emitted_at, pg_catalog.nextval('idem_internal.idem_outbox_message_id_seq'::pg_catalog.regclass), 0,
+           b.msg_key IS NULL OR (b.nth OPERATOR(pg_catalog.=) 1 AND NOT EXISTS (
+               SELECT FROM idem_internal.idem_outbox h
+                WHERE h.topic OPERATOR(pg_catalog.=) b.topic AND h.msg_key OPERATOR(pg_catalog.=) b.msg_key
+                  AND h.acked_at IS NULL)),
+           b.owner_id
+      FROM ordered b;
+    GET DIAGNOSTICS m = ROW_COUNT;
+
+    FOR t IN SELECT DISTINCT k.topic FROM pg_catalog.unnest(ktopics) AS k (topic) LOOP
+        PERFORM pg_catalog.pg_notify('idem_outbox', t);
+    END LOOP;
+    IF m OPERATOR(pg_catalog.>) 0 THEN
+        PERFORM pg_catalog.pg_notify('idem_outbox', o.topic) FROM idem_internal.idem_outbox o
+          WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids) AND o.msg_key IS NULL;
+    END IF;
+END
+$$;
+-- end
+-- from idem.sql: REVOKE ALL ON FUNCTION idem_internal.idem_outbox_redrive_rows(bigint[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_internal.idem_outbox_redrive_rows(bigint[], text) FROM PUBLIC;
+-- end
+-- from idem.sql: CREATE FUNCTION @extschema@.idem_outbox_redrive(message_ids bigint[], reason text DEFAULT NULL)
+CREATE FUNCTION @extschema@.idem_outbox_redrive(message_ids bigint[], reason text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_outbox_redrive'
+LANGUAGE C VOLATILE;
+-- end
+-- from idem.sql: REVOKE ALL ON FUNCTION @extschema@.idem_outbox_redrive(bigint[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_redrive(bigint[], text) FROM PUBLIC;
+-- end
+-- from idem.sql: COMMENT ON FUNCTION @extschema@.idem_outbox_redrive(bigint[], text) IS
+COMMENT ON FUNCTION @extschema@.idem_outbox_redrive(bigint[], text) IS
+    'idem: deliver dead letters again: in their key''s place (on_dead ''block'') or after its messages with the header idem-redriven (''skip''); returns how many';
+-- end
+-- from idem.sql: CREATE FUNCTION idem_internal.idem_outbox_discard_rows(message_ids bigint[], reason text)
+CREATE FUNCTION idem_internal.idem_outbox_discard_rows(message_ids bigint[], reason text)
+RETURNS TABLE (owner_id bigint, message_id bigint, topic text, msg_key text, state_before jsonb, state_after jsonb)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    ktopics text[];
+    kkeys text[];
+BEGIN
+    SELECT l.topics, l.keys INTO ktopics, kkeys
+      FROM idem_internal.idem_outbox_lock_dead('idem_outbox_discard', message_ids) l;
+    RETURN QUERY SELECT d.owner_id, d.message_id, d.topic::pg_catalog.text, d.msg_key::pg_catalog.text,
+                        pg_catalog.jsonb_build_object('dead_at', d.dead_at, 'on_dead', d.on_dead, 'last_reason', d.last_reason),
+                        pg_catalog.jsonb_build_object('discarded', true)
+                   FROM idem_internal.idem_outbox_dead d
+                  WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids) ORDER BY d.message_id;
+    PERFORM idem_internal.idem_dead_letters_visible(message_ids);
+    DELETE FROM idem_internal.idem_outbox o
+     USING idem_internal.idem_outbox_dead d
+     WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+       AND o.message_id OPERATOR(pg_catalog.=) d.message_id AND o.dead_at IS NOT NULL;
+    DELETE FROM idem_internal.idem_outbox_dead d WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids);
+    PERFORM idem_internal.idem_outbox_promote(ktopics, kkeys);
+END
+$$;
+-- end
+-- from idem.sql: REVOKE ALL ON FUNCTION idem_internal.idem_outbox_discard_rows(bigint[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_internal.idem_outbox_discard_rows(bigint[], text) FROM PUBLIC;
+-- end
+-- from idem.sql: CREATE FUNCTION @extschema@.idem_outbox_discard(message_ids bigint[], reason text DEFAULT NULL)
+CREATE FUNCTION @extschema@.idem_outbox_discard(message_ids bigint[], reason text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_outbox_discard'
+LANGUAGE C VOLATILE;
+-- end
+-- from idem.sql: REVOKE ALL ON FUNCTION @extschema@.idem_outbox_discard(bigint[], text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_discard(bigint[], text) FROM PUBLIC;
+-- end
+-- from idem.sql: COMMENT ON FUNCTION @extschema@.idem_outbox_discard(bigint[], text) IS
+COMMENT ON FUNCTION @extschema@.idem_outbox_discard(bigint[], text) IS
+    'idem: give dead letters up for good (their blocked keys go on); returns how many';
+-- end
+-- from idem.sql: CREATE FUNCTION idem_internal.idem_inbox_redrive_rows(
+CREATE FUNCTION idem_internal.idem_inbox_redrive_rows(
+    consumer text, message_ids text[], discard boolean, reason text)
+RETURNS TABLE (owner_id bigint, message_id bigint, topic text, msg_key text, state_before jsonb, state_after jsonb)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+BEGIN
+    IF consumer IS NULL OR discard IS NULL THEN
+        RAISE EXCEPTION 'argument "%" must not be null', CASE WHEN consumer IS NULL THEN 'consumer' ELSE 'discard' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF EXISTS (SELECT FROM idem_internal.idem_inbox_failure f
+                WHERE f.consumer OPERATOR(pg_catalog.=) idem_inbox_redrive_rows.consumer AND f.dead_at IS NOT NULL
+                  AND (message_ids IS NULL OR f.message_id OPERATOR(pg_catalog.=) ANY (message_ids))
+                  AND NOT idem_internal.idem_owner_visible(f.owner_id)) THEN
+        RAISE EXCEPTION 'permission denied for a dead letter of another owner'
+            USING ERRCODE = '42501', DETAIL = 'A dead letter of consumer ' OPERATOR(pg_catalog.||) consumer
+                  OPERATOR(pg_catalog.||) ' belongs to an owner outside this role''s idem.allowed_owners.';
+    END IF;
+    IF discard THEN
+        RETURN QUERY
+        DELETE FROM idem_internal.idem_inbox_failure f
+         WHERE f.consumer OPERATOR(pg_catalog.=) idem_inbox_redrive_rows.consumer AND f.dead_at IS NOT NULL
+           AND (message_ids IS NULL OR f.message_id OPERATOR(pg_catalog.=) ANY (message_ids))
+        RETURNING f.owner_id, NULL::pg_catalog.int8, f.consumer::pg_catalog.text,
+                  f.message_id::pg_catalog.text,
+                  pg_catalog.jsonb_build_object('dead_at', f.dead_at, 'attempts', f.attempts),
+                  pg_catalog.jsonb_build_object('discarded', true);
+    ELSE
+        RETURN QUERY
+        UPDATE idem_internal.idem_inbox_failure f SET redriven = true, attempts = 0
+         WHERE f.consumer OPERATOR(pg_catalog.=) idem_inbox_redrive_rows.consumer AND f.dead_at IS NOT NULL
+           AND (message_ids IS NULL OR f.message_id OPERATOR(pg_catalog.=) ANY (message_ids))
+        RETURNING f.owner_id, NULL::pg_catalog.int8, f.consumer::pg_catalog.text,
+                  f.message_id::pg_catalog.text,
+                  pg_catalog.jsonb_build_object('dead_at', f.dead_at),
+                  pg_catalog.jsonb_build_object('redriven', true);
+    END IF;
+END
+$$;
+-- end
+-- from idem.sql: REVOKE ALL ON FUNCTION idem_internal.idem_inbox_redrive_rows(text, text[], boolean, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_internal.idem_inbox_redrive_rows(text, text[], boolean, text) FROM PUBLIC;
+-- end
+-- from idem.sql: CREATE FUNCTION @extschema@.idem_inbox_redrive(
+CREATE FUNCTION @extschema@.idem_inbox_redrive(
+    consumer text, message_ids text[] DEFAULT NULL, discard boolean DEFAULT false, reason text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_inbox_redrive'
+LANGUAGE C VOLATILE;
+-- end
+-- from idem.sql: REVOKE ALL ON FUNCTION @extschema@.idem_inbox_redrive(text, text[], boolean, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_inbox_redrive(text, text[], boolean, text) FROM PUBLIC;
+-- end
+-- from idem.sql: COMMENT ON FUNCTION @extschema@.idem_inbox_redrive(text, text[], boolean, text) IS
+COMMENT ON FUNCTION @extschema@.idem_inbox_redrive(text, text[], boolean, text) IS
+    'idem: let a consumer apply its dead letters when delivered again (or discard them: their keys go on); returns how many';
+-- end
+
+-- from idem.sql, replaced: CREATE FUNCTION idem_internal.idem_grant_kind(role regrole, kind text, grant_them boolean)
+CREATE OR REPLACE FUNCTION idem_internal.idem_grant_kind(role regrole, kind text, grant_them boolean)
+RETURNS TABLE (privilege text, object text)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p record;
+    can boolean;
+    schema_name name := (SELECT n.nspname FROM pg_catalog.pg_extension e
+                         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace
+                         WHERE e.extname OPERATOR(pg_catalog.=) 'idem');
+    needs_usage boolean;
+BEGIN
+    IF role IS NULL OR kind IS NULL THEN
+        RAISE EXCEPTION 'idem_%: role and kind must not be NULL', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END
+            USING ERRCODE = '22004';
+    END IF;
+    IF NOT EXISTS (SELECT FROM idem_internal.idem_privileges(kind)) THEN
+        RAISE EXCEPTION 'unknown kind of idem user: "%"', kind
+            USING ERRCODE = '22023',
+                  HINT = 'The kinds are app, worker, publisher, consumer, monitor and operator.';
+    END IF;
+    -- every privilege is checked first: nothing is granted unless all can be
+    FOR p IN SELECT * FROM idem_internal.idem_privileges(kind) LOOP
+        IF p.fn IS NOT NULL THEN
+            can := pg_catalog.has_function_privilege(p.fn::pg_catalog.oid, 'EXECUTE WITH GRANT OPTION');
+        ELSE
+            can := pg_catalog.has_table_privilege(p.rel::pg_catalog.oid, 'SELECT WITH GRANT OPTION');
+        END IF;
+        IF NOT can THEN
+            RAISE EXCEPTION 'permission denied to % idem''s "%" privileges', CASE WHEN grant_them THEN 'grant' ELSE 'revoke' END, kind
+                USING ERRCODE = '42501',
+                      DETAIL = pg_catalog.format('%I cannot grant %s ON %s.', current_user, p.privilege, p.object),
+                      HINT = 'Run it as idem''s owner or as a superuser.';
+        END IF;
+    END LOOP;
+    needs_usage := grant_them AND NOT pg_catalog.has_schema_privilege(role, schema_name, 'USAGE');
+    IF needs_usage AND NOT pg_catalog.has_schema_privilege(schema_name, 'USAGE WITH GRANT OPTION') THEN
+        RAISE EXCEPTION 'permission denied to grant idem''s "%" privileges', kind
+            USING ERRCODE = '42501',
+                  DETAIL = pg_catalog.format('%I cannot grant USAGE ON SCHEMA %I.', current_user, schema_name),
+                  HINT = 'Run it as idem''s owner or as a superuser.';
+    END IF;
+    IF needs_usage THEN
+        EXECUTE pg_catalog.format('GRANT USAGE ON SCHEMA %I TO %s', schema_name, role);
+        privilege := 'USAGE';
+        object := pg_catalog.format('SCHEMA %I', schema_name);
+        RETURN NEXT;
+    END IF;
+    FOR p IN SELECT * FROM idem_internal.idem_privileges(kind) LOOP
+        IF grant_them THEN
+            EXECUTE pg_catalog.format('GRANT %s ON %s TO %s', p.privilege, p.object, role);
+        ELSE
+            EXECUTE pg_catalog.format('REVOKE %s ON %s FROM %s', p.privilege, p.object, role);
+        END IF;
+        privilege := p.privilege;
+        object := p.object;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+-- end
+
 -- from idem.sql: CREATE FUNCTION idem_internal.idem_privileges(kind text)
 CREATE FUNCTION idem_internal.idem_privileges(kind text)
 RETURNS TABLE (privilege text, object text, fn pg_catalog.regprocedure, rel pg_catalog.regclass)
@@ -541,7 +999,18 @@ BEGIN ATOMIC
         ('consumer', 'EXECUTE', '@extschema@.idem_consume(text, text, interval, bigint)'::pg_catalog.regprocedure, NULL),
         ('consumer', 'EXECUTE', '@extschema@.idem_consume_check(text, text, text, bigint)'::pg_catalog.regprocedure, NULL),
         ('consumer', 'EXECUTE', '@extschema@.idem_consume_failed(text, text, text, text, text, integer, bigint)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'EXECUTE', '@extschema@.idem_task_cancel(bigint, text)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'EXECUTE', '@extschema@.idem_task_retry(bigint, text)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'EXECUTE', '@extschema@.idem_task_resolve(bigint, integer, json, text, bigint, jsonb)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'EXECUTE', '@extschema@.idem_task_settle(bigint, boolean, text, integer, json, bigint)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'EXECUTE', '@extschema@.idem_outbox_redrive(bigint[], text)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'EXECUTE', '@extschema@.idem_outbox_discard(bigint[], text)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'EXECUTE', '@extschema@.idem_inbox_redrive(text, text[], boolean, text)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'SELECT', NULL, '@extschema@.idem_operator_actions'::pg_catalog.regclass),
+        ('operator', 'SELECT', NULL, '@extschema@.idem_task_attempts'::pg_catalog.regclass),
+        ('operator', 'EXECUTE', '@extschema@.idem_task_attempt_entries(bigint)'::pg_catalog.regprocedure, NULL),
         ('monitor', 'SELECT', NULL, '@extschema@.idem_stats'::pg_catalog.regclass),
+        ('monitor', 'SELECT', NULL, '@extschema@.idem_operator_actions'::pg_catalog.regclass),
         ('monitor', 'SELECT', NULL, '@extschema@.idem_audit'::pg_catalog.regclass),
         ('monitor', 'SELECT', NULL, '@extschema@.idem_task_attempts'::pg_catalog.regclass),
         ('monitor', 'EXECUTE', '@extschema@.idem_task_attempt_entries(bigint)'::pg_catalog.regprocedure, NULL),
@@ -568,7 +1037,11 @@ END;
 -- end
 -- from idem.sql: COMMENT ON FUNCTION @extschema@.idem_privileges(text) IS
 COMMENT ON FUNCTION @extschema@.idem_privileges(text) IS
-    'idem: the privileges idem_grant gives one kind of user (app, worker, publisher, consumer, monitor)';
+    'idem: the privileges idem_grant gives one kind of user (app, worker, publisher, consumer, monitor, operator)';
+-- end
+-- from idem.sql: COMMENT ON FUNCTION @extschema@.idem_grant(regrole, text) IS
+COMMENT ON FUNCTION @extschema@.idem_grant(regrole, text) IS
+    'idem: grant role what one kind of idem user needs: app, worker, publisher, consumer, monitor or operator';
 -- end
 
 -- last, so that it sees the functions this update created

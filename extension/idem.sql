@@ -688,7 +688,8 @@ BEGIN
     -- dead letter is delivered only if redriven; its blocked key goes on
     IF EXISTS (SELECT FROM idem_internal.idem_outbox_dead d WHERE d.owner_id OPERATOR(pg_catalog.=) owner) THEN
         total := @extschema@.idem_outbox_discard(ARRAY(
-            SELECT d.message_id FROM idem_internal.idem_outbox_dead d WHERE d.owner_id OPERATOR(pg_catalog.=) owner));
+            SELECT d.message_id FROM idem_internal.idem_outbox_dead d WHERE d.owner_id OPERATOR(pg_catalog.=) owner),
+            'erasure: idem_forget_owner');
     END IF;
 
     -- each table in statements of batch_size rows, at most max_batches
@@ -714,6 +715,11 @@ BEGIN
             EXIT WHEN n OPERATOR(pg_catalog.<) batch_size OR batches OPERATOR(pg_catalog.>=) max_batches;
         END LOOP;
     END LOOP;
+    -- the owner's operator audit stays, without its payloads
+    UPDATE idem_internal.idem_operator_audit a SET arguments = NULL
+     WHERE a.owner_id OPERATOR(pg_catalog.=) owner AND a.arguments IS NOT NULL;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    total := total OPERATOR(pg_catalog.+) n;
     RETURN total;
 END
 $$;
@@ -955,6 +961,158 @@ REVOKE ALL ON FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, 
 REVOKE ALL ON FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_fail_unknown(bigint, bigint, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_lease_reconcile(text, text, interval, integer, boolean) FROM PUBLIC;
+
+-- ===========================================================================
+-- Operators
+-- ===========================================================================
+
+-- ---------------------------------------------------------------------------
+-- An operator's actions (the operator kind, idem_grant(role, 'operator')),
+-- each bound by the caller's idem.allowed_owners and
+-- idem.allowed_operations: on a task, cancel, retry now, resolve with an
+-- answer, settle an uncertain outcome; on dead letters, the redrive and
+-- discard functions below.  The states each task action takes:
+--
+--   cancel   due, leased, uncertain, reconciling -> FAILED_FINAL (500)
+--   retry    FAILED_RETRYABLE waiting for its next attempt -> due now
+--   resolve  due, leased, uncertain, reconciling -> the answer given
+--   settle   uncertain, reconciling -> the answer (happened), or
+--            FAILED_RETRYABLE due now (did not happen)
+--
+-- any other: IK008.  A lease the action finds ends (a new fencing token:
+-- the holder's late call is IK004).  Each action writes a row of
+-- idem_operator_audit in the same transaction.
+-- ---------------------------------------------------------------------------
+
+-- Who did what, when and why: session_user and current_user as the
+-- caller had them, the action, its target, arguments and reason, the
+-- state before and after.  Kept idem.operator_audit_ttl (expires_at).
+-- Only idem's owner changes or deletes a row (a trigger refuses everyone
+-- else; superusers included), but for the cleanup's deletion of expired
+-- rows and idem_forget_owner's removal of a row's arguments.
+CREATE TABLE idem_internal.idem_operator_audit (
+    id                 bigserial,
+    owner_id           bigint NOT NULL,
+    acted_at           timestamptz NOT NULL,
+    session_user_name  text NOT NULL,
+    current_user_name  text NOT NULL,
+    action             text NOT NULL,
+    target             text NOT NULL,
+    target_id          bigint,
+    operation          text,
+    key                text,
+    arguments          jsonb,
+    reason             text,
+    state_before       jsonb,
+    state_after        jsonb,
+    expires_at         timestamptz NOT NULL,
+    CONSTRAINT pk_idem_operator_audit PRIMARY KEY (owner_id, id)
+);
+CREATE INDEX idem_operator_audit_expires ON idem_internal.idem_operator_audit (expires_at);
+
+COMMENT ON TABLE idem_internal.idem_operator_audit IS
+    'idem: every operator action (who, as whom, what, on which task or message, why, the state before and after); changed by nobody but idem''s owner';
+
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_operator_audit', '');
+SELECT pg_catalog.pg_extension_config_dump('idem_internal.idem_operator_audit_id_seq', '');
+REVOKE ALL ON idem_internal.idem_operator_audit FROM PUBLIC;
+REVOKE ALL ON SEQUENCE idem_internal.idem_operator_audit_id_seq FROM PUBLIC;
+
+CREATE FUNCTION idem_internal.idem_operator_audit_guard()
+RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF current_user OPERATOR(pg_catalog.=) (SELECT c.relowner::pg_catalog.regrole::pg_catalog.name
+                                             FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) TG_RELID) THEN
+        RETURN CASE WHEN TG_OP OPERATOR(pg_catalog.=) 'DELETE' THEN OLD ELSE NEW END;
+    END IF;
+    -- retention: a row past its expiry
+    IF TG_OP OPERATOR(pg_catalog.=) 'DELETE' AND OLD.expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() THEN
+        RETURN OLD;
+    END IF;
+    -- an erasure (idem_forget_owner): the arguments gone, nothing else changed
+    IF TG_OP OPERATOR(pg_catalog.=) 'UPDATE' AND NEW.arguments IS NULL
+       AND ROW(NEW.id, NEW.owner_id, NEW.acted_at, NEW.session_user_name, NEW.current_user_name, NEW.action,
+               NEW.target, NEW.target_id, NEW.operation, NEW.key, NEW.reason, NEW.state_before::pg_catalog.text,
+               NEW.state_after::pg_catalog.text, NEW.expires_at)
+           IS NOT DISTINCT FROM
+           ROW(OLD.id, OLD.owner_id, OLD.acted_at, OLD.session_user_name, OLD.current_user_name, OLD.action,
+               OLD.target, OLD.target_id, OLD.operation, OLD.key, OLD.reason, OLD.state_before::pg_catalog.text,
+               OLD.state_after::pg_catalog.text, OLD.expires_at) THEN
+        RETURN NEW;
+    END IF;
+    RAISE EXCEPTION 'idem''s operator audit cannot be changed'
+        USING ERRCODE = '42501',
+              DETAIL = pg_catalog.format('%s of idem_operator_audit by %I refused.', TG_OP, current_user),
+              HINT = 'Only idem''s owner may; the cleanup deletes rows idem.operator_audit_ttl after their action.';
+END
+$$;
+REVOKE ALL ON FUNCTION idem_internal.idem_operator_audit_guard() FROM PUBLIC;
+CREATE TRIGGER idem_operator_audit_guard BEFORE UPDATE OR DELETE ON idem_internal.idem_operator_audit
+    FOR EACH ROW EXECUTE FUNCTION idem_internal.idem_operator_audit_guard();
+CREATE TRIGGER idem_operator_audit_truncate BEFORE TRUNCATE ON idem_internal.idem_operator_audit
+    FOR EACH STATEMENT EXECUTE FUNCTION idem_internal.idem_operator_audit_guard();
+
+-- Whether the caller's idem.allowed_owners lets it act for an owner (NULL:
+-- a message without one); the caller's setting, though run as idem's
+-- owner.  (PUBLIC keeps EXECUTE: it answers about the caller's own binding,
+-- and idem_operator_actions calls it as its reader.)
+CREATE FUNCTION idem_internal.idem_owner_visible(owner bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_owner_visible'
+LANGUAGE C VOLATILE;
+
+-- the audit as operators and monitors read it: pg_monitor every owner,
+-- another role those of its idem.allowed_owners
+CREATE VIEW @extschema@.idem_operator_actions WITH (security_barrier) AS
+    SELECT a.id, a.owner_id, a.acted_at, a.session_user_name, a.current_user_name, a.action, a.target,
+           a.target_id, a.operation, a.key, a.arguments, a.reason, a.state_before, a.state_after
+      FROM idem_internal.idem_operator_audit a
+     WHERE pg_catalog.pg_has_role(CURRENT_USER, 'pg_monitor', 'USAGE')
+        OR idem_internal.idem_owner_visible(a.owner_id);
+REVOKE ALL ON @extschema@.idem_operator_actions FROM PUBLIC;
+GRANT SELECT ON @extschema@.idem_operator_actions TO pg_monitor;
+COMMENT ON VIEW @extschema@.idem_operator_actions IS
+    'idem: the operators'' actions (idem_operator_audit), for the owners the reader may see';
+
+CREATE FUNCTION @extschema@.idem_task_cancel(task_id bigint, reason text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_task_cancel'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.idem_task_cancel(bigint, text) IS
+    'idem: an operator ends an unfinished task FAILED_FINAL (HTTP 500, {"error": {"cancelled": reason}}); audited';
+
+CREATE FUNCTION @extschema@.idem_task_retry(task_id bigint, reason text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_task_retry'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.idem_task_retry(bigint, text) IS
+    'idem: an operator makes a task waiting for its next attempt due now; audited';
+
+CREATE FUNCTION @extschema@.idem_task_resolve(
+    task_id bigint, http_status integer, body json, reason text,
+    resource_id bigint DEFAULT NULL, headers jsonb DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_task_resolve'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.idem_task_resolve(bigint, integer, json, text, bigint, jsonb) IS
+    'idem: an operator ends an unfinished task with an answer (2xx/3xx SUCCEEDED, 4xx FAILED_FINAL), replayed to the client; audited';
+
+CREATE FUNCTION @extschema@.idem_task_settle(
+    task_id bigint, happened boolean, reason text,
+    http_status integer DEFAULT NULL, body json DEFAULT NULL, resource_id bigint DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_task_settle'
+LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION @extschema@.idem_task_settle(bigint, boolean, text, integer, json, bigint) IS
+    'idem: an operator settles a task whose outcome is uncertain: the provider''s answer (happened), or due again (did not happen); audited';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_task_cancel(bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_task_retry(bigint, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_task_resolve(bigint, integer, json, text, bigint, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_task_settle(bigint, boolean, text, integer, json, bigint) FROM PUBLIC;
 
 -- ===========================================================================
 -- Outbox and dead letters
@@ -1286,6 +1444,27 @@ END
 $$;
 REVOKE ALL ON FUNCTION idem_internal.idem_outbox_dead_letter_check(text, text[], boolean[]) FROM PUBLIC;
 
+-- 42501 unless every dead letter of message_ids is of an owner the caller
+-- may act for.
+CREATE FUNCTION idem_internal.idem_dead_letters_visible(message_ids bigint[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    other bigint;
+BEGIN
+    SELECT d.message_id INTO other FROM idem_internal.idem_outbox_dead d
+     WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
+       AND NOT idem_internal.idem_owner_visible(d.owner_id) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'permission denied for a dead letter of another owner'
+            USING ERRCODE = '42501', DETAIL = pg_catalog.format('Dead letter %s belongs to an owner outside this role''s idem.allowed_owners.', other);
+    END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION idem_internal.idem_dead_letters_visible(bigint[]) FROM PUBLIC;
+
 -- The checks of idem_outbox_redrive and idem_outbox_discard, then the
 -- commit-order locks of their dead letters' keys; the keys locked.
 CREATE FUNCTION idem_internal.idem_outbox_lock_dead(fn text, message_ids bigint[],
@@ -1437,11 +1616,12 @@ COMMENT ON FUNCTION @extschema@.idem_outbox_nack(bigint[], text, boolean, interv
 -- idem_outbox_redrive: dead letters delivered again.  Of a 'block' topic:
 -- the message is its key's head again, in its place; of a 'skip' topic (or
 -- keyless): appended after its key's messages of the moment, with the
--- header "idem-redriven".  Superuser or the extension's owner.  Returns how
--- many.
+-- header "idem-redriven".  The work of the entry point
+-- idem_outbox_redrive (superuser, the extension's owner, the operator
+-- kind), which calls it as idem's owner and audits each message it returns.
 -- ---------------------------------------------------------------------------
-CREATE FUNCTION @extschema@.idem_outbox_redrive(message_ids bigint[])
-RETURNS bigint
+CREATE FUNCTION idem_internal.idem_outbox_redrive_rows(message_ids bigint[], reason text)
+RETURNS TABLE (owner_id bigint, message_id bigint, topic text, msg_key text, state_before jsonb, state_after jsonb)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -1450,10 +1630,17 @@ DECLARE
     kkeys text[];
     n bigint;
     m bigint;
-    topic text;
+    t text;
 BEGIN
     SELECT l.topics, l.keys INTO ktopics, kkeys
       FROM idem_internal.idem_outbox_lock_dead('idem_outbox_redrive', message_ids) l;
+    -- what is acted on, before: each message's owner must be the caller's
+    RETURN QUERY SELECT d.owner_id, d.message_id, d.topic::pg_catalog.text, d.msg_key::pg_catalog.text,
+                        pg_catalog.jsonb_build_object('dead_at', d.dead_at, 'on_dead', d.on_dead, 'last_reason', d.last_reason),
+                        pg_catalog.jsonb_build_object('redriven', true)
+                   FROM idem_internal.idem_outbox_dead d
+                  WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids) ORDER BY d.message_id;
+    PERFORM idem_internal.idem_dead_letters_visible(message_ids);
 
     -- 'block': in place
     WITH back AS (
@@ -1490,48 +1677,63 @@ BEGIN
       FROM ordered b;
     GET DIAGNOSTICS m = ROW_COUNT;
 
-    FOR topic IN SELECT DISTINCT t.topic FROM pg_catalog.unnest(ktopics) AS t (topic) LOOP
-        PERFORM pg_catalog.pg_notify('idem_outbox', topic);
+    FOR t IN SELECT DISTINCT k.topic FROM pg_catalog.unnest(ktopics) AS k (topic) LOOP
+        PERFORM pg_catalog.pg_notify('idem_outbox', t);
     END LOOP;
     IF m OPERATOR(pg_catalog.>) 0 THEN
         PERFORM pg_catalog.pg_notify('idem_outbox', o.topic) FROM idem_internal.idem_outbox o
           WHERE o.message_id OPERATOR(pg_catalog.=) ANY (message_ids) AND o.msg_key IS NULL;
     END IF;
-    RETURN n OPERATOR(pg_catalog.+) m;
 END
 $$;
-REVOKE ALL ON FUNCTION @extschema@.idem_outbox_redrive(bigint[]) FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.idem_outbox_redrive(bigint[]) IS
+REVOKE ALL ON FUNCTION idem_internal.idem_outbox_redrive_rows(bigint[], text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.idem_outbox_redrive(message_ids bigint[], reason text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_outbox_redrive'
+LANGUAGE C VOLATILE;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_redrive(bigint[], text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.idem_outbox_redrive(bigint[], text) IS
     'idem: deliver dead letters again: in their key''s place (on_dead ''block'') or after its messages with the header idem-redriven (''skip''); returns how many';
 
 -- ---------------------------------------------------------------------------
 -- idem_outbox_discard: dead letters given up for good; a blocked key's next
--- message becomes its head.  Superuser or the extension's owner.
+-- message becomes its head.  The work of the entry point
+-- idem_outbox_discard, as for idem_outbox_redrive.
 -- ---------------------------------------------------------------------------
-CREATE FUNCTION @extschema@.idem_outbox_discard(message_ids bigint[])
-RETURNS bigint
+CREATE FUNCTION idem_internal.idem_outbox_discard_rows(message_ids bigint[], reason text)
+RETURNS TABLE (owner_id bigint, message_id bigint, topic text, msg_key text, state_before jsonb, state_after jsonb)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     ktopics text[];
     kkeys text[];
-    n bigint;
 BEGIN
     SELECT l.topics, l.keys INTO ktopics, kkeys
       FROM idem_internal.idem_outbox_lock_dead('idem_outbox_discard', message_ids) l;
+    RETURN QUERY SELECT d.owner_id, d.message_id, d.topic::pg_catalog.text, d.msg_key::pg_catalog.text,
+                        pg_catalog.jsonb_build_object('dead_at', d.dead_at, 'on_dead', d.on_dead, 'last_reason', d.last_reason),
+                        pg_catalog.jsonb_build_object('discarded', true)
+                   FROM idem_internal.idem_outbox_dead d
+                  WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids) ORDER BY d.message_id;
+    PERFORM idem_internal.idem_dead_letters_visible(message_ids);
     DELETE FROM idem_internal.idem_outbox o
      USING idem_internal.idem_outbox_dead d
      WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids)
        AND o.message_id OPERATOR(pg_catalog.=) d.message_id AND o.dead_at IS NOT NULL;
     DELETE FROM idem_internal.idem_outbox_dead d WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids);
-    GET DIAGNOSTICS n = ROW_COUNT;
     PERFORM idem_internal.idem_outbox_promote(ktopics, kkeys);
-    RETURN n;
 END
 $$;
-REVOKE ALL ON FUNCTION @extschema@.idem_outbox_discard(bigint[]) FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.idem_outbox_discard(bigint[]) IS
+REVOKE ALL ON FUNCTION idem_internal.idem_outbox_discard_rows(bigint[], text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.idem_outbox_discard(message_ids bigint[], reason text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_outbox_discard'
+LANGUAGE C VOLATILE;
+REVOKE ALL ON FUNCTION @extschema@.idem_outbox_discard(bigint[], text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.idem_outbox_discard(bigint[], text) IS
     'idem: give dead letters up for good (their blocked keys go on); returns how many';
 
 -- ===========================================================================
@@ -1735,36 +1937,58 @@ COMMENT ON FUNCTION @extschema@.idem_consume_failed(text, text, text, text, text
 -- behind them) applied again when the broker delivers them again (the
 -- operator moves them back from the broker's dead-letter queue or stream);
 -- discard: given up for good, their keys go on.  All of the consumer's
--- when message_ids is NULL.  Superuser or the extension's owner.
-CREATE FUNCTION @extschema@.idem_inbox_redrive(
-    consumer text, message_ids text[] DEFAULT NULL, discard boolean DEFAULT false)
-RETURNS bigint
+-- when message_ids is NULL.  The work of the entry point
+-- idem_inbox_redrive, as for idem_outbox_redrive.
+CREATE FUNCTION idem_internal.idem_inbox_redrive_rows(
+    consumer text, message_ids text[], discard boolean, reason text)
+RETURNS TABLE (owner_id bigint, message_id bigint, topic text, msg_key text, state_before jsonb, state_after jsonb)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
-DECLARE
-    n bigint;
 BEGIN
     IF consumer IS NULL OR discard IS NULL THEN
         RAISE EXCEPTION 'argument "%" must not be null', CASE WHEN consumer IS NULL THEN 'consumer' ELSE 'discard' END
             USING ERRCODE = '22004';
     END IF;
-    IF discard THEN
-        DELETE FROM idem_internal.idem_inbox_failure f
-         WHERE f.consumer OPERATOR(pg_catalog.=) idem_inbox_redrive.consumer AND f.dead_at IS NOT NULL
-           AND (message_ids IS NULL OR f.message_id OPERATOR(pg_catalog.=) ANY (message_ids));
-    ELSE
-        UPDATE idem_internal.idem_inbox_failure f SET redriven = true, attempts = 0
-         WHERE f.consumer OPERATOR(pg_catalog.=) idem_inbox_redrive.consumer AND f.dead_at IS NOT NULL
-           AND (message_ids IS NULL OR f.message_id OPERATOR(pg_catalog.=) ANY (message_ids));
+    IF EXISTS (SELECT FROM idem_internal.idem_inbox_failure f
+                WHERE f.consumer OPERATOR(pg_catalog.=) idem_inbox_redrive_rows.consumer AND f.dead_at IS NOT NULL
+                  AND (message_ids IS NULL OR f.message_id OPERATOR(pg_catalog.=) ANY (message_ids))
+                  AND NOT idem_internal.idem_owner_visible(f.owner_id)) THEN
+        RAISE EXCEPTION 'permission denied for a dead letter of another owner'
+            USING ERRCODE = '42501', DETAIL = 'A dead letter of consumer ' OPERATOR(pg_catalog.||) consumer
+                  OPERATOR(pg_catalog.||) ' belongs to an owner outside this role''s idem.allowed_owners.';
     END IF;
-    GET DIAGNOSTICS n = ROW_COUNT;
-    RETURN n;
+    IF discard THEN
+        RETURN QUERY
+        DELETE FROM idem_internal.idem_inbox_failure f
+         WHERE f.consumer OPERATOR(pg_catalog.=) idem_inbox_redrive_rows.consumer AND f.dead_at IS NOT NULL
+           AND (message_ids IS NULL OR f.message_id OPERATOR(pg_catalog.=) ANY (message_ids))
+        RETURNING f.owner_id, NULL::pg_catalog.int8, f.consumer::pg_catalog.text,
+                  f.message_id::pg_catalog.text,
+                  pg_catalog.jsonb_build_object('dead_at', f.dead_at, 'attempts', f.attempts),
+                  pg_catalog.jsonb_build_object('discarded', true);
+    ELSE
+        RETURN QUERY
+        UPDATE idem_internal.idem_inbox_failure f SET redriven = true, attempts = 0
+         WHERE f.consumer OPERATOR(pg_catalog.=) idem_inbox_redrive_rows.consumer AND f.dead_at IS NOT NULL
+           AND (message_ids IS NULL OR f.message_id OPERATOR(pg_catalog.=) ANY (message_ids))
+        RETURNING f.owner_id, NULL::pg_catalog.int8, f.consumer::pg_catalog.text,
+                  f.message_id::pg_catalog.text,
+                  pg_catalog.jsonb_build_object('dead_at', f.dead_at),
+                  pg_catalog.jsonb_build_object('redriven', true);
+    END IF;
 END
 $$;
-REVOKE ALL ON FUNCTION @extschema@.idem_inbox_redrive(text, text[], boolean) FROM PUBLIC;
-COMMENT ON FUNCTION @extschema@.idem_inbox_redrive(text, text[], boolean) IS
+REVOKE ALL ON FUNCTION idem_internal.idem_inbox_redrive_rows(text, text[], boolean, text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.idem_inbox_redrive(
+    consumer text, message_ids text[] DEFAULT NULL, discard boolean DEFAULT false, reason text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_inbox_redrive'
+LANGUAGE C VOLATILE;
+REVOKE ALL ON FUNCTION @extschema@.idem_inbox_redrive(text, text[], boolean, text) FROM PUBLIC;
+COMMENT ON FUNCTION @extschema@.idem_inbox_redrive(text, text[], boolean, text) IS
     'idem: let a consumer apply its dead letters when delivered again (or discard them: their keys go on); returns how many';
 
 -- ===========================================================================
@@ -2001,7 +2225,7 @@ BEGIN
     IF NOT EXISTS (SELECT FROM idem_internal.idem_privileges(kind)) THEN
         RAISE EXCEPTION 'unknown kind of idem user: "%"', kind
             USING ERRCODE = '22023',
-                  HINT = 'The kinds are app, worker, publisher, consumer and monitor.';
+                  HINT = 'The kinds are app, worker, publisher, consumer, monitor and operator.';
     END IF;
     -- every privilege is checked first: nothing is granted unless all can be
     FOR p IN SELECT * FROM idem_internal.idem_privileges(kind) LOOP
@@ -2082,7 +2306,18 @@ BEGIN ATOMIC
         ('consumer', 'EXECUTE', '@extschema@.idem_consume(text, text, interval, bigint)'::pg_catalog.regprocedure, NULL),
         ('consumer', 'EXECUTE', '@extschema@.idem_consume_check(text, text, text, bigint)'::pg_catalog.regprocedure, NULL),
         ('consumer', 'EXECUTE', '@extschema@.idem_consume_failed(text, text, text, text, text, integer, bigint)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'EXECUTE', '@extschema@.idem_task_cancel(bigint, text)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'EXECUTE', '@extschema@.idem_task_retry(bigint, text)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'EXECUTE', '@extschema@.idem_task_resolve(bigint, integer, json, text, bigint, jsonb)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'EXECUTE', '@extschema@.idem_task_settle(bigint, boolean, text, integer, json, bigint)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'EXECUTE', '@extschema@.idem_outbox_redrive(bigint[], text)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'EXECUTE', '@extschema@.idem_outbox_discard(bigint[], text)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'EXECUTE', '@extschema@.idem_inbox_redrive(text, text[], boolean, text)'::pg_catalog.regprocedure, NULL),
+        ('operator', 'SELECT', NULL, '@extschema@.idem_operator_actions'::pg_catalog.regclass),
+        ('operator', 'SELECT', NULL, '@extschema@.idem_task_attempts'::pg_catalog.regclass),
+        ('operator', 'EXECUTE', '@extschema@.idem_task_attempt_entries(bigint)'::pg_catalog.regprocedure, NULL),
         ('monitor', 'SELECT', NULL, '@extschema@.idem_stats'::pg_catalog.regclass),
+        ('monitor', 'SELECT', NULL, '@extschema@.idem_operator_actions'::pg_catalog.regclass),
         ('monitor', 'SELECT', NULL, '@extschema@.idem_audit'::pg_catalog.regclass),
         ('monitor', 'SELECT', NULL, '@extschema@.idem_task_attempts'::pg_catalog.regclass),
         ('monitor', 'EXECUTE', '@extschema@.idem_task_attempt_entries(bigint)'::pg_catalog.regprocedure, NULL),
@@ -2105,7 +2340,7 @@ BEGIN ATOMIC
     SELECT p.privilege, p.object FROM idem_internal.idem_privileges(idem_privileges.kind) p;
 END;
 COMMENT ON FUNCTION @extschema@.idem_privileges(text) IS
-    'idem: the privileges idem_grant gives one kind of user (app, worker, publisher, consumer, monitor)';
+    'idem: the privileges idem_grant gives one kind of user (app, worker, publisher, consumer, monitor, operator)';
 
 CREATE FUNCTION @extschema@.idem_grant(role regrole, kind text)
 RETURNS TABLE (privilege text, object text)
@@ -2115,7 +2350,7 @@ BEGIN ATOMIC
     SELECT g.privilege, g.object FROM idem_internal.idem_grant_kind(role, kind, true) g;
 END;
 COMMENT ON FUNCTION @extschema@.idem_grant(regrole, text) IS
-    'idem: grant role what one kind of idem user needs: app, worker, publisher, consumer or monitor';
+    'idem: grant role what one kind of idem user needs: app, worker, publisher, consumer, monitor or operator';
 REVOKE ALL ON FUNCTION @extschema@.idem_grant(regrole, text) FROM PUBLIC;
 
 CREATE FUNCTION @extschema@.idem_revoke(role regrole, kind text)
@@ -2265,7 +2500,8 @@ BEGIN
                  ('idem_internal.purchase_order', 'owner_id', 'idem_internal.idempotency_record'),
                  ('idem_internal.idem_inbox', 'consumer', 'default'),
                  ('idem_internal.idem_history', 'owner_id', 'idem_internal.idempotency_record'),
-                 ('idem_internal.idem_task_attempt', 'owner_id', 'idem_internal.idempotency_record')) AS v (tbl, col, colocate)
+                 ('idem_internal.idem_task_attempt', 'owner_id', 'idem_internal.idempotency_record'),
+                 ('idem_internal.idem_operator_audit', 'owner_id', 'idem_internal.idempotency_record')) AS v (tbl, col, colocate)
     LOOP
         IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
                         WHERE p.logicalrelid OPERATOR(pg_catalog.=) r.tbl::pg_catalog.regclass) THEN

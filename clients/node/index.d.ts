@@ -30,7 +30,7 @@ export class UnfinishedClaim extends IdemError {}
 export class KeyRunning extends IdemError {}
 /** IK007: the key expired and its operation refuses to execute it again (reuse_after_expiry 'refuse') */
 export class KeyExpired extends IdemError {}
-/** IK008: an operator's action not allowed in the task's state (reserved for the operator actions) */
+/** IK008: an operator's action not allowed in the task's state (idem_task_cancel, idem_task_retry, idem_task_resolve, idem_task_settle) */
 export class TaskStateConflict extends IdemError {}
 /** 40001: a REPEATABLE READ / SERIALIZABLE snapshot raced the original */
 export class SerializationFailure extends IdemError {}
@@ -153,5 +153,18 @@ export class TaskWorker {
   /** idem 1.16: tasks whose outcome is uncertain, with their attempts so far. */
   leaseReconcile(db: Queryable, batch?: number): Promise<ReconcileTask[]>;
 }
+
+/** idem 1.16: an operator's actions (idem_grant(role, 'operator')), audited; each returns the task's new status. */
+export function cancelTask(db: Queryable, args: { taskId: Int8; reason: string }): Promise<string>;
+export function retryTask(db: Queryable, args: { taskId: Int8; reason: string }): Promise<string>;
+export function resolveTask(db: Queryable, args: { taskId: Int8; status: number; body?: unknown; reason: string;
+  resourceId?: Int8; headers?: Record<string, string> }): Promise<string>;
+export function settleTask(db: Queryable, args: { taskId: Int8; happened: boolean; reason: string; status?: number;
+  body?: unknown; resourceId?: Int8 }): Promise<string>;
+/** idem 1.16: dead letters redriven or discarded, with a reason; each returns how many. */
+export function redriveMessages(db: Queryable, args: { messageIds: Int8[]; reason?: string }): Promise<string>;
+export function discardMessages(db: Queryable, args: { messageIds: Int8[]; reason?: string }): Promise<string>;
+export function redriveConsumer(db: Queryable, args: { consumer: string; messageIds?: string[]; discard?: boolean;
+  reason?: string }): Promise<string>;
 
 export { createIdempotency } from './http.js';

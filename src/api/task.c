@@ -33,17 +33,21 @@
 #include <limits.h>
 #include <math.h>
 
+#include "access/genam.h"
+#include "access/nbtree.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "commands/async.h"
 #include "common/pg_prng.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "idem.h"
@@ -195,6 +199,7 @@ idem_task_init(void)
 
 	RegisterXactCallback(task_xact_callback, NULL);
 	idem_task_attempt_init();
+	idem_operator_init();
 }
 
 /* ---------- helpers ---------- */
@@ -248,67 +253,6 @@ no_local_shards(int n)
 				 errmsg("this node holds no shard of idem's tasks"),
 				 errdetail("On Citus, a task is leased, heartbeaten, completed and failed on the node that holds its owner's shard."),
 				 errhint("Connect task workers to the Citus worker nodes: each leases the tasks of its own shards.")));
-}
-
-void
-task_record_open(TaskRecord *tr, const IdemCatalog *cat)
-{
-	const IdemTableLayout *rt = &cat->tables[IDEM_TABLE_RECORD];
-	int			natts;
-
-	tr->att = rt->att;
-	idem_become_owner(&tr->identity, cat->owner);
-	idem_use_safe_search_path(&tr->identity);
-	idem_rows_begin(&tr->rows, &rt->relid, 1, CMD_UPDATE);
-	if (idem_catalog_current(cat))
-		idem_rows_set_checks(&tr->rows, 0, rt->checks, rt->ncheck);
-	tr->heap = tr->rows.rels[0]->ri_RelationDesc;
-	natts = RelationGetDescr(tr->heap)->natts;
-	tr->values = palloc(natts * sizeof(Datum));
-	tr->nulls = palloc(natts * sizeof(bool));
-}
-
-/* A slot for tr's table, kept until task_record_close. */
-TupleTableSlot *
-task_record_slot(TaskRecord *tr)
-{
-	return table_slot_create(tr->heap, &tr->rows.estate->es_tupleTable);
-}
-
-/* Start the new version from the locked one's columns. */
-void
-task_record_take(TaskRecord *tr, TupleTableSlot *locked)
-{
-	int			natts = locked->tts_tupleDescriptor->natts;
-
-	slot_getallattrs(locked);
-	memcpy(tr->values, locked->tts_values, natts * sizeof(Datum));
-	memcpy(tr->nulls, locked->tts_isnull, natts * sizeof(bool));
-}
-
-/* Column col of the new version: d, or NULL. */
-void
-task_record_put(TaskRecord *tr, int col, Datum d, bool isnull)
-{
-	if (tr->att[col] == InvalidAttrNumber)
-		return;					/* a column of a later version */
-	tr->values[tr->att[col] - 1] = d;
-	tr->nulls[tr->att[col] - 1] = isnull;
-}
-
-/* Replace the locked version by the new one. */
-void
-task_record_write(TaskRecord *tr, TupleTableSlot *locked)
-{
-	idem_rows_update(&tr->rows, 0, locked, tr->values, tr->nulls);
-}
-
-/* Fire what the updates queued, and give the caller back its rights. */
-void
-task_record_close(TaskRecord *tr)
-{
-	idem_rows_end(&tr->rows);
-	idem_restore_caller(&tr->identity);
 }
 
 /*
@@ -427,56 +371,6 @@ idem_task_max_attempts(const char *operation)
 	return policy && policy->max_attempts > 0 ? policy->max_attempts : idem_max_attempts;
 }
 
-/*
- * End the task of tr with status (SUCCEEDED or FAILED_FINAL) at now.  Its
- * record expires after its ttl (or its operation's), and no worker leases
- * it again.  Its request and payload, which only a worker needed, are
- * cleared; the request's fingerprint stays.
- */
-void
-task_record_end(TaskRecord *tr, IdemStatus status, TimestampTz now, const char *operation)
-{
-	const Interval *ttl = NULL;
-
-	if (!TR_ISNULL(tr, REC_TASK_TTL))
-		ttl = DatumGetIntervalP(TR_VALUE(tr, REC_TASK_TTL));
-	TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(status)));
-	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(now));
-	TR_SET(tr, REC_EXPIRES, TimestampTzGetDatum(idem_record_expiry(status, now, ttl, operation)));
-	TR_CLEAR(tr, REC_TASK_DUE);
-	TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
-	TR_CLEAR(tr, REC_TASK_SESSION);
-	TR_CLEAR(tr, REC_TASK_REQUEST);
-	TR_CLEAR(tr, REC_TASK_PAYLOAD);
-	task_record_unmark(tr);
-}
-
-/*
- * Mark the task of tr uncertain at now: PROCESSING, not leased, out of
- * every plain lease's reach (task_due_at NULL), handed to a reconcile
- * lease from reconcile_at.  Marked since the first time.
- */
-void
-task_record_mark(TaskRecord *tr, TimestampTz now, TimestampTz reconcile_at)
-{
-	TR_SET(tr, REC_STATUS, CStringGetTextDatum(idem_status_name(IDEM_STATUS_PROCESSING)));
-	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(now));
-	TR_CLEAR(tr, REC_TASK_DUE);
-	TR_CLEAR(tr, REC_TASK_LEASE_EXPIRES);
-	TR_CLEAR(tr, REC_TASK_SESSION);
-	if (TR_ISNULL(tr, REC_TASK_UNCERTAIN))
-		TR_SET(tr, REC_TASK_UNCERTAIN, TimestampTzGetDatum(now));
-	TR_SET(tr, REC_TASK_RECONCILE_AT, TimestampTzGetDatum(reconcile_at));
-}
-
-/* The task of tr is no longer uncertain. */
-void
-task_record_unmark(TaskRecord *tr)
-{
-	TR_CLEAR(tr, REC_TASK_UNCERTAIN);
-	TR_CLEAR(tr, REC_TASK_RECONCILE_AT);
-}
-
 /* Whether operation's policy reconciles uncertain outcomes (uncertain => 'reconcile'). */
 bool
 idem_task_reconciles(const char *operation)
@@ -494,27 +388,6 @@ idem_task_reconcile_overdue(const char *operation, TimestampTz since, TimestampT
 
 	return policy && policy->has_reconcile_within &&
 		idem_timestamp_plus(since, &policy->reconcile_within) <= now;
-}
-
-/*
- * End the task of tr as a final failure (task_record_end): HTTP 500 and the
- * body {"error": error}, no headers, no resource.  What the client's repeat
- * gets.
- */
-void
-task_record_fail(TaskRecord *tr, Jsonb *error, TimestampTz now, const char *operation)
-{
-	StringInfoData body;
-
-	task_record_end(tr, IDEM_STATUS_FAILED_FINAL, now, operation);
-	TR_SET(tr, REC_HTTP, Int32GetDatum(TASK_HTTP_FAILED));
-	initStringInfo(&body);
-	appendStringInfoString(&body, "{\"error\": ");
-	(void) JsonbToCString(&body, &error->root, VARSIZE(error));
-	appendStringInfoChar(&body, '}');
-	TR_SET(tr, REC_BODY, PointerGetDatum(cstring_to_text_with_len(body.data, body.len)));
-	TR_CLEAR(tr, REC_HEADERS);
-	TR_CLEAR(tr, REC_RESOURCE);
 }
 
 /*

@@ -73,51 +73,6 @@ report_stale(int64 task_id, int64 token, const char *operation, const char *deta
 }
 
 /*
- * Open idempotency_record as hc->cat has it and lock task_id's row, found
- * through indexid (an index whose first column is id), waiting for a
- * holder's short transaction.  TM_Invisible if there is no such row.
- */
-static TM_Result
-lock_task(HolderCall *hc, Oid indexid, int64 task_id)
-{
-	TaskRecord *tr = &hc->rec;
-	Relation	index;
-	ScanKeyData skey;
-	IndexScanDesc scan;
-	TupleTableSlot *found;
-	Snapshot	snapshot;
-	TM_FailureData tmfd;
-	TM_Result	tmres = TM_Invisible;
-
-	task_record_open(tr, &hc->cat);
-	if (!OidIsValid(indexid))
-		indexid = idem_primary_key_index(tr->heap);
-	if (!OidIsValid(indexid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("idem's table idempotency_record has no primary key"),
-				 errhint("Drop and re-create the extension idem.")));
-	found = task_record_slot(tr);
-	hc->locked = task_record_slot(tr);
-
-	snapshot = RegisterSnapshot(GetTransactionSnapshot());
-	index = index_open(indexid, AccessShareLock);
-	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_INT8EQ, Int64GetDatum(task_id));
-	scan = idem_index_beginscan(tr->heap, index, snapshot, 1, 0);
-	index_rescan(scan, &skey, 1, NULL, 0);
-	if (index_getnext_slot(scan, ForwardScanDirection, found))
-		tmres = table_tuple_lock(tr->heap, &found->tts_tid, snapshot, hc->locked,
-								 GetCurrentCommandId(false), LockTupleNoKeyExclusive,
-								 LockWaitBlock,
-								 IsolationUsesXactSnapshot() ? 0 : TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
-								 &tmfd);
-	index_endscan(scan);
-	index_close(index, NoLock);
-	UnregisterSnapshot(snapshot);
-	return tmres;
-}
-
-/*
  * Lock task_id's row (waiting for a holder's short transaction) and check
  * that token is its current lease's; else IK004.  Under READ COMMITTED the
  * lock follows the row to its latest version, as an UPDATE would.
@@ -134,31 +89,7 @@ begin_holder_call(HolderCall *hc, FunctionCallInfo fcinfo, int64 task_id, int64 
 	hc->cat = *idem_catalog(fcinfo);
 	task_relations(&hc->cat);
 	hc->now = GetCurrentTimestamp();
-
-	if (hc->cat.tables[IDEM_TABLE_RECORD].distributed)
-	{
-		/* on Citus the task is in one of this node's shards, if here */
-		IdemCatalog cat = hc->cat;
-		int			n = idem_citus_local_shards(&cat, IDEM_TABLE_RECORD);
-
-		no_local_shards(n);
-		tmres = TM_Invisible;
-		for (int i = 0; i < n && tmres == TM_Invisible; i++)
-		{
-			hc->cat = cat;
-			idem_citus_use_local_shard(&hc->cat, IDEM_TABLE_RECORD, i);
-			tmres = lock_task(hc, hc->cat.tables[IDEM_TABLE_RECORD].indexes[REC_INDEX_TASK_ID], task_id);
-			if (tmres == TM_Invisible)
-				task_record_close(tr);
-		}
-	}
-	else
-		tmres = lock_task(hc, InvalidOid, task_id);
-
-	if (tmres == TM_Updated && IsolationUsesXactSnapshot())
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("could not serialize access due to concurrent update")));
+	tmres = task_record_lock(tr, &hc->cat, task_id, &hc->locked);
 	if (tmres != TM_Ok)
 	{
 		snprintf(detail, sizeof(detail),

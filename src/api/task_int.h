@@ -1,16 +1,18 @@
 /*-------------------------------------------------------------------------
  *
  * task_int.h
- *	  What the long-flow modules share: task.c (submit, the record a task
- *	  call rewrites, the transaction callback), task_sessions.c,
- *	  task_lease.c and task_holder.c.  Not for other modules.  Their header
- *	  is task.h.
+ *	  What the long-flow modules share: task.c (submit, the transaction
+ *	  callback, the policy's settings), task_record.c (the record a task
+ *	  call rewrites), task_sessions.c, task_lease.c, task_holder.c,
+ *	  task_attempt.c and task_operator.c.  Not for other modules.  Their
+ *	  header is task.h.
  *
  *-------------------------------------------------------------------------
  */
 #ifndef IDEM_TASK_INT_H
 #define IDEM_TASK_INT_H
 
+#include "access/tableam.h"
 #include "executor/tuptable.h"
 #include "utils/jsonb.h"
 
@@ -77,6 +79,7 @@ typedef struct TaskAttempt
 extern void task_relations(const IdemCatalog *cat);
 extern void no_local_shards(int n);
 extern void task_record_open(TaskRecord *tr, const IdemCatalog *cat);
+extern TM_Result task_record_lock(TaskRecord *tr, IdemCatalog *cat, int64 task_id, TupleTableSlot **locked);
 extern TupleTableSlot *task_record_slot(TaskRecord *tr);
 extern void task_record_take(TaskRecord *tr, TupleTableSlot *locked);
 extern void task_record_put(TaskRecord *tr, int col, Datum d, bool isnull);
@@ -91,6 +94,9 @@ extern bool idem_task_reconciles(const char *operation);
 extern bool idem_task_reconcile_overdue(const char *operation, TimestampTz since, TimestampTz now);
 extern void task_record_mark(TaskRecord *tr, TimestampTz now, TimestampTz reconcile_at);
 extern void task_record_unmark(TaskRecord *tr);
+
+/* task_operator.c */
+extern void idem_operator_init(void);
 
 /* task_attempt.c */
 extern void idem_task_attempt_init(void);

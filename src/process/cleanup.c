@@ -3,7 +3,8 @@
  * cleanup.c
  *	  Batch deletion of expired idempotency records, and of what else
  *	  idem keeps for a while.  Expired inbox entries, acknowledged outbox
- *	  messages, history past its audit period, tasks' attempts.
+ *	  messages, history past its audit period, tasks' attempts, operators'
+ *	  actions past idem.operator_audit_ttl.
  *
  * One huge DELETE would hold many row locks and flood WAL at once, so
  * expired records go in batches of at most batch_size rows, oldest expiry
@@ -74,6 +75,7 @@ static const CleanupTarget targets[] = {
 	{"idem_outbox", "acked_at", "topic", IDEM_KIND_TOPIC, true, true},
 	{"idem_history", "audit_until", NULL, IDEM_KIND_OPERATION, true, false},
 	{"idem_task_attempt", "expires_at", NULL, IDEM_KIND_OPERATION, true, false},
+	{"idem_operator_audit", "expires_at", NULL, IDEM_KIND_OPERATION, true, false},
 };
 
 #define TARGET_RECORD	0

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """The payment provider of test/chaos/payments.sh: not idempotent.
 
-  payment_provider.py PORT JOURNAL SEED
+  payment_provider.py PORT JOURNAL SEED [LATE_RATE]
 
 POST /charge {"key", "amount"} charges every time it is called (a new
 charge id each call, keyed by the merchant's reference, the idempotency
-key) and answers 201 {"charge": id}; one call in five (seeded) answers only
+key) and answers 201 {"charge": id}; one call in five (LATE_RATE, seeded) answers only
 after a second, so that the worker's client, which waits a quarter of one,
 has given up: the charge happened, the worker cannot know.  GET
 /lookup?key=K answers {"charges": [ids]}, what a provider's search by
@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 PORT, JOURNAL, SEED = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+LATE_RATE = float(sys.argv[4]) if len(sys.argv) > 4 else 0.2
 LATE = 1.0
 lock = threading.Lock()
 rng = random.Random(SEED)
@@ -51,7 +52,7 @@ class Provider(BaseHTTPRequestHandler):
         with lock:
             charge = "ch_%d" % (len(events) + 1)
             charges.setdefault(body["key"], []).append(charge)
-            late = rng.random() < 0.2
+            late = rng.random() < LATE_RATE
             record("charge", body["key"], charge, late)
         if late:
             time.sleep(LATE)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A payment worker of test/chaos/payments.sh, built on idem_pg.TaskWorker.
 
-  payment_worker.py NAME reconcile|control
+  payment_worker.py NAME reconcile|control|mark
 
 Leases PAY tasks with bind_session and charges the provider
 (payment_provider.py) for each.  A charge the provider does not answer in
@@ -13,7 +13,8 @@ attempt had no effect (not_charged).  In control mode it is a worker as
 idem 1.15 allowed: a timeout is a retryable failure, and it never
 reconciles.  The worker kills itself with SIGKILL (kill -9) at random
 points: before the charge, and between the provider's answer and
-idem_complete; the harness starts another.
+idem_complete; the harness starts another.  In mark mode it reports
+unknown outcomes but never reconciles (an operator acts on them).
 """
 import json
 import os
@@ -76,7 +77,7 @@ def charge(conn, worker):
             answer = call("/charge", {"key": task.key, "amount": task.request["amount"]}, timeout=0.25)
         except (socket.timeout, TimeoutError, urllib.error.URLError):
             try:
-                if MODE == "reconcile":
+                if MODE in ("reconcile", "mark"):
                     task.fail_unknown(conn, {"provider": "timeout"})
                 else:
                     task.fail(conn, {"provider": "timeout"}, retryable=True)

@@ -41,22 +41,21 @@ stop_all() {
 }
 at_exit stop_all
 
-# run MODE N: N payments in database idem_pay_MODE; the provider's calls
-# end in table provider_call, the kills in KILL_LOG
-run() {
-	local mode=$1 n=$2 db=idem_pay_$1 gen=0 deadline
-	export PAY_DB=$db KILL_LOG=$work/kills-$mode
+# setup MODE N [LATE_RATE]: database idem_pay_MODE with N payments submitted
+# and the provider started (one answer in five late, or LATE_RATE)
+setup() {
+	local mode=$1 n=$2
+	export PAY_DB=idem_pay_$1 KILL_LOG=$work/kills-$1
 	: >"$KILL_LOG"
-	psql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$PAY_DB" -At "$@"; }
-	new_idem_database "$db"
+	new_idem_database "$PAY_DB"
 	psql -c "CREATE TABLE payment (task_id bigint NOT NULL, charge text NOT NULL, worker text NOT NULL)"
 	psql -c "CREATE TABLE provider_call (doc jsonb NOT NULL)"
-	if [ "$mode" = reconcile ]; then
+	if [ "$mode" != control ]; then
 		psql -c "SELECT idem_set_policy('PAY', uncertain => 'reconcile')" >/dev/null
 	fi
 	PROVIDER_PORT=$(free_port)
 	export PROVIDER_PORT
-	/usr/bin/python3 "$here/payment_provider.py" "$PROVIDER_PORT" "$work/journal-$mode" 20261206 \
+	/usr/bin/python3 "$here/payment_provider.py" "$PROVIDER_PORT" "$work/journal-$mode" 20261206 "${3:-0.2}" \
 		2>>"$work/provider.log" &
 	provider_pid=$!
 	until_ok /usr/bin/python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PROVIDER_PORT/journal')" ||
@@ -64,20 +63,22 @@ run() {
 	psql -c "SELECT count(idem_submit(g % 50, 'PAY', 'pay-key-' || lpad(g::text, 10, '0'),
 	                                  jsonb_build_object('amount', 100 + g)))
 	         FROM generate_series(1, $n) g" >/dev/null
+}
+psql() { "$PG_BINDIR/psql" -X -q -v ON_ERROR_STOP=1 -d "$PAY_DB" -At "$@"; }
 
-	# disowned: the shell does not report the kills
+# drive WORKER_MODE LOG CONDITION: WORKERS workers (restarted when they
+# die) until the SQL CONDITION is true or IDEM_WAIT s passed; disowned, so
+# the shell does not report the kills
+drive() {
+	local mode=$1 log=$2 gen=0 deadline=$((SECONDS + IDEM_WAIT))
 	start() {
 		gen=$((gen + 1))
-		/usr/bin/python3 "$here/payment_worker.py" "w$1-g$gen" "$mode" 2>>"$work/worker-$mode.log" &
+		/usr/bin/python3 "$here/payment_worker.py" "w$1-g$gen" "$mode" 2>>"$log" &
 		pids[$1]=$!
 		disown "${pids[$1]}"
 	}
 	for i in $(seq 0 $((WORKERS - 1))); do start "$i"; done
-	unfinished() { psql -c "SELECT count(*) FROM idem_internal.idempotency_record
-	                        WHERE operation = 'PAY' AND status NOT IN ('SUCCEEDED', 'FAILED_FINAL')"; }
-	deadline=$((SECONDS + IDEM_WAIT))
-	local started=$SECONDS
-	while [ "$(unfinished)" -gt 0 ] && [ $SECONDS -lt $deadline ]; do
+	while [ "$(psql -c "SELECT $3")" != t ] && [ $SECONDS -lt $deadline ]; do
 		sleep 0.2
 		for i in $(seq 0 $((WORKERS - 1))); do
 			if ! kill -0 "${pids[$i]}" 2>/dev/null; then
@@ -85,6 +86,20 @@ run() {
 			fi
 		done
 	done
+	for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
+	pids=()
+}
+
+unfinished() { psql -c "SELECT count(*) FROM idem_internal.idempotency_record
+                        WHERE operation = 'PAY' AND status NOT IN ('SUCCEEDED', 'FAILED_FINAL')"; }
+
+# run MODE N: N payments charged by workers of MODE; the provider's calls
+# end in table provider_call, the kills in KILL_LOG
+run() {
+	local mode=$1 n=$2 started=$SECONDS
+	setup "$mode" "$n"
+	drive "$mode" "$work/worker-$mode.log" "NOT EXISTS (SELECT FROM idem_internal.idempotency_record
+	                                     WHERE operation = 'PAY' AND status NOT IN ('SUCCEEDED', 'FAILED_FINAL'))"
 	local took=$((SECONDS - started))
 	stop_all
 	psql -c "\\copy provider_call FROM '$work/journal-$mode'"
@@ -141,4 +156,35 @@ twice=$(charged_twice)
 echo "# control: $twice of $CONTROL keys charged more than once"
 check "control: without reconciliation the same provider and kills charge keys twice" yes \
 	"$([ "$twice" -gt 0 ] && echo yes || echo "no ($twice)")"
+
+# An operator cancels uncertain payments (issue 55): CANCELLED payments whose
+# every charge is answered late are marked by workers that do not
+# reconcile; an operator (idem_grant(..., 'operator')) cancels each; then
+# reconciling workers run until a canary payment has succeeded (its late
+# charge reconciled): no cancelled key is looked up or charged again.
+CANCELLED=${CANCELLED:-100}
+export KILL_RATE=0
+setup cancel "$CANCELLED" 1.0
+drive mark "$work/worker-cancel.log" "(SELECT count(*) FROM idem_internal.idempotency_record
+                                     WHERE operation = 'PAY' AND task_uncertain_since IS NOT NULL) = $CANCELLED"
+psql -c "SET client_min_messages = warning" -c "DROP ROLE IF EXISTS idem_pay_operator" -c "CREATE ROLE idem_pay_operator" >/dev/null
+psql -c "SELECT count(*) FROM idem_grant('idem_pay_operator', 'operator')" >/dev/null
+psql -c "SET ROLE idem_pay_operator" -c "SELECT count(idem_task_cancel(task_id, 'the customer cancelled: not to be charged again'))
+         FROM idem_task_attempts WHERE operation = 'PAY' AND outcome = 'unknown'" >/dev/null
+psql -c "SELECT idem_submit(99, 'PAY', 'pay-key-canary-0001', '{\"amount\": 1}')" >/dev/null
+drive reconcile "$work/worker-cancel.log" "(SELECT status = 'SUCCEEDED' FROM idem_internal.idempotency_record
+                                          WHERE idempotency_key = 'pay-key-canary-0001')"
+stop_all
+psql -c "\\copy provider_call FROM '$work/journal-cancel'"
+check "cancel: the operator cancelled every uncertain payment, each audited with its reason, as the operator" "$CANCELLED $CANCELLED" \
+	"$(psql -c "SELECT count(*) FROM idem_internal.idempotency_record WHERE operation = 'PAY' AND status = 'FAILED_FINAL'
+	             AND response_body::jsonb->'error'->>'cancelled' LIKE 'the customer cancelled%'") $(psql -c "SELECT count(*)
+	             FROM idem_operator_actions WHERE action = 'cancel' AND current_user_name = 'idem_pay_operator'")"
+check "cancel: reconciling workers ran (the canary's late charge was reconciled), yet no cancelled key was looked up or charged again" \
+	"SUCCEEDED $CANCELLED 0" \
+	"$(psql -c "SELECT status FROM idem_internal.idempotency_record WHERE idempotency_key = 'pay-key-canary-0001'") $(psql -c "SELECT count(*) FILTER (WHERE charges = 1) || ' ' || count(*) FILTER (WHERE lookups > 0)
+	             FROM (SELECT doc->>'key' AS k, count(*) FILTER (WHERE doc->>'kind' = 'charge') AS charges,
+	                          count(*) FILTER (WHERE doc->>'kind' = 'lookup') AS lookups
+	                     FROM provider_call WHERE doc->>'key' <> 'pay-key-canary-0001' GROUP BY 1) x")"
+psql -c "DROP OWNED BY idem_pay_operator" -c "DROP ROLE idem_pay_operator" >/dev/null
 rm -rf "$work"

@@ -43,7 +43,9 @@ my $current = $node->safe_psql('postgres',
 # PostgreSQL 14 by pg_upgrade has for everyone.
 my @attackers = qw(evil_owner evil_home evil_creator evil_public);
 my %kind_role = (app => 'h_app', worker => 'h_worker', publisher => 'h_publisher',
-	consumer => 'h_consumer', monitor => 'h_monitor');
+	consumer => 'h_consumer', monitor => 'h_monitor', operator => 'h_operator');
+# the kinds each version has (operator: 1.16)
+my %kind_since = (operator => '1.16');
 $node->safe_psql('postgres', join(";\n",
 	(map { "CREATE ROLE $_ LOGIN" } @attackers, values %kind_role),
 	'CREATE ROLE h_exporter LOGIN IN ROLE pg_monitor'));
@@ -85,7 +87,8 @@ sub attacked_database
 	}
 	$node->safe_psql($db, "CREATE EXTENSION idem VERSION '$version' SCHEMA $home");
 	$node->safe_psql($db, join(";\n",
-		(map { "SELECT * FROM $home.idem_grant('$kind_role{$_}', '$_')" } sort keys %kind_role),
+		(map { "SELECT * FROM $home.idem_grant('$kind_role{$_}', '$_')" }
+		 grep { !$kind_since{$_} || $version eq $current } sort keys %kind_role),
 		# a public carried over from PostgreSQL 14: everyone may create in it
 		"GRANT CREATE ON SCHEMA $home TO evil_public",
 		"GRANT USAGE ON SCHEMA $home TO h_exporter"));
@@ -145,6 +148,8 @@ sub call_everything
 			SELECT task_id IS NOT NULL FROM $h.idem_submit(1, 'SHIP', 'hijack-task-00000001', '{}');
 			SELECT task_id IS NOT NULL FROM $h.idem_submit(1, 'SHIP', 'hijack-task-00000002', '{}');
 			SELECT task_id IS NOT NULL FROM $h.idem_submit(1, 'SHIP', 'hijack-task-00000003', '{}');
+			SELECT task_id IS NOT NULL FROM $h.idem_submit(1, 'SHIP', 'hijack-task-00000004', '{}');
+			SELECT task_id IS NOT NULL FROM $h.idem_submit(1, 'SHIP', 'hijack-task-00000005', '{}');
 			SELECT $h.idem_outbox_emit('orders', '{"n": 1}', 'k1', '{"h": "1"}');
 			SELECT $h.idem_outbox_emit('orders', '{"n": 2}', 'k2');
 			SELECT $h.idem_request_hash('{"a": 1}') IS NOT NULL, $h.idem_canonical_json('{"b": 1, "a": 2}');
@@ -191,6 +196,21 @@ sub call_everything
 			SELECT operation FROM $h.idem_set_policy('SHIP');
 			SELECT count(*) > 0 FROM $h.idem_policies;
 			SELECT $h.idem_drop_policy('SHIP');
+			SELECT pg_catalog.set_config(pg_catalog.concat('h.t', pg_catalog.right(r.idempotency_key::pg_catalog.text, 1)),
+			                             r.id::pg_catalog.text, false) IS NOT NULL
+			  FROM idem_internal.idempotency_record r
+			 WHERE pg_catalog.starts_with(r.idempotency_key::pg_catalog.text, 'hijack-task-');
+			UPDATE idem_internal.idempotency_record
+			   SET task_uncertain_since = pg_catalog.now(), task_reconcile_at = pg_catalog.now(), task_due_at = NULL
+			 WHERE id OPERATOR(pg_catalog.=) pg_catalog.current_setting('h.t5')::pg_catalog.int8;
+			SET ROLE h_operator;
+			SELECT $h.idem_task_retry(pg_catalog.current_setting('h.t3')::pg_catalog.int8, 'hijack test');
+			SELECT $h.idem_task_resolve(pg_catalog.current_setting('h.t3')::pg_catalog.int8, 200, '{"by": "operator"}', 'hijack test');
+			SELECT $h.idem_task_cancel(pg_catalog.current_setting('h.t4')::pg_catalog.int8, 'hijack test');
+			SELECT $h.idem_task_settle(pg_catalog.current_setting('h.t5')::pg_catalog.int8, false, 'hijack test');
+			SELECT pg_catalog.count(*) FROM $h.idem_operator_actions;
+			RESET ROLE;
+			UPDATE idem_internal.idem_operator_audit SET reason = reason;
 			SELECT $h.idem_forget_owner(99);
 			SELECT $h.idem_outbox_set_topic('orders', 5, 'block');
 			SELECT $h.idem_outbox_redrive('{}');
@@ -224,6 +244,8 @@ sub call_everything
 		SELECT idem_internal.idem_stats_add('PAY', 'outbox_acked', 0);
 		SELECT idem_internal.idem_timeline_mark();
 		SELECT idem_internal.idem_cleanup_worker_notice();
+		SELECT idem_internal.idem_owner_visible(1);
+		SELECT idem_internal.idem_dead_letters_visible('{}');
 	}, extra_params => [ '-v', 'ON_ERROR_STOP=1' ]);
 	$ok{internal} = $rc == 0 ? 'ok' : "failed: $err";
 	# Citus is not here: refused before it reads anything (0A000)

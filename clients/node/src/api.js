@@ -214,3 +214,33 @@ export class ReconcileTask extends Task {
   }
 }
 
+
+// An operator's actions (idem 1.16): the role needs idem_grant(role,
+// 'operator'); bound by its idem.allowed_owners and allowed_operations;
+// audited (idem_operator_actions) with the reason.  TaskStateConflict
+// (IK008, 409) for a task whose state the action does not take.
+const one = async (db, text, values) => (await query(db, text, values))[0].r;
+
+export const cancelTask = (db, { taskId, reason }) => one(db,
+  'SELECT @idem@.idem_task_cancel($1::pg_catalog.int8, $2::pg_catalog.text) AS r', [taskId, reason]);
+
+export const retryTask = (db, { taskId, reason }) => one(db,
+  'SELECT @idem@.idem_task_retry($1::pg_catalog.int8, $2::pg_catalog.text) AS r', [taskId, reason]);
+
+export const resolveTask = (db, { taskId, status, body, reason, resourceId, headers }) => one(db,
+  'SELECT @idem@.idem_task_resolve($1::pg_catalog.int8, $2::pg_catalog.int4, $3::pg_catalog.json, $4::pg_catalog.text, $5::pg_catalog.int8, $6::pg_catalog.jsonb) AS r',
+  [taskId, status, json(body), reason, resourceId ?? null, headers ? JSON.stringify(headers) : null]);
+
+export const settleTask = (db, { taskId, happened, reason, status, body, resourceId }) => one(db,
+  'SELECT @idem@.idem_task_settle($1::pg_catalog.int8, $2::pg_catalog.bool, $3::pg_catalog.text, $4::pg_catalog.int4, $5::pg_catalog.json, $6::pg_catalog.int8) AS r',
+  [taskId, happened, reason, status ?? null, happened ? json(body) : null, resourceId ?? null]);
+
+export const redriveMessages = (db, { messageIds, reason }) => one(db,
+  'SELECT @idem@.idem_outbox_redrive($1::pg_catalog.int8[], $2::pg_catalog.text) AS r', [messageIds, reason ?? null]);
+
+export const discardMessages = (db, { messageIds, reason }) => one(db,
+  'SELECT @idem@.idem_outbox_discard($1::pg_catalog.int8[], $2::pg_catalog.text) AS r', [messageIds, reason ?? null]);
+
+export const redriveConsumer = (db, { consumer, messageIds, discard = false, reason }) => one(db,
+  'SELECT @idem@.idem_inbox_redrive($1::pg_catalog.text, $2::pg_catalog.text[], $3::pg_catalog.bool, $4::pg_catalog.text) AS r',
+  [consumer, messageIds ?? null, discard, reason ?? null]);

@@ -34,7 +34,7 @@ Object.assign(KeyRunning.prototype, { httpStatus: 500, problemType: 'internal', 
 /** IK007: the key expired and its operation refuses to execute it again (reuse_after_expiry 'refuse') */
 export class KeyExpired extends IdemError {}
 Object.assign(KeyExpired.prototype, { httpStatus: 422, problemType: 'key-expired', retryable: false });
-/** IK008: an operator's action not allowed in the task's state (reserved for the operator actions) */
+/** IK008: an operator's action not allowed in the task's state (idem_task_cancel, idem_task_retry, idem_task_resolve, idem_task_settle) */
 export class TaskStateConflict extends IdemError {}
 Object.assign(TaskStateConflict.prototype, { httpStatus: 409, problemType: 'task-state', retryable: false });
 /** 40001: a REPEATABLE READ / SERIALIZABLE snapshot raced the original */

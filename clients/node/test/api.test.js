@@ -169,6 +169,30 @@ test('an uncertain outcome: never leased plainly again, reconciled with its atte
   }
 });
 
+test('operator actions: settle, cancel (the holder fenced), IK008 as TaskStateConflict', async () => {
+  const c = await connect();
+  const op = `OPS_${randomUUID().slice(0, 8)}`;
+  await c.query("SELECT public.idem_set_policy($1::pg_catalog.text, uncertain => 'reconcile'::pg_catalog.text)", [op]);
+  try {
+    const k1 = key();
+    const k2 = key();
+    await idem.submit(c, { owner: 1, operation: op, key: k1, request: { amount: 1 } });
+    await idem.submit(c, { owner: 1, operation: op, key: k2, request: { amount: 2 } });
+    const tasks = await new idem.TaskWorker(op, 'w1').lease(c, 2);
+    const t1 = tasks.find((t) => t.key === k1);
+    const t2 = tasks.find((t) => t.key === k2);
+    assert.equal(await t1.failUnknown(c, { provider: 'timeout' }), 'PROCESSING');
+    assert.equal(await idem.settleTask(c, { taskId: t1.taskId, happened: true, reason: 'found', status: 201, body: { charge: 'ch_1' } }), 'SUCCEEDED');
+    assert.equal(await idem.cancelTask(c, { taskId: t2.taskId, reason: 'the customer asked' }), 'FAILED_FINAL');
+    await assert.rejects(t2.complete(c, 201, { late: true }), idem.StaleToken);
+    await assert.rejects(idem.retryTask(c, { taskId: t2.taskId, reason: 'too late' }),
+      (e) => e instanceof idem.TaskStateConflict && e.httpStatus === 409);
+  } finally {
+    await c.query('SELECT public.idem_drop_policy($1::pg_catalog.text)', [op]);
+    await c.end();
+  }
+});
+
 test('emit, then consume once', async () => {
   const c = await connect();
   const id = await idem.emit(c, { topic: 'node-topic', payload: { order: 1 }, key: 'order-1', headers: { kind: 'x' } });

@@ -213,6 +213,35 @@ def test_uncertain_outcome_is_reconciled_before_any_retry(conn):
         conn.execute("SELECT public.idem_drop_policy(%s::pg_catalog.text)", (op,))
 
 
+def test_operator_actions_and_their_errors(conn):
+    from idem_pg import operator
+    conn.autocommit = True
+    op = "OPS_" + uuid.uuid4().hex[:8]
+    conn.execute("SELECT public.idem_set_policy(%s::pg_catalog.text, uncertain => 'reconcile'::pg_catalog.text)", (op,))
+    try:
+        k1, k2 = new_key(), new_key()
+        idem_pg.submit(conn, 1, op, k1, {"amount": 1})
+        idem_pg.submit(conn, 1, op, k2, {"amount": 2})
+        worker = idem_pg.TaskWorker(op, "w1")
+        t1, t2 = sorted(worker.lease(conn, batch=2), key=lambda t: t.key == k2)
+        assert t1.fail_unknown(conn, {"provider": "timeout"}) == "PROCESSING"
+        assert operator.settle_task(conn, t1.task_id, True, "found at the provider", 201, {"charge": "ch_1"}) == "SUCCEEDED"
+        assert idem_pg.submit(conn, 1, op, k1, {"amount": 1}).body == '{"charge":"ch_1"}'
+        assert operator.cancel_task(conn, t2.task_id, "the customer asked") == "FAILED_FINAL"
+        with pytest.raises(idem_pg.StaleToken):
+            t2.complete(conn, 201, {"late": True})
+        with pytest.raises(idem_pg.TaskStateConflict) as e:
+            operator.retry_task(conn, t2.task_id, "too late")
+        assert e.value.http_status == 409
+        with pytest.raises(idem_pg.InvalidRequest):
+            operator.cancel_task(conn, t2.task_id, "")
+        reasons = conn.execute("SELECT string_agg(reason, ',' ORDER BY id) FROM public.idem_operator_actions"
+                               " WHERE operation = %s", (op,)).fetchone()[0]
+        assert reasons == "found at the provider,the customer asked"
+    finally:
+        conn.execute("SELECT public.idem_drop_policy(%s::pg_catalog.text)", (op,))
+
+
 def test_worker_wait_wakes_on_submit():
     op = "WAKE_" + uuid.uuid4().hex[:8]
     with psycopg.connect(autocommit=True) as listener, psycopg.connect(autocommit=True) as app:

@@ -187,5 +187,27 @@ class TaskWorker:
         return await perform(conn, calls.fail_unknown(task.task_id, task.token, error))
 
 
+async def cancel_task(conn: Any, task_id: int, reason: str) -> str:
+    """``idem_pg.operator.cancel_task``, awaited; raises what it raises."""
+    return await perform(conn, calls.task_cancel(task_id, reason))
+
+
+async def retry_task(conn: Any, task_id: int, reason: str) -> str:
+    """``idem_pg.operator.retry_task``, awaited; raises what it raises."""
+    return await perform(conn, calls.task_retry(task_id, reason))
+
+
+async def resolve_task(conn: Any, task_id: int, http_status: int, body: Json, reason: str,
+                       resource_id: Optional[int] = None, headers: Optional[Mapping[str, str]] = None) -> str:
+    """``idem_pg.operator.resolve_task``, awaited; raises what it raises."""
+    return await perform(conn, calls.task_resolve(task_id, http_status, body, reason, resource_id, headers))
+
+
+async def settle_task(conn: Any, task_id: int, happened: bool, reason: str, http_status: Optional[int] = None,
+                      body: Json = None, resource_id: Optional[int] = None) -> str:
+    """``idem_pg.operator.settle_task``, awaited; raises what it raises."""
+    return await perform(conn, calls.task_settle(task_id, happened, reason, http_status, body, resource_id))
+
+
 __all__ = ["begin", "finish", "finish_stored", "run", "submit", "consume", "emit", "claim", "Claim",
-           "retry_serializable", "TaskWorker"]
+           "retry_serializable", "TaskWorker", "cancel_task", "retry_task", "resolve_task", "settle_task"]

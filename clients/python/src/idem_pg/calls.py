@@ -225,6 +225,51 @@ def fail(task_id: int, token: int, error: Json, retryable: bool) -> Call:
     return Call(FAIL_SQL, (task_id, token, json_param(error), retryable), _value)
 
 
+TASK_CANCEL_SQL = "SELECT @idem@.idem_task_cancel(%%s%s, %%s%s)" % (_I8, _T)
+TASK_RETRY_SQL = "SELECT @idem@.idem_task_retry(%%s%s, %%s%s)" % (_I8, _T)
+TASK_RESOLVE_SQL = ("SELECT @idem@.idem_task_resolve(%%s%s, %%s%s, %%s%s, %%s%s, %%s%s, %%s%s)"
+                    % (_I8, _I4, _JSON, _T, _I8, _J))
+TASK_SETTLE_SQL = ("SELECT @idem@.idem_task_settle(%%s%s, %%s%s, %%s%s, %%s%s, %%s%s, %%s%s)"
+                   % (_I8, _B, _T, _I4, _JSON, _I8))
+OUTBOX_REDRIVE_SQL = "SELECT @idem@.idem_outbox_redrive(%s::pg_catalog.int8[], %s::pg_catalog.text)"
+OUTBOX_DISCARD_SQL = "SELECT @idem@.idem_outbox_discard(%s::pg_catalog.int8[], %s::pg_catalog.text)"
+INBOX_REDRIVE_SQL = ("SELECT @idem@.idem_inbox_redrive(%s::pg_catalog.text, %s::pg_catalog.text[],"
+                     " %s::pg_catalog.bool, %s::pg_catalog.text)")
+
+
+def task_cancel(task_id: int, reason: str) -> Call:
+    return Call(TASK_CANCEL_SQL, (task_id, reason), _value)
+
+
+def task_retry(task_id: int, reason: str) -> Call:
+    return Call(TASK_RETRY_SQL, (task_id, reason), _value)
+
+
+def task_resolve(task_id: int, http_status: int, body: Json, reason: str, resource_id: Optional[int],
+                 headers: Optional[Mapping[str, str]]) -> Call:
+    return Call(TASK_RESOLVE_SQL, (task_id, http_status, json_param(body), reason, resource_id,
+                                   headers_param(headers)), _value)
+
+
+def task_settle(task_id: int, happened: bool, reason: str, http_status: Optional[int], body: Json,
+                resource_id: Optional[int]) -> Call:
+    return Call(TASK_SETTLE_SQL, (task_id, happened, reason, http_status,
+                                  json_param(body) if happened else None, resource_id), _value)
+
+
+def outbox_redrive(message_ids: Sequence[int], reason: Optional[str]) -> Call:
+    return Call(OUTBOX_REDRIVE_SQL, (list(message_ids), reason), _value)
+
+
+def outbox_discard(message_ids: Sequence[int], reason: Optional[str]) -> Call:
+    return Call(OUTBOX_DISCARD_SQL, (list(message_ids), reason), _value)
+
+
+def inbox_redrive(consumer: str, message_ids: Optional[Sequence[str]], discard: bool, reason: Optional[str]) -> Call:
+    return Call(INBOX_REDRIVE_SQL, (consumer, list(message_ids) if message_ids is not None else None, discard,
+                                    reason), _value)
+
+
 def fail_unknown(task_id: int, token: int, error: Json) -> Call:
     return Call(FAIL_UNKNOWN_SQL, (task_id, token, json_param(error)), _value)
 

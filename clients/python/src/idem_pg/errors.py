@@ -90,8 +90,8 @@ class KeyExpired(IdemError):
 
 
 class TaskStateConflict(IdemError):
-    """IK008: an operator's action not allowed in the task's state (reserved for the operator
-    actions)"""
+    """IK008: an operator's action not allowed in the task's state (idem_task_cancel,
+    idem_task_retry, idem_task_resolve, idem_task_settle)"""
     sqlstate = 'IK008'
     http_status: Optional[int] = 409
     problem_type: Optional[str] = 'task-state'

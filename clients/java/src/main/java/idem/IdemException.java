@@ -120,7 +120,7 @@ public class IdemException extends SQLException {
         @Override public boolean retryable() { return false; }
     }
 
-    /** IK008: an operator's action not allowed in the task's state (reserved for the operator actions) */
+    /** IK008: an operator's action not allowed in the task's state (idem_task_cancel, idem_task_retry, idem_task_resolve, idem_task_settle) */
     @SuppressWarnings("deprecation")
     public static class TaskStateConflict extends IdemException {
         private static final long serialVersionUID = 1L;

@@ -201,6 +201,25 @@ public final class IdemTest {
                     && rec.get(0).attemptsJson().contains("\"outcome\": \"unknown\"")
                     && notCharged.equals("FAILED_RETRYABLE"), rec);
 
+            // an operator: settles the uncertain task, cancels another (its holder fenced), IK008 after
+            String ops = "OPS_" + UUID.randomUUID().toString().substring(0, 8);
+            c.createStatement().execute("SELECT public.idem_set_policy('" + ops + "', uncertain => 'reconcile')");
+            Operator operator = new Operator(idem);
+            idem.submit(c, 1, ops, key(), "{\"amount\": 1}", null, null);
+            TaskWorker.Task o1 = new TaskWorker(idem, ops, "w1", Duration.ofSeconds(30), false).lease(c, 1).get(0);
+            o1.failUnknown(c, "{\"provider\": \"timeout\"}");
+            String settled = operator.settleTask(c, o1.taskId(), true, "found at the provider", 201, "{\"charge\": \"ch_1\"}", null);
+            String conflict;
+            try {
+                operator.cancelTask(c, o1.taskId(), "too late");
+                conflict = "cancelled";
+            } catch (IdemException.TaskStateConflict e) {
+                conflict = "TaskStateConflict " + e.httpStatus();
+            }
+            c.createStatement().execute("SELECT public.idem_drop_policy('" + ops + "')");
+            check("an operator settles an uncertain task; cancelling it then is TaskStateConflict (409)",
+                settled.equals("SUCCEEDED") && conflict.equals("TaskStateConflict 409"), conflict);
+
             // outbox and inbox
             c.setAutoCommit(false);
             long id = idem.emit(c, "java-topic", "{\"order\": 1}", "order-1", Map.of("kind", "created"));
