@@ -10,20 +10,72 @@
 -- reconcile index, the attempts table and its view, the policy's two
 -- settings, idem_fail_unknown and idem_lease_reconcile.
 -- ---------------------------------------------------------------------------
-ALTER TABLE idem_internal.idempotency_record
-    ADD COLUMN task_leased_at timestamptz,
-    ADD COLUMN task_uncertain_since timestamptz,
-    ADD COLUMN task_reconcile_at timestamptz,
-    ADD COLUMN task_reconciles integer;
+--
+-- On a Citus cluster every node runs this script (the coordinator's update
+-- is propagated), each for its own tables and the shards placed on it,
+-- with Citus's DDL propagation off for the whole script: a worker updated
+-- from before 1.13 has its shards in idem_internal only once its own
+-- update moved them, so the coordinator's ALTER TABLE cannot reach them.
+-- No CHECK on the policy's new column (idem_set_policy checks it), and no
+-- CREATE INDEX on a distributed table (idem_distribute() makes it there).
+DO $columns$
+DECLARE
+    citus boolean := pg_catalog.to_regclass('pg_catalog.pg_dist_shard') IS NOT NULL;
+    adds text[] := ARRAY[
+        'idempotency_record', 'task_leased_at timestamptz',
+        'idempotency_record', 'task_uncertain_since timestamptz',
+        'idempotency_record', 'task_reconcile_at timestamptz',
+        'idempotency_record', 'task_reconciles integer',
+        'idem_policy', 'uncertain text',
+        'idem_policy', 'reconcile_within interval'];
+    shards text[] := '{}';
+    rel text;
+BEGIN
+    IF citus THEN
+        PERFORM pg_catalog.set_config('idem_update.ddl_propagation',
+                                      COALESCE(pg_catalog.current_setting('citus.enable_ddl_propagation', true), 'on'), true);
+        PERFORM pg_catalog.set_config('citus.enable_ddl_propagation', 'off', true);
+        -- Citus hides shards from queries of pg_class
+        PERFORM pg_catalog.set_config('citus.override_table_visibility', 'off', true);
+    END IF;
+    FOR i IN 1 .. pg_catalog.array_length(adds, 1) BY 2 LOOP
+        IF citus THEN
+            EXECUTE
+                'SELECT COALESCE(pg_catalog.array_agg(c.relname::pg_catalog.text), ''{}'') FROM pg_catalog.pg_dist_shard s
+                   JOIN pg_catalog.pg_class l ON l.oid OPERATOR(pg_catalog.=) s.logicalrelid
+                   JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) l.relnamespace
+                    AND c.relname OPERATOR(pg_catalog.=)
+                        (l.relname::pg_catalog.text OPERATOR(pg_catalog.||) ''_'' OPERATOR(pg_catalog.||) s.shardid::pg_catalog.text)
+                  WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass'
+                INTO shards USING 'idem_internal.' OPERATOR(pg_catalog.||) adds[i];
+        END IF;
+        FOREACH rel IN ARRAY ARRAY[adds[i]] OPERATOR(pg_catalog.||) shards LOOP
+            EXECUTE pg_catalog.format('ALTER TABLE idem_internal.%I ADD COLUMN IF NOT EXISTS %s', rel, adds[i OPERATOR(pg_catalog.+) 1]);
+        END LOOP;
+    END LOOP;
+END
+$columns$;
 
 -- from idem.sql: COMMENT ON COLUMN idem_internal.idempotency_record.task_leased_at IS
 COMMENT ON COLUMN idem_internal.idempotency_record.task_leased_at IS
     'idem: when the current (or last) lease was handed out';
 -- end
--- from idem.sql: CREATE INDEX idem_task_reconcile ON idem_internal.idempotency_record (operation, task_reconcile_at)
-CREATE INDEX idem_task_reconcile ON idem_internal.idempotency_record (operation, task_reconcile_at)
-    WHERE task_reconcile_at IS NOT NULL;
--- end
+DO $reconcile_index$
+DECLARE
+    distributed boolean := false;
+BEGIN
+    -- (dynamic: pg_dist_partition exists only with Citus)
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+        EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
+                                 WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1)'
+            INTO distributed USING 'idem_internal.idempotency_record'::pg_catalog.regclass;
+    END IF;
+    IF NOT distributed THEN
+        CREATE INDEX idem_task_reconcile ON idem_internal.idempotency_record (operation, task_reconcile_at)
+            WHERE task_reconcile_at IS NOT NULL;
+    END IF;
+END
+$reconcile_index$;
 -- from idem.sql: COMMENT ON COLUMN idem_internal.idempotency_record.task_uncertain_since IS
 COMMENT ON COLUMN idem_internal.idempotency_record.task_uncertain_since IS
     'idem: since when the task''s outcome is uncertain (an attempt of an operation with uncertain => ''reconcile'' ended without one); NULL: not marked';
@@ -135,10 +187,6 @@ REVOKE ALL ON FUNCTION @extschema@.idem_fail_unknown(bigint, bigint, jsonb) FROM
 REVOKE ALL ON FUNCTION @extschema@.idem_lease_reconcile(text, text, interval, integer, boolean) FROM PUBLIC;
 -- end
 
-ALTER TABLE idem_internal.idem_policy
-    ADD COLUMN uncertain text
-        CHECK (uncertain OPERATOR(pg_catalog.=) ANY (ARRAY['retry', 'reconcile']::text[])),
-    ADD COLUMN reconcile_within interval;
 
 -- from idem.sql, replaced: CREATE VIEW @extschema@.idem_policies AS
 CREATE OR REPLACE VIEW @extschema@.idem_policies AS
@@ -422,6 +470,59 @@ $$;
 COMMENT ON FUNCTION @extschema@.idem_forget_owner(bigint, integer, integer, text) IS
     'idem: an erasure request: remove every record, order, history row, task attempt, inbox entry and failure, outbox dead letter and (undelivered => ''delete'') outbox message of owner (superuser only)';
 -- end
+-- from idem.sql, replaced: CREATE FUNCTION idem_internal.idem_distribute_node()
+CREATE OR REPLACE FUNCTION idem_internal.idem_distribute_node()
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+SET citus.enable_ddl_propagation = off
+AS $$
+DECLARE
+    grp integer;
+    lo bigint;
+    seq text;
+BEGIN
+    IF (SELECT pg_catalog.array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
+         WHERE c.conrelid OPERATOR(pg_catalog.=) 'idem_internal.idempotency_record'::pg_catalog.regclass
+           AND c.contype OPERATOR(pg_catalog.=) 'p') OPERATOR(pg_catalog.=) 1 THEN
+        ALTER TABLE idem_internal.idempotency_record
+            DROP CONSTRAINT idempotency_record_pkey,
+            ADD CONSTRAINT idempotency_record_pkey PRIMARY KEY (owner_id, id);
+    END IF;
+    IF (SELECT pg_catalog.array_length(c.conkey, 1) FROM pg_catalog.pg_constraint c
+         WHERE c.conrelid OPERATOR(pg_catalog.=) 'idem_internal.purchase_order'::pg_catalog.regclass
+           AND c.contype OPERATOR(pg_catalog.=) 'p') OPERATOR(pg_catalog.=) 1 THEN
+        ALTER TABLE idem_internal.purchase_order
+            DROP CONSTRAINT purchase_order_pkey,
+            ADD CONSTRAINT purchase_order_pkey PRIMARY KEY (owner_id, id),
+            DROP CONSTRAINT purchase_order_order_no_key,
+            ADD CONSTRAINT purchase_order_order_no_key UNIQUE (owner_id, order_no);
+    END IF;
+    -- a task's holder knows its id, not its owner: its calls find it by id
+    -- in the shards of the node it leased from
+    IF pg_catalog.to_regclass('idem_internal.idem_task_id') IS NULL THEN
+        CREATE INDEX idem_task_id ON idem_internal.idempotency_record (id)
+            WHERE task_attempts IS NOT NULL;
+    END IF;
+
+    EXECUTE 'SELECT groupid FROM pg_catalog.pg_dist_local_group' INTO grp;
+    IF grp OPERATOR(pg_catalog.>) 0 THEN
+        lo := grp::pg_catalog.int8 OPERATOR(pg_catalog.*) 281474976710656 OPERATOR(pg_catalog.+) 1;
+        FOREACH seq IN ARRAY ARRAY['idempotency_record_id_seq', 'purchase_order_id_seq',
+                                   'idem_outbox_message_id_seq', 'idem_task_token_seq',
+                                   'idem_operator_audit_id_seq'] LOOP
+            IF (SELECT s.seqmin FROM pg_catalog.pg_sequence s
+                 WHERE s.seqrelid OPERATOR(pg_catalog.=)
+                       pg_catalog.format('idem_internal.%I', seq)::pg_catalog.regclass)
+               OPERATOR(pg_catalog.<) lo THEN
+                EXECUTE pg_catalog.format('ALTER SEQUENCE idem_internal.%I MINVALUE %s MAXVALUE %s START %s RESTART %s',
+                                          seq, lo, lo OPERATOR(pg_catalog.+) 281474976710654, lo, lo);
+            END IF;
+        END LOOP;
+    END IF;
+END
+$$;
+-- end
 -- from idem.sql, replaced: CREATE FUNCTION @extschema@.idem_distribute()
 CREATE OR REPLACE FUNCTION @extschema@.idem_distribute()
 RETURNS void
@@ -472,7 +573,10 @@ BEGIN
     END LOOP;
 
     -- the distributed tables, each once: records and orders by owner,
-    -- co-located; the inbox by consumer; an owner's history with its records
+    -- co-located; the inbox by consumer; an owner's history, attempts and
+    -- operators' actions with its records.  The audit's guard triggers go
+    -- onto every shard (Citus wants them declared safe).
+    PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
     FOR r IN SELECT * FROM (VALUES
                  ('idem_internal.idempotency_record', 'owner_id', 'default'),
                  ('idem_internal.purchase_order', 'owner_id', 'idem_internal.idempotency_record'),
@@ -491,12 +595,16 @@ BEGIN
     IF pg_catalog.to_regclass('idem_internal.idem_inbox_owner') IS NULL THEN
         CREATE INDEX idem_inbox_owner ON idem_internal.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
     END IF;
+    -- the reconcile lease's index (on a cluster distributed before 1.16)
+    IF pg_catalog.to_regclass('idem_internal.idem_task_reconcile') IS NULL THEN
+        CREATE INDEX idem_task_reconcile ON idem_internal.idempotency_record (operation, task_reconcile_at)
+            WHERE task_reconcile_at IS NOT NULL;
+    END IF;
     -- the policies on every node
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
                     WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.idem_policy'::pg_catalog.regclass) THEN
         -- its statement trigger only tells the node's backends that the
         -- policies changed: Citus puts it on every placement
-        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
         PERFORM pg_catalog.create_reference_table('idem_internal.idem_policy');
     END IF;
 
@@ -1046,3 +1154,14 @@ COMMENT ON FUNCTION @extschema@.idem_grant(regrole, text) IS
 
 -- last, so that it sees the functions this update created
 SELECT idem_internal.idem_revoke_foreign_privileges();
+
+-- Citus's DDL propagation as it was
+DO $propagation$
+BEGIN
+    IF pg_catalog.current_setting('idem_update.ddl_propagation', true) IS NOT NULL
+       AND pg_catalog.current_setting('idem_update.ddl_propagation', true) OPERATOR(pg_catalog.<>) '' THEN
+        PERFORM pg_catalog.set_config('citus.enable_ddl_propagation',
+                                      pg_catalog.current_setting('idem_update.ddl_propagation'), true);
+    END IF;
+END
+$propagation$;

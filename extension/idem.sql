@@ -501,8 +501,7 @@ CREATE TABLE idem_internal.idem_policy (
     audit_ttl     interval,
     reuse_after_expiry text
         CHECK (reuse_after_expiry OPERATOR(pg_catalog.=) ANY (ARRAY['execute', 'refuse']::text[])),
-    uncertain     text
-        CHECK (uncertain OPERATOR(pg_catalog.=) ANY (ARRAY['retry', 'reconcile']::text[])),
+    uncertain     text,
     reconcile_within interval
 );
 REVOKE ALL ON idem_internal.idem_policy FROM PUBLIC;
@@ -2427,7 +2426,8 @@ BEGIN
     IF grp OPERATOR(pg_catalog.>) 0 THEN
         lo := grp::pg_catalog.int8 OPERATOR(pg_catalog.*) 281474976710656 OPERATOR(pg_catalog.+) 1;
         FOREACH seq IN ARRAY ARRAY['idempotency_record_id_seq', 'purchase_order_id_seq',
-                                   'idem_outbox_message_id_seq', 'idem_task_token_seq'] LOOP
+                                   'idem_outbox_message_id_seq', 'idem_task_token_seq',
+                                   'idem_operator_audit_id_seq'] LOOP
             IF (SELECT s.seqmin FROM pg_catalog.pg_sequence s
                  WHERE s.seqrelid OPERATOR(pg_catalog.=)
                        pg_catalog.format('idem_internal.%I', seq)::pg_catalog.regclass)
@@ -2494,7 +2494,10 @@ BEGIN
     END LOOP;
 
     -- the distributed tables, each once: records and orders by owner,
-    -- co-located; the inbox by consumer; an owner's history with its records
+    -- co-located; the inbox by consumer; an owner's history, attempts and
+    -- operators' actions with its records.  The audit's guard triggers go
+    -- onto every shard (Citus wants them declared safe).
+    PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
     FOR r IN SELECT * FROM (VALUES
                  ('idem_internal.idempotency_record', 'owner_id', 'default'),
                  ('idem_internal.purchase_order', 'owner_id', 'idem_internal.idempotency_record'),
@@ -2513,12 +2516,16 @@ BEGIN
     IF pg_catalog.to_regclass('idem_internal.idem_inbox_owner') IS NULL THEN
         CREATE INDEX idem_inbox_owner ON idem_internal.idem_inbox (owner_id) WHERE owner_id IS NOT NULL;
     END IF;
+    -- the reconcile lease's index (on a cluster distributed before 1.16)
+    IF pg_catalog.to_regclass('idem_internal.idem_task_reconcile') IS NULL THEN
+        CREATE INDEX idem_task_reconcile ON idem_internal.idempotency_record (operation, task_reconcile_at)
+            WHERE task_reconcile_at IS NOT NULL;
+    END IF;
     -- the policies on every node
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p
                     WHERE p.logicalrelid OPERATOR(pg_catalog.=) 'idem_internal.idem_policy'::pg_catalog.regclass) THEN
         -- its statement trigger only tells the node's backends that the
         -- policies changed: Citus puts it on every placement
-        PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
         PERFORM pg_catalog.create_reference_table('idem_internal.idem_policy');
     END IF;
 

@@ -36,6 +36,7 @@
 
 #include "idem.h"
 #include "binding.h"
+#include "citus.h"
 #include "policy.h"
 #include "redact.h"
 #include "sequence.h"
@@ -54,6 +55,37 @@ PG_FUNCTION_INFO_V1(idem_owner_visible);
 
 /* How long audit rows are kept (idem.operator_audit_ttl), in seconds. */
 static int	operator_audit_ttl = 400 * 86400;
+
+enum
+{
+	AUD_ID, AUD_OWNER, AUD_ACTED, AUD_SESSION, AUD_CURRENT, AUD_ACTION, AUD_TARGET, AUD_TARGET_ID,
+	AUD_OPERATION, AUD_KEY, AUD_ARGUMENTS, AUD_REASON, AUD_BEFORE, AUD_AFTER, AUD_EXPIRES, AUD_NCOLS
+};
+
+static const IdemColumnSpec audit_columns[AUD_NCOLS] = {
+	[AUD_ID] = {"id", INT8OID, 0, false, false},
+	[AUD_OWNER] = {"owner_id", INT8OID, 0, false, false},
+	[AUD_ACTED] = {"acted_at", TIMESTAMPTZOID, 0, false, false},
+	[AUD_SESSION] = {"session_user_name", TEXTOID, 0, false, false},
+	[AUD_CURRENT] = {"current_user_name", TEXTOID, 0, false, false},
+	[AUD_ACTION] = {"action", TEXTOID, 0, false, false},
+	[AUD_TARGET] = {"target", TEXTOID, 0, false, false},
+	[AUD_TARGET_ID] = {"target_id", INT8OID, 0, false, false},
+	[AUD_OPERATION] = {"operation", TEXTOID, 0, false, false},
+	[AUD_KEY] = {"key", TEXTOID, 0, false, false},
+	[AUD_ARGUMENTS] = {"arguments", JSONBOID, 0, false, false},
+	[AUD_REASON] = {"reason", TEXTOID, 0, false, false},
+	[AUD_BEFORE] = {"state_before", JSONBOID, 0, false, false},
+	[AUD_AFTER] = {"state_after", JSONBOID, 0, false, false},
+	[AUD_EXPIRES] = {"expires_at", TIMESTAMPTZOID, 0, false, false},
+};
+
+static const IdemTableSpec audit_spec = {
+	"idem_operator_audit", "idem_operator_audit_id_seq", audit_columns, AUD_NCOLS,
+	NULL, 0, true, {NULL}
+};
+
+static int	audit_table = -1;
 
 /* The states of a task an action is checked against. */
 typedef enum TaskState
@@ -86,6 +118,7 @@ typedef struct OpCall
 void
 idem_operator_init(void)
 {
+	audit_table = idem_catalog_register(&audit_spec);
 	DefineCustomIntVariable("idem.operator_audit_ttl",
 							"How long an operator's action is kept in idem_operator_audit.",
 							"The cleanup deletes a row this long after the action.",
@@ -206,20 +239,21 @@ fence(OpCall *oc)
 }
 
 /*
- * Write one row of idem_operator_audit as idem's owner (the caller is
- * already): who (the names taken before), the action on target
- * ('task'/'message') target_id of owner, operation (or topic) and key, its
- * arguments and reason, the state before and after.
+ * Write one row of idem_operator_audit for a message, as idem's owner (the
+ * caller is already), by a statement (on Citus, routed to the owner's
+ * shard): who (the names taken before), the action on target target_id of
+ * owner, topic (or consumer) and key, its arguments and reason, the state
+ * before and after.
  */
 static void
 audit(const IdemCatalog *cat, const char *session_role, const char *current_role, const char *action,
 	  const char *target, int64 target_id, int64 owner, const char *operation, const char *key,
 	  Datum arguments, const char *reason, Datum before, Datum after)
 {
-	Oid			types[13] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID,
-	JSONBOID, TEXTOID, JSONBOID, JSONBOID, INTERVALOID};
-	Datum		values[13];
-	char		nulls[13];
+	Oid			types[14] = {INT8OID, TEXTOID, TEXTOID, TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID,
+	JSONBOID, TEXTOID, JSONBOID, JSONBOID, INTERVALOID, INT8OID};
+	Datum		values[14];
+	char		nulls[14];
 	Interval   *ttl;
 
 	values[0] = Int64GetDatum(owner);
@@ -237,19 +271,61 @@ audit(const IdemCatalog *cat, const char *session_role, const char *current_role
 	ttl = palloc0(sizeof(Interval));
 	ttl->time = (int64) operator_audit_ttl * USECS_PER_SEC;
 	values[12] = IntervalPGetDatum(ttl);
-	for (int i = 0; i < 13; i++)
-		nulls[i] = values[i] == (Datum) 0 && i != 0 && i != 5 ? 'n' : ' ';
+	values[13] = Int64GetDatum(idem_nextval(cat->tables[audit_table].seq, false));
+	for (int i = 0; i < 14; i++)
+		nulls[i] = values[i] == (Datum) 0 && i != 0 && i != 5 && i != 13 ? 'n' : ' ';
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "idem: SPI_connect failed");
 	if (SPI_execute_with_args(psprintf("INSERT INTO %s.idem_operator_audit"
 									   " (owner_id, session_user_name, current_user_name, action, target, target_id,"
-									   "  operation, key, arguments, reason, state_before, state_after, acted_at, expires_at)"
+									   "  operation, key, arguments, reason, state_before, state_after, acted_at, expires_at, id)"
 									   " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
-									   "  pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $13)",
+									   "  pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp() OPERATOR(pg_catalog.+) $13, $14)",
 									   idem_quoted_schema(cat->nspid)),
-							  13, types, values, nulls, false, 0) != SPI_OK_INSERT)
+							  14, types, values, nulls, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "idem: could not write the operator's audit row");
 	SPI_finish();
+}
+
+/*
+ * The audit row of a task's action, written as the record is, into the
+ * table (or on Citus the shard co-located with the owner's records, on
+ * this node): a routed insert from within the task call could not run.
+ */
+static void
+audit_task(OpCall *oc, const char *reason, Datum arguments, Datum after)
+{
+	IdemCatalog local;
+	const IdemTableLayout *t = idem_citus_owner_table(&local, &oc->cat, audit_table, oc->owner);
+	IdemRows	rows;
+	IdemRow		row;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (t == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("idem's table idem_operator_audit is missing"),
+				 errhint("Update the extension: ALTER EXTENSION idem UPDATE.")));
+	idem_rows_begin(&rows, &t->relid, 1, CMD_INSERT);
+	idem_row_init(&row, t);
+	idem_row_set(&row, AUD_ID, Int64GetDatum(idem_nextval(t->seq, false)));
+	idem_row_set(&row, AUD_OWNER, Int64GetDatum(oc->owner));
+	idem_row_set(&row, AUD_ACTED, TimestampTzGetDatum(now));
+	idem_row_set(&row, AUD_SESSION, CStringGetTextDatum(oc->session_role));
+	idem_row_set(&row, AUD_CURRENT, CStringGetTextDatum(oc->current_role));
+	idem_row_set(&row, AUD_ACTION, CStringGetTextDatum(oc->action));
+	idem_row_set(&row, AUD_TARGET, CStringGetTextDatum("task"));
+	idem_row_set(&row, AUD_TARGET_ID, Int64GetDatum(oc->task_id));
+	idem_row_set(&row, AUD_OPERATION, CStringGetTextDatum(oc->operation));
+	idem_row_set(&row, AUD_KEY, TR_VALUE(&oc->rec, REC_KEY));
+	if (arguments != (Datum) 0)
+		idem_row_set(&row, AUD_ARGUMENTS, arguments);
+	idem_row_set(&row, AUD_REASON, CStringGetTextDatum(reason));
+	idem_row_set(&row, AUD_BEFORE, oc->before);
+	idem_row_set(&row, AUD_AFTER, after);
+	idem_row_set(&row, AUD_EXPIRES, TimestampTzGetDatum(now + (int64) operator_audit_ttl * USECS_PER_SEC));
+	idem_rows_insert(&rows, 0, row.values, row.nulls);
+	idem_rows_end(&rows);
 }
 
 /* Write the new version and its audit row (arguments: the action's, or 0). */
@@ -263,9 +339,7 @@ end_action(OpCall *oc, const char *reason, Datum arguments)
 	task_record_write(tr, oc->locked);
 	oc->status = status;
 	oc->state = task_state(oc);
-	audit(&oc->cat, oc->session_role, oc->current_role, oc->action, "task", oc->task_id, oc->owner,
-		  oc->operation, TextDatumGetCString(TR_VALUE(tr, REC_KEY)), arguments, reason,
-		  oc->before, state_json(oc));
+	audit_task(oc, reason, arguments, state_json(oc));
 	task_record_close(tr);
 	return CStringGetTextDatum(idem_status_name(status));
 }

@@ -50,7 +50,7 @@
 /* The sequences a new timeline moves on, and the one that records it. */
 static const char *const idem_sequences[] = {
 	"idempotency_record_id_seq", "purchase_order_id_seq",
-	"idem_outbox_message_id_seq", "idem_task_token_seq"
+	"idem_outbox_message_id_seq", "idem_task_token_seq", "idem_operator_audit_id_seq"
 };
 #define TIMELINE_SEQ	"idem_timeline_seq"
 

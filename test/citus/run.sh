@@ -82,12 +82,13 @@ w2=$WORKER2_PORT
 owner_w1=$(c -c "SELECT o FROM generate_series(1, 100) o WHERE (SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = get_shard_id_for_distribution_column('idem_internal.idempotency_record', o)) = $w1 LIMIT 1")
 owner_w2=$(c -c "SELECT o FROM generate_series(1, 100) o WHERE (SELECT n.nodeport FROM pg_dist_placement p JOIN pg_dist_node n USING (groupid) WHERE p.shardid = get_shard_id_for_distribution_column('idem_internal.idempotency_record', o)) = $w2 LIMIT 1")
 
-check "idem_distribute: idempotency_record, purchase_order, idem_history, idem_task_attempt co-located by owner_id, idem_inbox by consumer, idem_policy a reference table (all in idem_internal)" \
-	"idem_internal.idem_history:owner_id idem_internal.idem_inbox:consumer idem_internal.idem_policy:n idem_internal.idem_task_attempt:owner_id idem_internal.idempotency_record:owner_id idem_internal.purchase_order:owner_id t" \
+check "idem_distribute: idempotency_record, purchase_order, idem_history, idem_task_attempt, idem_operator_audit co-located by owner_id, idem_inbox by consumer, idem_policy a reference table (all in idem_internal)" \
+	"idem_internal.idem_history:owner_id idem_internal.idem_inbox:consumer idem_internal.idem_operator_audit:owner_id idem_internal.idem_policy:n idem_internal.idem_task_attempt:owner_id idem_internal.idempotency_record:owner_id idem_internal.purchase_order:owner_id t" \
 	"$(c -c "SELECT string_agg(logicalrelid::text || ':' || coalesce(column_to_column_name(logicalrelid, partkey), partmethod::text), ' ' ORDER BY logicalrelid::text),
 	               (SELECT count(DISTINCT colocationid) = 1 FROM pg_dist_partition
 	                 WHERE logicalrelid IN ('idem_internal.idempotency_record'::regclass, 'idem_internal.purchase_order'::regclass, 'idem_internal.idem_history'::regclass,
-	                                        'idem_internal.idem_task_attempt'::regclass, 'ledger'::regclass))
+	                                        'idem_internal.idem_task_attempt'::regclass, 'idem_internal.idem_operator_audit'::regclass,
+	                                        'ledger'::regclass))
 	          FROM pg_dist_partition WHERE logicalrelid::text NOT IN ('ledger')" | tr '|' ' ')"
 check "idem_distribute: keys include owner_id; the scope constraint unchanged" \
 	"idempotency_record_pkey:(owner_id, id) purchase_order_order_no_key:(owner_id, order_no) purchase_order_pkey:(owner_id, id) uk_idempotency_scope:(owner_id, operation, idempotency_key)" \
@@ -100,7 +101,7 @@ check "idem_distribute: the functions that take an owner are delegated by it" \
 	          WHERE d.classid = 'pg_proc'::regclass AND d.distribution_argument_index = 0 AND d.force_delegation")"
 c -c "SELECT idem_distribute()" >/dev/null
 check "idem_distribute: a second run changes nothing" \
-	"$(echo "$delegated" | wc -w) 5" "$(c -c "SELECT (SELECT count(*) FROM pg_dist_object WHERE classid = 'pg_proc'::regclass AND distribution_argument_index = 0),
+	"$(echo "$delegated" | wc -w) 7" "$(c -c "SELECT (SELECT count(*) FROM pg_dist_object WHERE classid = 'pg_proc'::regclass AND distribution_argument_index = 0),
 	                      (SELECT count(*) FROM pg_dist_partition WHERE logicalrelid::text <> 'ledger')" | tr '|' ' ')"
 check "owners $owner_w1 and $owner_w2 have their shards on different workers" \
 	"$w1 $w2" "$(node_of "$owner_w1") $(node_of "$owner_w2")"
@@ -353,6 +354,11 @@ check "tasks: a lapsed lease is taken over on its worker; the first holder's tok
 	"$([ "${second_token:-0}" -gt "${first_token:-0}" ] && echo yes || echo "no ($first_token, $second_token)") $(cq "$w1" -v VERBOSITY=sqlstate -c "SELECT idem_complete($task_id, $first_token, 200, '{}')" 2>&1 | sed -n 's/^ERROR:  *//p') $(cq "$w1" -c "SELECT idem_complete($task_id, $second_token, 200, '{}')" >/dev/null && echo ok)"
 check "tasks: the attempts are kept in the owner's shard, and read through the coordinator" "lapsed,succeeded $w1:2 $w2:0" \
 	"$(c -c "SELECT string_agg(outcome, ',' ORDER BY token) FROM idem_task_attempts WHERE task_id = $task_id") $(rows_by_node idem_internal.idem_task_attempt "task_id = $task_id")"
+# an operator's action (1.16) on the task's node: audited in the owner's shard
+c -c "SELECT replayed FROM idem_submit($owner_w1, 'SHIP', 'citus-op-$tag-1', '{}')" >/dev/null
+check "tasks: an operator cancels a task on its node; the audit row is in the owner's shard, read through the coordinator" \
+	"FAILED_FINAL $w1:1 $w2:0 cancel" \
+	"$(cq "$w1" -c "SELECT idem_task_cancel(r.id, 'citus-op-$tag') FROM idem_internal.idempotency_record r WHERE r.idempotency_key = 'citus-op-$tag-1'") $(rows_by_node idem_internal.idem_operator_audit "reason = 'citus-op-$tag'") $(c -c "SELECT action FROM idem_operator_actions WHERE reason = 'citus-op-$tag'")"
 # an uncertain outcome (1.16): marked on its node, leased only to reconcile, with its attempts
 c -c "SELECT operation FROM idem_set_policy('PAYU', uncertain => 'reconcile')" >/dev/null
 c -c "SELECT replayed FROM idem_submit($owner_w2, 'PAYU', 'citus-pay-$tag-1', '{\"amount\": 5}')" >/dev/null
@@ -407,13 +413,13 @@ SQL
 		"$(c -v ON_ERROR_STOP=1 -c "ALTER EXTENSION idem UPDATE" -c "SELECT idem_distribute()" 2>&1 >/dev/null | sed -n 's/^.*ERROR: *//p' | head -n 1 | grep . || echo ok)"
 	check "update $from -> $current on Citus: every node is at the new version" "$current $current $current" \
 		"$(c -c "SELECT extversion FROM pg_extension WHERE extname = 'idem'") $(c -c "SELECT string_agg(result, ' ') FROM run_command_on_workers('SELECT extversion FROM pg_extension WHERE extname = ''idem''')")"
-	for t in idempotency_record purchase_order idem_inbox idem_history; do
+	for t in idempotency_record purchase_order idem_inbox idem_history idem_policy; do
 		check "update $from -> $current on Citus: every shard of idem_internal.$t has the coordinator's columns" "same" \
 			"$(shard_columns "idem_internal.$t")"
 	done
-	check "update $from -> $current on Citus: idem_distribute() again distributes idem_history, idem_task_attempt and idem_policy and delegates the new signatures" \
-		"idem_internal.idem_history:h idem_internal.idem_policy:n idem_internal.idem_task_attempt:h $delegated" \
-		"$(c -c "SELECT string_agg(logicalrelid::text || ':' || partmethod::text, ' ' ORDER BY 1) FROM pg_dist_partition WHERE logicalrelid::text IN ('idem_internal.idem_history', 'idem_internal.idem_policy', 'idem_internal.idem_task_attempt')") $(c -c "SELECT string_agg(p.proname, ' ' ORDER BY p.proname) FROM pg_dist_object d JOIN pg_proc p ON p.oid = d.objid WHERE d.classid = 'pg_proc'::regclass AND d.force_delegation")"
+	check "update $from -> $current on Citus: idem_distribute() again distributes idem_history, idem_operator_audit, idem_policy and idem_task_attempt and delegates the new signatures" \
+		"idem_internal.idem_history:h idem_internal.idem_operator_audit:h idem_internal.idem_policy:n idem_internal.idem_task_attempt:h $delegated" \
+		"$(c -c "SELECT string_agg(logicalrelid::text || ':' || partmethod::text, ' ' ORDER BY logicalrelid::text) FROM pg_dist_partition WHERE logicalrelid::text IN ('idem_internal.idem_history', 'idem_internal.idem_operator_audit', 'idem_internal.idem_policy', 'idem_internal.idem_task_attempt')") $(c -c "SELECT string_agg(p.proname, ' ' ORDER BY p.proname) FROM pg_dist_object d JOIN pg_proc p ON p.oid = d.objid WHERE d.classid = 'pg_proc'::regclass AND d.force_delegation")"
 	check "update $from -> $current on Citus: the $from record replays, its headers in both forms" "t|201|{\"X-A\": \"1\"}|{\"X-A\": \"1\"}" \
 		"$(c -c "SELECT replayed, http_status, headers, header_list FROM idem_begin($owner_w1, 'PAY', 'citus-upgrade-$tag-$v-1', '{}')")"
 	c -c "SELECT operation FROM idem_set_policy('PAY', ttl => '5 days')" >/dev/null

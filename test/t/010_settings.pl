@@ -45,6 +45,7 @@ my %settings = (
 	'idem.stats_max' => '500',
 	'idem.stats_track' => 'off',
 	'idem.audit_ttl' => '3d',
+	'idem.operator_audit_ttl' => '30d',
 	'idem.reuse_after_expiry' => 'refuse',
 	'idem.fingerprint_keys_file' => $keys,
 );
@@ -152,6 +153,11 @@ is($node->safe_psql('postgres', q{
 	SELECT count(*) || ' ' || bool_and(audit_until = expires_at + interval '3 days')
 	  FROM idem_internal.idem_history WHERE idempotency_key LIKE 'expired-%'}), '1000 true',
 	'idem.audit_ttl: 1000 history rows, kept 3 days past their expiry');
+# idem.operator_audit_ttl: an operator's action is kept 30 days
+is($node->safe_psql('postgres', q{
+	SELECT idem_task_cancel(task_id, 'settings test') FROM idem_submit(1, 'SHIP', 'settings-operator-0001', '{}');
+	SELECT expires_at - acted_at FROM idem_internal.idem_operator_audit WHERE reason = 'settings test'}),
+	"FAILED_FINAL\n30 days", 'idem.operator_audit_ttl: an audit row expires 30 days after its action');
 # idem.reuse_after_expiry = refuse: an expired key in its audit period (its
 # record expired, or archived by the worker meanwhile) is IK007
 add_records($node, 'postgres', 'refused-expired-key', 1, '-1 second');
