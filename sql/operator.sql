@@ -53,6 +53,9 @@ EXCEPTION WHEN OTHERS THEN
     RETURN SQLSTATE;
 END $$;
 
+-- (a session with a temporary table: idem's own audit triggers still fire)
+CREATE TEMP TABLE ops_session_temp (a int);
+
 -- 1. every action from every state: its new status, or IK008
 CREATE TABLE matrix AS
 SELECT s.state, a.action, (s.i - 1) * 5 + a.j AS n, make_task(s.state, ((s.i - 1) * 5 + a.j)::int) AS task_id

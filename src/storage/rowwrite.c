@@ -27,6 +27,9 @@
 #include "catalog/namespace.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_proc.h"
+#include "commands/extension.h"
 #include "commands/trigger.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
@@ -46,7 +49,9 @@
  * pg_catalog, pg_temp, so a name they do not qualify resolves to the
  * caller's temporary table of that name, whose own triggers would then run
  * with the owner's rights; no search_path keeps pg_temp out of relation
- * lookups.  Internal triggers (foreign keys) name everything by OID.
+ * lookups.  Internal triggers (foreign keys) name everything by OID, and
+ * idem's own (the operator audit's guard, a member of the extension)
+ * qualify every name.
  * Every write idem makes as the owner passes here: the C writes through
  * idem_rows_begin, the outbox's SQL fetch and ack through
  * idem_outbox_guard().
@@ -60,8 +65,10 @@ idem_rows_check_triggers(Relation rel, TriggerDesc *trigdesc)
 
 	if (trigdesc == NULL || GetOuterUserId() == GetUserId())
 		return;
-	for (int t = 0; t < trigdesc->numtriggers; t++)
-		if (!trigdesc->triggers[t].tgisinternal)
+	for (int t = 0; t < trigdesc->numtriggers && !user_triggers; t++)
+		if (!trigdesc->triggers[t].tgisinternal &&
+			getExtensionOfObject(ProcedureRelationId, trigdesc->triggers[t].tgfoid) !=
+			get_extension_oid("idem", true))
 			user_triggers = true;
 	if (!user_triggers)
 		return;
