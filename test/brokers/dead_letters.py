@@ -311,13 +311,16 @@ def expect(lang, procs):
         c.execute("SELECT public.idem_outbox_discard(ARRAY[%s::pg_catalog.int8])", (big1,))
     base = [PY, "-m", "idem_pg.redrive", "--dsn", DSN, "--broker", URL, "--topic", topic, "--consumer", "c-" + topic,
             "--partitions", str(PARTITIONS), "--prefix", prefix]
-    r1 = subprocess.run(base + ["--discard", "raw-1"], capture_output=True, text=True)
+    reason = "raw-1 is garbage (%s)" % lang
+    r1 = subprocess.run(base + ["--discard", "--reason", reason, "raw-1"], capture_output=True, text=True)
     r2 = subprocess.run(base, capture_output=True, text=True)
     ok = wait_for("the redriven messages applied", lambda: effects(topic, "poison") == [1, 2, 3]
                   and effects(topic, "raw") == [2] and effects(topic, "big") == [2])
-    check("%s consumer, on_dead 'block': after idem_pg.redrive (--discard raw-1, then the rest) and idem_outbox_discard,"
-          " the held keys go on in order" % lang, ok and r1.returncode == 0 and r2.returncode == 0
-          and wait_for("no failure row left", lambda: not failures(topic)),
+    check("%s consumer, on_dead 'block': after idem_pg.redrive (--discard --reason ... raw-1, audited, then the rest) and"
+          " idem_outbox_discard, the held keys go on in order" % lang, ok and r1.returncode == 0 and r2.returncode == 0
+          and wait_for("no failure row left", lambda: not failures(topic))
+          and scalar("SELECT count(*) FROM public.idem_operator_actions WHERE action = 'discard' AND reason = %s",
+                     reason) == 1,
           (effects(topic, "poison"), effects(topic, "raw"), effects(topic, "big"), failures(topic), r1.stderr[-300:],
            r2.stderr[-300:]))
     return procs

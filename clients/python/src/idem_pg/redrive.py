@@ -5,7 +5,7 @@ order.  With ``--discard`` they are given up for good instead: their keys
 go on, and they leave the broker's dead letters.
 
     python3 -m idem_pg.redrive --dsn postgresql:///shop --broker redis://127.0.0.1:6379/0 \\
-        --topic orders --consumer billing [--partitions 8] [--prefix P] [--discard] [MESSAGE_ID ...]
+        --topic orders --consumer billing [--partitions 8] [--prefix P] [--discard] [--reason WHY] [MESSAGE_ID ...]
 
 Redis: the streams ``<prefix><topic>.<p>:dead:<consumer>`` (what
 ``idem_pg.consumer`` writes) back to ``<prefix><topic>.<p>``.  RabbitMQ: the
@@ -26,6 +26,9 @@ from .core import with_schema
 
 _REDRIVE = ("SELECT @idem@.idem_inbox_redrive(%s::pg_catalog.text, %s::pg_catalog.text[],"
             " %s::pg_catalog.bool)")
+# idem 1.16: with the reason, written to idem_operator_actions
+_REDRIVE_REASON = ("SELECT @idem@.idem_inbox_redrive(%s::pg_catalog.text, %s::pg_catalog.text[],"
+                   " %s::pg_catalog.bool, %s::pg_catalog.text)")
 _EXTRA = ("idem_dead_reason", "idem_consumer", "idem_stream_entry")
 
 
@@ -108,14 +111,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--prefix", default="")
     p.add_argument("--dead-queue", default=None, help="RabbitMQ: the dead-letter queue (default <prefix><topic>.dead)")
     p.add_argument("--discard", action="store_true", help="give them up for good: their keys go on")
+    p.add_argument("--reason", default=None, help="why (idem 1.16: kept in idem_operator_actions)")
     p.add_argument("message_ids", nargs="*", help="only these (default: all of the consumer's)")
     args = p.parse_args(argv)
     wanted = set(args.message_ids) if args.message_ids else None
 
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         def record(ids: List[Any]) -> None:
-            conn.execute(with_schema(conn, _REDRIVE),
-                         (args.consumer, [str(i) for i in ids], args.discard), prepare=False)
+            if args.reason is None:
+                conn.execute(with_schema(conn, _REDRIVE),
+                             (args.consumer, [str(i) for i in ids], args.discard), prepare=False)
+            else:
+                conn.execute(with_schema(conn, _REDRIVE_REASON),
+                             (args.consumer, [str(i) for i in ids], args.discard, args.reason), prepare=False)
 
         if args.broker.startswith(("redis://", "rediss://", "unix://")):
             streams = ["%s%s.%d" % (args.prefix, args.topic, n) for n in range(args.partitions)]
