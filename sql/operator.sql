@@ -65,7 +65,7 @@ ORDER BY s.i, a.j;
 GRANT SELECT ON matrix TO regress_op;
 SET ROLE regress_op;
 SELECT state, string_agg(action || ': ' || try_action(action, task_id), ', ' ORDER BY action) AS outcomes
-FROM matrix GROUP BY state ORDER BY min(task_id);
+FROM matrix GROUP BY state ORDER BY min(n);
 RESET ROLE;
 -- the states after, and the answers the client's repeat gets
 SELECT m.state, m.action, r.status, r.http_status, r.response_body, r.task_due_at <= now() AS due_now,
@@ -73,7 +73,7 @@ SELECT m.state, m.action, r.status, r.http_status, r.response_body, r.task_due_a
 FROM matrix m JOIN idem_internal.idempotency_record r ON r.id = m.task_id
 WHERE (m.state, m.action) IN (('due', 'cancel'), ('leased', 'resolve'), ('retryable', 'retry'),
                               ('uncertain', 'settle'), ('reconciling', 'settle-not'), ('uncertain', 'cancel'))
-ORDER BY m.task_id;
+ORDER BY m.n;
 SELECT s.replayed, s.status, s.http_status, s.body
 FROM matrix m, idem_submit(7, 'OPS_PAY', 'ops-leased-' || lpad(m.n::text, 8, '0'), jsonb_build_object('n', m.n)) s
 WHERE m.state = 'leased' AND m.action = 'resolve';
@@ -86,7 +86,7 @@ SELECT a.action, m.state, a.target, a.target_id = m.task_id AS its_task, a.opera
        a.state_before->>'state' AS before, a.state_after->>'state' AS after, a.state_after->>'status' AS status_after,
        a.arguments
 FROM idem_operator_actions a JOIN matrix m ON m.task_id = a.target_id
-ORDER BY a.id;
+ORDER BY m.n;
 
 -- 3. the holder of a lease an operator acted on gets IK004; its write rolls back
 CREATE TABLE ops_effect (task_id bigint);
