@@ -311,7 +311,7 @@ def expect(lang, procs):
         c.execute("SELECT public.idem_outbox_discard(ARRAY[%s::pg_catalog.int8])", (big1,))
     base = [PY, "-m", "idem_pg.redrive", "--dsn", DSN, "--broker", URL, "--topic", topic, "--consumer", "c-" + topic,
             "--partitions", str(PARTITIONS), "--prefix", prefix]
-    reason = "raw-1 is garbage (%s)" % lang
+    reason = "raw-1 is garbage (%s, %s)" % (lang, URL.split(":", 1)[0])
     r1 = subprocess.run(base + ["--discard", "--reason", reason, "raw-1"], capture_output=True, text=True)
     r2 = subprocess.run(base, capture_output=True, text=True)
     ok = wait_for("the redriven messages applied", lambda: effects(topic, "poison") == [1, 2, 3]
