@@ -35,6 +35,9 @@ q $src "SELECT idem_set_policy('DUMP_PAY', uncertain => 'reconcile')" >/dev/null
 q $src "SELECT idem_submit(9, 'DUMP_PAY', 'dump-task-key-000001', '{\"amount\": 1}')" >/dev/null
 q $src "SELECT idem_fail_unknown(task_id, token, '{\"provider\": \"timeout\"}') FROM idem_lease('DUMP_PAY', 'w1')" >/dev/null
 attempts_before=$(q $src "SELECT md5(string_agg(a::text, ',' ORDER BY a.token)) FROM idem_internal.idem_task_attempt a")
+# an operator's action (1.16): its audit row
+q $src "SELECT idem_task_cancel(task_id, 'dump test') FROM idem_submit(9, 'DUMP_PAY', 'dump-task-key-000002', '{}')" >/dev/null
+audit_before=$(q $src "SELECT md5(string_agg(a::text, ',' ORDER BY a.id)) FROM idem_internal.idem_operator_audit a")
 dead_before=$(q $src "SELECT md5(string_agg(d::text, ',' ORDER BY d.message_id)) FROM idem_internal.idem_outbox_dead d")
 failures_before=$(q $src "SELECT md5(string_agg(f::text, ',')) FROM idem_internal.idem_inbox_failure f")
 history_before=$(q $src "SELECT md5(string_agg(h::text, ',' ORDER BY h.record_id)) FROM idem_internal.idem_history h")
@@ -69,6 +72,8 @@ check "history rows survive pg_dump and restore" "$history_before" \
 	"$(q $dst "SELECT md5(string_agg(h::text, ',' ORDER BY h.record_id)) FROM idem_internal.idem_history h")"
 check "tasks' attempts survive pg_dump and restore, and the restored task is reconciled with them" "$attempts_before|unknown" \
 	"$(q $dst "SELECT md5(string_agg(a::text, ',' ORDER BY a.token)) FROM idem_internal.idem_task_attempt a")|$(q $dst "SELECT attempts->0->>'outcome' FROM idem_lease_reconcile('DUMP_PAY', 'r1')")"
+check "operators' audit rows survive pg_dump and restore, and the restored audit still refuses a change" "$audit_before|42501" \
+	"$(q $dst "SELECT md5(string_agg(a::text, ',' ORDER BY a.id)) FROM idem_internal.idem_operator_audit a")|$("$PG_BINDIR/psql" -X -q -At -d $dst -v VERBOSITY=sqlstate -c "DROP ROLE IF EXISTS idem_dump_su; CREATE ROLE idem_dump_su SUPERUSER; SET ROLE idem_dump_su; DELETE FROM idem_internal.idem_operator_audit" 2>&1 | grep -o 42501)"
 check "the restored history still refuses the archived key (IK007)" "IK007" \
 	"$("$PG_BINDIR/psql" -X -q -At -d $dst -v VERBOSITY=sqlstate -c "SELECT idem_begin(9, 'PAY', 'dump-pay-key-archived', '{}')" 2>&1 | grep -o IK007)"
 check "the restored policy applies" "t" \
