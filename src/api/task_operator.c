@@ -175,13 +175,6 @@ task_state(OpCall *oc)
 	return leased ? STATE_LEASED : STATE_DUE;
 }
 
-/* 22004 for a NULL argument argno, named name. */
-static void
-not_null(FunctionCallInfo fcinfo, int argno, const char *name)
-{
-	idem_check_not_null(fcinfo, argno, name);
-}
-
 /*
  * Lock task_id's record, check the caller's bindings (42501) and that the
  * task's state is one of allowed (a bit per TaskState; IK008 otherwise).
@@ -191,7 +184,7 @@ begin_action(OpCall *oc, FunctionCallInfo fcinfo, const char *action, int allowe
 {
 	TaskRecord *tr = &oc->rec;
 
-	not_null(fcinfo, 0, "task_id");
+	idem_check_not_null(fcinfo, 0, "task_id");
 	oc->action = action;
 	oc->task_id = PG_GETARG_INT64(0);
 	take_names(&oc->session_role, &oc->current_role);
@@ -350,7 +343,7 @@ reason_arg(FunctionCallInfo fcinfo, int argno)
 {
 	char	   *reason;
 
-	not_null(fcinfo, argno, "reason");
+	idem_check_not_null(fcinfo, argno, "reason");
 	reason = TextDatumGetCString(PG_GETARG_DATUM(argno));
 	if (reason[0] == '\0')
 		ereport(ERROR,
@@ -454,7 +447,7 @@ idem_task_resolve(PG_FUNCTION_ARGS)
 	const char *reason;
 	Datum		args;
 
-	not_null(fcinfo, 1, "http_status");
+	idem_check_not_null(fcinfo, 1, "http_status");
 	reason = reason_arg(fcinfo, 3);
 	begin_action(&oc, fcinfo, "resolve", ANY_UNFINISHED, UNFINISHED_TEXT);
 	args = store_answer(&oc, fcinfo, 1, 2, 4, 5);
@@ -474,10 +467,10 @@ idem_task_settle(PG_FUNCTION_ARGS)
 	const char *reason;
 	Datum		args = (Datum) 0;
 
-	not_null(fcinfo, 1, "happened");
+	idem_check_not_null(fcinfo, 1, "happened");
 	reason = reason_arg(fcinfo, 2);
 	if (PG_GETARG_BOOL(1))
-		not_null(fcinfo, 3, "http_status");
+		idem_check_not_null(fcinfo, 3, "http_status");
 	begin_action(&oc, fcinfo, "settle", ANY_UNCERTAIN,
 				 "uncertain or reconciling (marked by an attempt of unknown outcome)");
 	if (PG_GETARG_BOOL(1))
