@@ -363,9 +363,9 @@ REVOKE ALL ON FUNCTION @extschema@.idem_task_resolve(bigint, integer, json, text
 -- from idem.sql: REVOKE ALL ON FUNCTION @extschema@.idem_task_settle(bigint, boolean, text, integer, json, bigint) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_task_settle(bigint, boolean, text, integer, json, bigint) FROM PUBLIC;
 -- end
--- from idem.sql: CREATE FUNCTION idem_internal.idem_dead_letters_visible(message_ids bigint[])
-CREATE FUNCTION idem_internal.idem_dead_letters_visible(message_ids bigint[])
-RETURNS void
+-- from idem.sql: CREATE FUNCTION idem_internal.idem_dead_letters_acted(message_ids bigint[], after jsonb)
+CREATE FUNCTION idem_internal.idem_dead_letters_acted(message_ids bigint[], after jsonb)
+RETURNS TABLE (owner_id bigint, message_id bigint, topic text, msg_key text, state_before jsonb, state_after jsonb)
 LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -379,11 +379,16 @@ BEGIN
         RAISE EXCEPTION 'permission denied for a dead letter of another owner'
             USING ERRCODE = '42501', DETAIL = pg_catalog.format('Dead letter %s belongs to an owner outside this role''s idem.allowed_owners.', other);
     END IF;
+    RETURN QUERY SELECT d.owner_id, d.message_id, d.topic::pg_catalog.text, d.msg_key::pg_catalog.text,
+                        pg_catalog.jsonb_build_object('dead_at', d.dead_at, 'on_dead', d.on_dead, 'last_reason', d.last_reason),
+                        after
+                   FROM idem_internal.idem_outbox_dead d
+                  WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids) ORDER BY d.message_id;
 END
 $$;
 -- end
--- from idem.sql: REVOKE ALL ON FUNCTION idem_internal.idem_dead_letters_visible(bigint[]) FROM PUBLIC;
-REVOKE ALL ON FUNCTION idem_internal.idem_dead_letters_visible(bigint[]) FROM PUBLIC;
+-- from idem.sql: REVOKE ALL ON FUNCTION idem_internal.idem_dead_letters_acted(bigint[], jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION idem_internal.idem_dead_letters_acted(bigint[], jsonb) FROM PUBLIC;
 -- end
 
 -- from idem.sql, replaced: CREATE FUNCTION @extschema@.idem_forget_owner(
@@ -839,13 +844,7 @@ DECLARE
 BEGIN
     SELECT l.topics, l.keys INTO ktopics, kkeys
       FROM idem_internal.idem_outbox_lock_dead('idem_outbox_redrive', message_ids) l;
-    -- what is acted on, before: each message's owner must be the caller's
-    RETURN QUERY SELECT d.owner_id, d.message_id, d.topic::pg_catalog.text, d.msg_key::pg_catalog.text,
-                        pg_catalog.jsonb_build_object('dead_at', d.dead_at, 'on_dead', d.on_dead, 'last_reason', d.last_reason),
-                        pg_catalog.jsonb_build_object('redriven', true)
-                   FROM idem_internal.idem_outbox_dead d
-                  WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids) ORDER BY d.message_id;
-    PERFORM idem_internal.idem_dead_letters_visible(message_ids);
+    RETURN QUERY SELECT * FROM idem_internal.idem_dead_letters_acted(message_ids, '{"redriven": true}');
 
     -- 'block': in place
     WITH back AS (
@@ -920,12 +919,7 @@ DECLARE
 BEGIN
     SELECT l.topics, l.keys INTO ktopics, kkeys
       FROM idem_internal.idem_outbox_lock_dead('idem_outbox_discard', message_ids) l;
-    RETURN QUERY SELECT d.owner_id, d.message_id, d.topic::pg_catalog.text, d.msg_key::pg_catalog.text,
-                        pg_catalog.jsonb_build_object('dead_at', d.dead_at, 'on_dead', d.on_dead, 'last_reason', d.last_reason),
-                        pg_catalog.jsonb_build_object('discarded', true)
-                   FROM idem_internal.idem_outbox_dead d
-                  WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids) ORDER BY d.message_id;
-    PERFORM idem_internal.idem_dead_letters_visible(message_ids);
+    RETURN QUERY SELECT * FROM idem_internal.idem_dead_letters_acted(message_ids, '{"discarded": true}');
     DELETE FROM idem_internal.idem_outbox o
      USING idem_internal.idem_outbox_dead d
      WHERE d.message_id OPERATOR(pg_catalog.=) ANY (message_ids)

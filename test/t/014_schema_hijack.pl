@@ -245,7 +245,7 @@ sub call_everything
 		SELECT idem_internal.idem_timeline_mark();
 		SELECT idem_internal.idem_cleanup_worker_notice();
 		SELECT idem_internal.idem_owner_visible(1);
-		SELECT idem_internal.idem_dead_letters_visible('{}');
+		SELECT count(*) FROM idem_internal.idem_dead_letters_acted('{}', '{}');
 	}, extra_params => [ '-v', 'ON_ERROR_STOP=1' ]);
 	$ok{internal} = $rc == 0 ? 'ok' : "failed: $err";
 	# Citus is not here: refused before it reads anything (0A000)
