@@ -164,41 +164,53 @@ class _Inbox:
         """Apply a delivery once, trying again after failures; returns when it
         is committed (ack next) as ('applied' | 'duplicate', '') or when it is
         to be dead-lettered as ('dead' | 'set_aside', why)."""
+        while True:
+            outcome, why, delay = self.attempt(fields, partition, redelivered, handler)
+            if outcome != "retry":
+                return outcome, why
+            pause(delay)
+
+    def attempt(self, fields: Dict[str, Any], partition: int, redelivered: bool,
+                handler: Handler) -> Tuple[str, str, float]:
+        """One try of a delivery: ('applied' | 'duplicate', '', 0) once
+        committed; ('dead' | 'set_aside', why, 0) to dead-letter it; or
+        ('retry', why, seconds): it failed, the failure is counted in
+        PostgreSQL, and it is to be tried again after that backoff."""
         message_id, key = stand_in(fields.get("id"), _ID_MAX), stand_in(fields.get("key"), _KEY_MAX)
         if message_id is None:
             message_id = stand_in(b"", _ID_MAX)
         # an id or key idem cannot store: the entry is not what a relay sends,
         # and is not applied under a stand-in: a dead letter at once
         malformed = message_id.startswith("sha256:") or (key is not None and key.startswith("sha256:"))
-        while True:
-            try:
-                if malformed:
-                    raise _Failed() from ValueError("the entry's id or key cannot be stored by idem: a stand-in replaces it")
-                return self._once(fields, message_id, key, partition, redelivered, handler)
-            except _Failed as failure:
-                cause = failure.__cause__
-                reason = ("%s: %s" % (type(cause).__name__, cause)).replace("\x00", "\\0")
-                log.error("idem_pg.consumer: %s: message %s (key %s) failed: %s", self.consumer, message_id, key,
-                          reason, exc_info=None if malformed else cause)
-                conn = self.connection()
-                try:
-                    attempts, dead = conn.execute(
-                        with_schema(conn, _FAILED), (self.consumer, message_id, reason[:1000], key, self.topic,
-                                              1 if malformed else self.max_attempts,
-                                              self._owner_of_fields(fields, message_id, key, partition, redelivered)),
-                        prepare=False).fetchone()
-                except psycopg.OperationalError:
-                    raise               # the connection: reconnect, the message comes again
-                except psycopg.Error as e:
-                    # an entry whose failure cannot be recorded is a dead letter at once
-                    log.error("idem_pg.consumer: %s: message %s: its failure cannot be recorded (%s): a dead letter",
-                              self.consumer, message_id, e)
-                    return "dead", "its failure could not be recorded: %s" % e
-                if dead:
-                    log.error("idem_pg.consumer: %s: message %s is a dead letter after %d attempts: %s",
-                              self.consumer, message_id, attempts, reason)
-                    return "dead", "after %d attempts: %s" % (attempts, reason)
-                pause(min(self.retry_max_ms, self.retry_base_ms * 2 ** (attempts - 1)) / 1000.0)
+        try:
+            if malformed:
+                raise _Failed() from ValueError("the entry's id or key cannot be stored by idem: a stand-in replaces it")
+            outcome, why = self._once(fields, message_id, key, partition, redelivered, handler)
+            return outcome, why, 0.0
+        except _Failed as failure:
+            cause = failure.__cause__
+        reason = ("%s: %s" % (type(cause).__name__, cause)).replace("\x00", "\\0")
+        log.error("idem_pg.consumer: %s: message %s (key %s) failed: %s", self.consumer, message_id, key,
+                  reason, exc_info=None if malformed else cause)
+        conn = self.connection()
+        try:
+            attempts, dead = conn.execute(
+                with_schema(conn, _FAILED), (self.consumer, message_id, reason[:1000], key, self.topic,
+                                             1 if malformed else self.max_attempts,
+                                             self._owner_of_fields(fields, message_id, key, partition, redelivered)),
+                prepare=False).fetchone()
+        except psycopg.OperationalError:
+            raise               # the connection: reconnect, the message comes again
+        except psycopg.Error as e:
+            # an entry whose failure cannot be recorded is a dead letter at once
+            log.error("idem_pg.consumer: %s: message %s: its failure cannot be recorded (%s): a dead letter",
+                      self.consumer, message_id, e)
+            return "dead", "its failure could not be recorded: %s" % e, 0.0
+        if dead:
+            log.error("idem_pg.consumer: %s: message %s is a dead letter after %d attempts: %s",
+                      self.consumer, message_id, attempts, reason)
+            return "dead", "after %d attempts: %s" % (attempts, reason), 0.0
+        return "retry", reason, min(self.retry_max_ms, self.retry_base_ms * 2 ** (attempts - 1)) / 1000.0
 
     def _owner_of_fields(self, fields: Dict[str, Any], message_id: str, key: Optional[str], partition: int,
                          redelivered: bool) -> Optional[int]:
@@ -465,12 +477,16 @@ class RabbitConsumer:
 
 
 def consumer_of(broker: str, *args: Any, **kwargs: Any) -> Any:
-    """The consumer for a broker URL: RedisConsumer or RabbitConsumer."""
+    """The consumer for a broker URL: RedisConsumer, RabbitConsumer or
+    KafkaConsumer (idem_pg.kafka)."""
     if broker.startswith(("redis://", "rediss://", "unix://")):
         return RedisConsumer(args[0], args[1], broker, *args[2:], **kwargs)
     if broker.startswith(("amqp://", "amqps://")):
         return RabbitConsumer(args[0], args[1], broker, *args[2:], **kwargs)
-    raise ValueError("broker URL must start with redis:// or amqp://, not %r" % broker)
+    if broker.startswith("kafka://"):
+        from .kafka import KafkaConsumer
+        return KafkaConsumer(args[0], args[1], broker, *args[2:], **kwargs)
+    raise ValueError("broker URL must start with redis://, amqp:// or kafka://, not %r" % broker)
 
 
 __all__: List[str] = ["Delivery", "RedisConsumer", "RabbitConsumer", "consumer_of"]

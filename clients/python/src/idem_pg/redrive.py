@@ -11,8 +11,12 @@ Redis: the streams ``<prefix><topic>.<p>:dead:<consumer>`` (what
 ``idem_pg.consumer`` writes) back to ``<prefix><topic>.<p>``.  RabbitMQ: the
 queue ``--dead-queue`` (default ``<prefix><topic>.dead``, where the
 dead-letter policy of docs/dead-letters.md routes them) back to the queue
-each came from (its ``x-death`` header).  Every consumer group of a Redis
-stream sees the moved entries again; their inboxes drop what they applied.
+each came from (its ``x-death`` header).  Kafka: the consumer's messages in
+the topic ``<prefix><topic>.dead`` back to the topic each came from (its
+``idem_source`` header), with their keys (so to the same partition); the
+consumer group ``idem-redrive.<consumer>`` remembers what was moved.  Every
+consumer group of a Redis stream or a Kafka topic sees the moved entries
+again; their inboxes drop what they applied.
 """
 from __future__ import annotations
 
@@ -104,7 +108,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m idem_pg.redrive",
                                 description="Redrive (or discard) a consumer's dead letters.")
     p.add_argument("--dsn", required=True)
-    p.add_argument("--broker", required=True, help="redis://host:port/db or amqp://user:pass@host:port/vhost")
+    p.add_argument("--broker", required=True,
+                   help="redis://host:port/db, amqp://user:pass@host:port/vhost or kafka://host:port")
     p.add_argument("--topic", required=True)
     p.add_argument("--consumer", required=True)
     p.add_argument("--partitions", type=int, default=8)
@@ -131,8 +136,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         elif args.broker.startswith(("amqp://", "amqps://")):
             n = redrive_rabbitmq(args.broker, args.dead_queue or "%s%s.dead" % (args.prefix, args.topic),
                                  wanted, args.discard, record)
+        elif args.broker.startswith("kafka://"):
+            from .kafka import redrive
+            n = redrive(args.broker, "%s%s.dead" % (args.prefix, args.topic), args.consumer, wanted, args.discard,
+                        record)
         else:
-            p.error("broker URL must start with redis:// or amqp://")
+            p.error("broker URL must start with redis://, amqp:// or kafka://")
     print("%s %d dead letters of %s" % ("discarded" if args.discard else "redrove", n, args.consumer))
     return 0
 

@@ -22,16 +22,25 @@ through a transaction pooler) and polls every ``--poll`` seconds anyway.
 SIGTERM and SIGINT stop it after the batch in hand is confirmed and
 acknowledged.
 
+A test hook: with ``IDEM_PG_RELAY_PAUSE_BEFORE_ACK=N`` in the environment,
+the relay stops for good after the broker confirmed its N-th batch and
+before the outbox's acknowledgement, saying so in its log: a test kills
+it there (kill -9), made deterministic.
+
 Brokers, by URL: ``redis://`` (Redis Streams: one stream per partition,
 ``<prefix><topic>.<partition>``, XADD in one pipeline, the replies being the
-confirms) and ``amqp://`` (RabbitMQ: one durable queue per partition,
+confirms), ``amqp://`` (RabbitMQ: one durable queue per partition,
 ``<prefix><topic>.<partition>``, single-active-consumer, persistent messages
-published with confirms, mandatory).
+published with confirms, mandatory) and ``kafka://`` (Apache Kafka: the
+topic ``<prefix><topic>``, created with ``--partitions`` when missing, an
+idempotent producer, the key as the Kafka key placed by the Java client's
+murmur2, delivery reports as the confirms; ``idem_pg.kafka``).
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import select
 import signal
 import sys
@@ -358,7 +367,10 @@ def broker_of(url: str, topic: str, partitions: int, prefix: str = "") -> Any:
         return RedisStreams(url, topic, partitions, prefix)
     if url.startswith(("amqp://", "amqps://")):
         return RabbitMQ(url, topic, partitions, prefix)
-    raise ValueError("broker URL must start with redis:// or amqp://, not %r" % url)
+    if url.startswith("kafka://"):
+        from .kafka import KafkaBroker
+        return KafkaBroker(url, topic, partitions, prefix)
+    raise ValueError("broker URL must start with redis://, amqp:// or kafka://, not %r" % url)
 
 
 class Relay:
@@ -436,6 +448,11 @@ class Relay:
         if not messages:
             return 0
         out = broker.publish(messages)
+        if out.confirmed and self._pause_hook():
+            log.warning("idem_pg.relay: IDEM_PG_RELAY_PAUSE_BEFORE_ACK: %d messages confirmed by the broker,"
+                        " paused before the outbox's ack", len(out.confirmed))
+            while True:
+                time.sleep(3600)
         if out.confirmed:
             conn.execute(with_schema(conn, _ACK), (out.confirmed,), prepare=False)
         for message_id, reason in out.refused.items():
@@ -452,6 +469,11 @@ class Relay:
         self.published += len(out.confirmed)
         self._window["confirmed"] += len(out.confirmed)
         return len(out.confirmed)
+
+    def _pause_hook(self) -> bool:
+        """IDEM_PG_RELAY_PAUSE_BEFORE_ACK=N: True at the N-th confirmed batch."""
+        self._confirmed_batches = getattr(self, "_confirmed_batches", 0) + 1
+        return self._confirmed_batches == int(os.environ.get("IDEM_PG_RELAY_PAUSE_BEFORE_ACK") or 0)
 
     def back_off(self) -> None:
         """Sleep before trying again: 0.5 s, doubling to backoff_max while failures last."""
@@ -482,8 +504,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 description="Relay idem's outbox of one topic to a broker, with publisher confirms.")
     p.add_argument("--dsn", required=True, help="libpq connection string of the database (a session, not a pooler)")
     p.add_argument("--topic", required=True)
-    p.add_argument("--broker", required=True, help="redis://host:port/db or amqp://user:pass@host:port/vhost")
-    p.add_argument("--partitions", type=int, default=8, help="streams or queues per topic (default 8)")
+    p.add_argument("--broker", required=True,
+                   help="redis://host:port/db, amqp://user:pass@host:port/vhost or kafka://host:port[?librdkafka settings]")
+    p.add_argument("--partitions", type=int, default=8,
+                   help="streams or queues per topic; a Kafka topic's partitions when the relay creates it (default 8)")
     p.add_argument("--prefix", default="", help="prefix of the stream or queue names")
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--lease", type=float, default=30.0, help="seconds a fetched message is leased")
@@ -510,7 +534,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             log.warning("idem_pg.relay: %s; reconnecting", e)
             relay.back_off()
         except Exception as e:      # the broker's own connection errors
-            if type(e).__module__.split(".")[0] not in ("redis", "pika"):
+            if type(e).__module__.split(".")[0] not in ("redis", "pika", "confluent_kafka", "cimpl"):
                 raise
             log.warning("idem_pg.relay: broker: %s; reconnecting", e)
             relay.back_off()
