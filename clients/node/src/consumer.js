@@ -76,7 +76,7 @@ export class Delivery {
   }
 }
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const CHECK = 'SELECT verdict, blocked_by FROM @idem@.idem_consume_check($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.int8)';
 const FAILED = 'SELECT attempts, dead FROM @idem@.idem_consume_failed($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.text, $5::pg_catalog.text, $6::pg_catalog.int4,'
   + ' $7::pg_catalog.int8)';
@@ -90,7 +90,7 @@ function connectionLost(e) {
 
 // The transaction of one delivery: idem_consume_check, idem_consume, the
 // effect, COMMIT; failures counted apart and tried again with backoff.
-class Inbox {
+export class Inbox {
   constructor(pg, consumer, topic, ownerOf, { maxAttempts = null, retryBaseMs = 100, retryMaxMs = 30000 } = {}) {
     if (maxAttempts != null && maxAttempts < 1) throw new RangeError('maxAttempts must be at least 1, or null for the topic\'s max_deliveries');
     this.pg = pg;
@@ -125,46 +125,56 @@ class Inbox {
   // { outcome: 'applied' | 'duplicate' } once committed (ack next), or to
   // { outcome: 'dead' | 'set_aside', why } when it is to be dead-lettered.
   async take(entry, partition, redelivered, handler, pause = sleep) {
+    for (;;) {
+      const r = await this.attempt(entry, partition, redelivered, handler);
+      if (r.outcome !== 'retry') return r;
+      await pause(r.delayMs);
+    }
+  }
+
+  // One try of a delivery: { outcome: 'applied' | 'duplicate' } once
+  // committed, { outcome: 'dead' | 'set_aside', why } to dead-letter it, or
+  // { outcome: 'retry', why, delayMs }: it failed, the failure is counted in
+  // PostgreSQL, and it is to be tried again after that backoff.
+  async attempt(entry, partition, redelivered, handler) {
     const messageId = standIn(entry.id ?? Buffer.alloc(0), ID_MAX);
     const key = standIn(entry.key, KEY_MAX);
     const fields = { ...entry, idemMessageId: messageId, idemKey: key };
     // an id or key idem cannot store: the entry is not what a relay sends,
     // and is not applied under a stand-in: a dead letter at once
     const malformed = messageId.startsWith('sha256:') || (key !== null && key.startsWith('sha256:'));
-    for (;;) {
-      let failure;
-      if (malformed) {
-        failure = new RangeError('the entry\'s id or key cannot be stored by idem: a stand-in replaces it');
-      } else {
-        try {
-          return await this.exclusive(() => this.once(fields, partition, redelivered, handler));
-        } catch (e) {
-          if (!e.idemMessageFailure) throw e;
-          failure = e.cause;
-        }
-      }
-      const reason = `${failure && failure.name ? failure.name : 'Error'}: ${failure && failure.message}`
-        .replaceAll('\u0000', '\\0').slice(0, 1000);
-      console.error(`idem-pg/consumer: ${this.consumer}: message ${messageId} (key ${key}) failed: ${failure && failure.stack && !malformed ? failure.stack : reason}`);
-      let owner = null;
-      try { owner = this.ownerOf ? this.ownerOf(new Delivery(fields, partition, redelivered)) : null; } catch { owner = null; }
-      const failed = await statement(this.pg, FAILED);
-      let r;
+    let failure;
+    if (malformed) {
+      failure = new RangeError('the entry\'s id or key cannot be stored by idem: a stand-in replaces it');
+    } else {
       try {
-        ({ rows: [r] } = await this.exclusive(() => this.pg.query(failed, [this.consumer, messageId, reason, key,
-          this.topic, malformed ? 1 : this.maxAttempts, owner == null ? null : String(owner)])));
+        return await this.exclusive(() => this.once(fields, partition, redelivered, handler));
       } catch (e) {
-        if (connectionLost(e)) throw e;
-        // an entry whose failure cannot be recorded is a dead letter at once
-        console.error(`idem-pg/consumer: ${this.consumer}: message ${messageId}: its failure cannot be recorded (${e.message}): a dead letter`);
-        return { outcome: 'dead', why: `its failure could not be recorded: ${e.message}` };
+        if (!e.idemMessageFailure) throw e;
+        failure = e.cause;
       }
-      if (r.dead) {
-        console.error(`idem-pg/consumer: ${this.consumer}: message ${messageId} is a dead letter after ${r.attempts} attempts: ${reason}`);
-        return { outcome: 'dead', why: `after ${r.attempts} attempts: ${reason}` };
-      }
-      await pause(Math.min(this.retryMaxMs, this.retryBaseMs * 2 ** (r.attempts - 1)));
     }
+    const reason = `${failure && failure.name ? failure.name : 'Error'}: ${failure && failure.message}`
+      .replaceAll('\u0000', '\\0').slice(0, 1000);
+    console.error(`idem-pg/consumer: ${this.consumer}: message ${messageId} (key ${key}) failed: ${failure && failure.stack && !malformed ? failure.stack : reason}`);
+    let owner = null;
+    try { owner = this.ownerOf ? this.ownerOf(new Delivery(fields, partition, redelivered)) : null; } catch { owner = null; }
+    const failed = await statement(this.pg, FAILED);
+    let r;
+    try {
+      ({ rows: [r] } = await this.exclusive(() => this.pg.query(failed, [this.consumer, messageId, reason, key,
+        this.topic, malformed ? 1 : this.maxAttempts, owner == null ? null : String(owner)])));
+    } catch (e) {
+      if (connectionLost(e)) throw e;
+      // an entry whose failure cannot be recorded is a dead letter at once
+      console.error(`idem-pg/consumer: ${this.consumer}: message ${messageId}: its failure cannot be recorded (${e.message}): a dead letter`);
+      return { outcome: 'dead', why: `its failure could not be recorded: ${e.message}` };
+    }
+    if (r.dead) {
+      console.error(`idem-pg/consumer: ${this.consumer}: message ${messageId} is a dead letter after ${r.attempts} attempts: ${reason}`);
+      return { outcome: 'dead', why: `after ${r.attempts} attempts: ${reason}` };
+    }
+    return { outcome: 'retry', why: reason, delayMs: Math.min(this.retryMaxMs, this.retryBaseMs * 2 ** (r.attempts - 1)) };
   }
 
   async once(fields, partition, redelivered, handler) {
