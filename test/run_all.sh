@@ -226,6 +226,8 @@ run_shell_check clients_spring "$IDEM_ROOT/test/clients/spring.sh" \
 	"Spring Boot 3.5 and 4.1: the starters from mvn install; examples/spring on each under @SpringBootTest (JdbcTemplate and JPA, 20 threads, failures that store nothing, ProblemDetail, Actuator), then through the HTTP contract, a double click in Chromium, a newer JDK; the fingerprints of every stack compared"
 run_shell_check brokers "$IDEM_ROOT/test/brokers/run.sh" \
 	"the outbox through Redis Streams and RabbitMQ: idem_pg.relay and idem_pg.consumer, 10,000 transactions, relays killed, the broker restarted, a consumer exiting between its commit and its ack"
+run_shell_check brokers_kafka "$IDEM_ROOT/test/brokers/kafka.sh" \
+	"the outbox through Apache Kafka 4.4 (KRaft, from Maven Central): idem_pg.relay's idempotent producer, the Python and Node consumers in one group, relays killed before their ack, the broker restarted, a consumer exiting before its offset commit, dead letters to <topic>.dead, the malformed entries"
 run_shell_check citus "$IDEM_ROOT/test/citus/run.sh" \
 	"Citus 13.2 where it is installed: a coordinator and two workers, idem distributed by owner, every call through the coordinator"
 run_shell_check exporter "$IDEM_ROOT/test/exporter/check_queries.sh" \

@@ -21,7 +21,11 @@ RabbitMQ: max_message_size 1 MB) and consumed by that library's consumer:
 - the broker stopped for longer than the relay's lease: nothing is
   dead-lettered, everything emitted meanwhile arrives.
 
-    dead_letters.py redis|rabbitmq BROKER_URL RESTART_COMMAND...
+Kafka (KIND kafka): the dead letters go to the topic ``<topic>.dead``;
+the broker refuses messages over 1 MB (the relays' producers may send 4 MB,
+so that the refusal is the broker's, in the delivery report).
+
+    dead_letters.py redis|rabbitmq|kafka BROKER_URL RESTART_COMMAND...
 
 Prints one "ok - ..." / "not ok - ..." line per check.
 """
@@ -85,6 +89,7 @@ c.run(apply)
 NODE_CONSUMER = r"""
 import pg from 'pg';
 import { RedisConsumer, RabbitConsumer } from 'idem-pg/consumer';
+import { kafkaOf } from './kafka-of.mjs';
 const [url, topic, consumer, prefix] = process.argv.slice(2);
 const client = new pg.Client({ database: 'idem_brokers' });
 await client.connect();
@@ -102,6 +107,9 @@ if (url.startsWith('redis')) {
   redis.on('error', () => {});
   await redis.connect();
   c = new RedisConsumer({ ...common, redis, lease: 2 });
+} else if (url.startsWith('kafka')) {
+  const { KafkaConsumer } = await import('idem-pg/kafka');
+  c = new KafkaConsumer({ ...common, kafka: await kafkaOf(url, `${consumer}-1`) });
 } else {
   const amqp = (await import('amqplib')).default;
   c = new RabbitConsumer({ ...common, amqp, url });
@@ -124,9 +132,8 @@ def start_consumer(lang, topic, prefix):
     log = open(os.path.join(TMP, "consumer-%s-%s.log" % (RUN, topic)), "a")
     consumer = "c-" + topic
     if lang == "node":
-        script = os.path.join(NODE_APP, "dead-letter-consumer.mjs")
-        with open(script, "w") as f:
-            f.write(NODE_CONSUMER)
+        from pipeline import node_script
+        script = node_script("dead-letter-consumer.mjs", NODE_CONSUMER)
         return started(subprocess.Popen(["node", script, URL, topic, consumer, prefix],
                                         stdout=log, stderr=subprocess.STDOUT, cwd=NODE_APP))
     return started(subprocess.Popen([PY, "-c", PY_CONSUMER, DSN, topic, URL, consumer, prefix],
@@ -145,10 +152,57 @@ def partition(key):
     return zlib.crc32(key.encode()) % PARTITIONS
 
 
+def kafka_url():
+    """The brokers of the kafka:// URL, for confluent-kafka (its query's settings too)."""
+    from idem_pg.kafka import config_of
+    return config_of(URL)
+
+
+def kafka_produce(topic, entries):
+    """Kafka: (headers, key, value) entries produced in order, each awaited."""
+    from confluent_kafka import Producer
+    p = Producer(dict(kafka_url(), **{"enable.idempotence": True, "acks": "all", "partitioner": "murmur2_random"}))
+    errors = []
+    for headers, key, value in entries:
+        p.produce(topic, value=value, key=key, headers=headers,
+                  on_delivery=lambda err, _m: errors.append(err) if err else None)
+    if p.flush(WAIT) or errors:
+        raise RuntimeError("not delivered: %s" % errors)
+
+
+def kafka_read(topic):
+    """Kafka: every message of the topic, from its start to its end now."""
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer(dict(kafka_url(), **{"group.id": "reader-%d" % os.getpid(), "enable.auto.commit": False}))
+    try:
+        meta = c.list_topics(topic, timeout=WAIT).topics[topic]
+        out = []
+        for p in meta.partitions:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=WAIT)
+            if high <= low:
+                continue
+            c.assign([TopicPartition(topic, p, low)])
+            while True:
+                m = c.poll(WAIT)
+                if m is None:
+                    raise RuntimeError("no answer reading %s" % topic)
+                if m.error() is None:
+                    out.append(m)
+                    if m.offset() + 1 >= high:
+                        break
+        return out
+    finally:
+        c.close()
+
+
 def inject(prefix, topic, message_id, key, payload):
     """A message written to the broker directly (a payload no outbox would hold)."""
-    name = "%s%s.%d" % (prefix, topic, partition(key))
     fields = {"id": message_id, "key": key, "payload": payload, "attempt": "1"}
+    if KIND == "kafka":
+        kafka_produce(prefix + topic, [([("id", message_id.encode()), ("attempt", b"1")], key.encode(),
+                                        payload.encode())])
+        return
+    name = "%s%s.%d" % (prefix, topic, partition(key))
     if KIND == "redis":
         import redis
         r = redis.Redis.from_url(URL)
@@ -186,6 +240,11 @@ def declare_dead_queue(prefix, topic):
 def broker_dead(prefix, topic):
     """The message ids in the broker's dead letters of this consumer."""
     consumer = "c-" + topic
+    if KIND == "kafka":
+        # each with its reason in a header
+        return sorted(dict(m.headers())["id"].decode() for m in kafka_read(prefix + topic + ".dead")
+                      if dict(m.headers()).get("idem_consumer") == consumer.encode()
+                      and dict(m.headers()).get("idem_dead_reason"))
     if KIND == "redis":
         import redis
         r = redis.Redis.from_url(URL, decode_responses=True)
@@ -300,7 +359,8 @@ def expect(lang, procs):
         held = sum(len(v) for v in want.values())
         in_broker = broker_dead(prefix, topic)
         check("%s: the broker's dead letters hold exactly those (%s)" % (
-            tag, "a dead stream" if KIND == "redis" else "a policy's dead-letter queue"),
+            tag, {"redis": "a dead stream", "kafka": "the topic <topic>.dead, the reason in headers"}.get(
+                KIND, "a policy's dead-letter queue")),
             len(in_broker) == held and "raw-1" in in_broker, (in_broker, held))
     # redrive the 'block' topic: the handler now takes the poison; the raw one is discarded
     topic = "%s.%s.block" % (RUN, lang)

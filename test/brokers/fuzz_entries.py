@@ -10,7 +10,10 @@ exactly once, in its key's order; every malformed one is among the
 consumer's dead letters (the topic dead-letters at the first failure and
 skips: 'skip'); the consumer neither exits nor spins.
 
-    fuzz_entries.py redis|rabbitmq BROKER_URL
+Kafka: the key is the Kafka key, the payload the value, the other fields
+headers; "missing" is a null value.
+
+    fuzz_entries.py redis|rabbitmq|kafka BROKER_URL
 
 Prints one "ok - ..." / "not ok - ..." line per check.
 """
@@ -72,6 +75,12 @@ def part(key):
 
 def inject(prefix, topic, entries):
     """The entries, in order, each into its key's partition."""
+    if KIND == "kafka":
+        dl.kafka_produce(prefix + topic, [
+            ([(k, raw(v)) for k, v in fields.items() if k != "key"],
+             None if fields.get("key") is None else raw(fields["key"]), None if payload is None else raw(payload))
+            for fields, payload in entries])
+        return
     if KIND == "redis":
         import redis
         r = redis.Redis.from_url(URL)
@@ -96,6 +105,9 @@ def inject(prefix, topic, entries):
 def dead_count(prefix, topic):
     """How many entries are among the broker's dead letters of this consumer."""
     consumer = "c-" + topic
+    if KIND == "kafka":
+        return len([m for m in dl.kafka_read(prefix + topic + ".dead")
+                    if dict(m.headers()).get("idem_consumer") == consumer.encode()])
     if KIND == "redis":
         import redis
         r = redis.Redis.from_url(URL)
@@ -120,6 +132,20 @@ def unfinished(prefix, topic):
 
 def _unfinished(prefix, topic):
     consumer = "c-" + topic
+    if KIND == "kafka":
+        # the group's lag: each partition's end less its committed offset
+        from confluent_kafka import Consumer, TopicPartition
+        c = Consumer(dict(dl.kafka_url(), **{"group.id": consumer, "enable.auto.commit": False}))
+        try:
+            name = prefix + topic
+            tps = [TopicPartition(name, p) for p in c.list_topics(name, timeout=dl.WAIT).topics[name].partitions]
+            n = 0
+            for tp in c.committed(tps, timeout=dl.WAIT):
+                low, high = c.get_watermark_offsets(tp, timeout=dl.WAIT)
+                n += high - (tp.offset if tp.offset >= 0 else low)
+            return n
+        finally:
+            c.close()
     if KIND == "redis":
         import redis
         r = redis.Redis.from_url(URL)
@@ -147,6 +173,9 @@ def fuzz(lang):
     with dl.db() as c:
         # dead at the first failure; a dead letter holds nothing back
         c.execute("SELECT public.idem_outbox_set_topic(%s::pg_catalog.text, 1, 'skip'::pg_catalog.text)", (topic,))
+    if KIND == "kafka":
+        from idem_pg.kafka import ensure_topic
+        ensure_topic(dl.kafka_url(), prefix + topic, dl.PARTITIONS)
     if KIND == "rabbitmq":
         from idem_pg.relay import declare_rabbit_queue
         import pika

@@ -12,7 +12,7 @@ and one consumer exits between a commit and its broker ack
 committed business row has exactly one effect, no rolled-back one has any,
 and each key's effects happened in commit order.
 
-    pipeline.py redis|rabbitmq BROKER_URL RESTART_COMMAND...
+    pipeline.py redis|rabbitmq|kafka BROKER_URL RESTART_COMMAND...
 
 Prints one "ok - ..." / "not ok - ..." line per check and "# ..." figures.
 """
@@ -108,6 +108,7 @@ c.run(apply)
 NODE_CONSUMER = r"""
 import pg from 'pg';
 import { RedisConsumer, RabbitConsumer } from 'idem-pg/consumer';
+import { kafkaOf } from './kafka-of.mjs';
 const [url, consumer, name, prefix, partitions, topic] = process.argv.slice(2);
 const client = new pg.Client({ database: 'idem_brokers' });
 await client.connect();
@@ -123,6 +124,9 @@ if (url.startsWith('redis')) {
   redis.on('error', () => {});
   await redis.connect();
   c = new RedisConsumer({ pg: client, redis, topic, consumer, name, partitions: Number(partitions), prefix, lease: 2 });
+} else if (url.startsWith('kafka')) {
+  const { KafkaConsumer } = await import('idem-pg/kafka');
+  c = new KafkaConsumer({ pg: client, kafka: await kafkaOf(url, name), topic, consumer, name, partitions: Number(partitions), prefix });
 } else {
   const amqp = (await import('amqplib')).default;
   c = new RabbitConsumer({ pg: client, amqp, url, topic, consumer, name, partitions: Number(partitions), prefix });
@@ -131,6 +135,25 @@ process.on('SIGTERM', () => c.stop());
 await c.run(apply);
 process.exit(0);
 """
+
+# kafkajs for a kafka:// URL (its query string is for librdkafka: not kafkajs's)
+KAFKA_OF = r"""
+export async function kafkaOf(url, clientId) {
+  const { Kafka, logLevel } = await import('kafkajs');
+  return new Kafka({ clientId, brokers: new URL(url).host.split(','), logLevel: logLevel.ERROR });
+}
+"""
+
+
+def node_script(name, code):
+    """A script in the Node app's directory (with kafka-of.mjs beside it)."""
+    node_app = os.environ["NODE_APP"]
+    with open(os.path.join(node_app, "kafka-of.mjs"), "w") as f:
+        f.write(KAFKA_OF)
+    script = os.path.join(node_app, name)
+    with open(script, "w") as f:
+        f.write(code)
+    return script
 
 
 def start_relay(tag):
@@ -149,9 +172,7 @@ def start_consumer(name, crash_at=None):
     log = open(os.path.join(os.environ.get("IDEM_TMP", "/tmp"), "consumer-%s-%s.log" % (RUN, name)), "a")
     node_app = os.environ.get("NODE_APP")
     if name == "c2" and node_app:       # one Python and one Node consumer in one group
-        script = os.path.join(node_app, "broker-consumer.mjs")
-        with open(script, "w") as f:
-            f.write(NODE_CONSUMER)
+        script = node_script("broker-consumer.mjs", NODE_CONSUMER)
         return started(subprocess.Popen(["node", script, URL, CONSUMER, name, PREFIX, str(PARTITIONS), TOPIC],
                                         env=env, stdout=log, stderr=subprocess.STDOUT, cwd=node_app))
     return started(subprocess.Popen([PY, "-c", CONSUMER_CODE, DSN, TOPIC, URL, CONSUMER, name, PREFIX, str(PARTITIONS)],

@@ -225,7 +225,7 @@ tap_lines() { sed -n -E "s/^(not ok|ok) [0-9]+ - (.*)/\1 - $1: \2/p"; }
 
 # build_python_client: the wheel (python3 -m build --no-isolation) from a
 # copy of the tree, installed into a fresh venv; sets PY, the venv's python
-build_python_client() {	# build_python_client [REQUIREMENT...]: installed beside it from PyPI
+build_python_client() {	# build_python_client [REQUIREMENT...]: installed beside it from PyPI (IDEM_WHEEL_EXTRAS: more extras)
 	log "building the wheel"
 	cp -r "$CLIENTS/python" "$IDEM_TMP/python-src"
 	if ! (cd "$IDEM_TMP/python-src" && /usr/bin/python3 -m build --no-isolation --wheel -o "$IDEM_TMP/dist" . \
@@ -240,7 +240,7 @@ build_python_client() {	# build_python_client [REQUIREMENT...]: installed beside
 	# a fresh venv, as the docs say: the wheel with its extras, and what the
 	# stage runs besides (the callers' arguments), from PyPI
 	/usr/bin/python3 -m venv "$IDEM_TMP/venv"
-	if ! "$IDEM_TMP/venv/bin/pip" install -q --disable-pip-version-check "${wheel}[redis,pool,rabbitmq]" "$@" \
+	if ! "$IDEM_TMP/venv/bin/pip" install -q --disable-pip-version-check "${wheel}[redis,pool,rabbitmq${IDEM_WHEEL_EXTRAS:+,$IDEM_WHEEL_EXTRAS}]" "$@" \
 		>"$IDEM_TMP/pip.log" 2>&1; then
 		cat "$IDEM_TMP/pip.log" >&2
 		echo "not ok - python: the wheel and its dependencies install from PyPI into a fresh venv"
