@@ -5,7 +5,7 @@ OBJS = idem.o \
 	src/storage/util.o src/storage/identity.o src/storage/sequence.o src/storage/rowwrite.o src/storage/citus_meta.o src/storage/catalog.o src/storage/catalog_row.o src/storage/catalog_secret.o \
 	src/citus/citus.o \
 	src/shmem/stats.o src/shmem/keycheck.o src/shmem/keyxids.o src/shmem/notify.o \
-	src/core/policy.o src/core/redact.o src/core/jcs.o src/core/jcs_number.o src/core/jcs_normal.o src/core/sha256.o src/core/siphash.o src/core/fingerprint.o src/core/fingerprint_print.o src/core/binding.o src/core/key.o src/core/key_spelling.o src/core/key_log.o src/core/record.o src/core/record_result.o src/core/history.o \
+	src/core/policy.o src/core/redact.o src/core/jcs.o src/core/jcs_number.o src/core/jcs_normal.o src/core/sha256.o src/core/siphash.o src/core/fingerprint.o src/core/fingerprint_print.o src/core/binding.o src/core/trace.o src/core/key.o src/core/key_spelling.o src/core/key_log.o src/core/record.o src/core/record_result.o src/core/history.o \
 	src/core/claim.o src/core/pending.o src/core/call.o \
 	src/process/cleanup.o src/process/worker.o src/process/launcher.o \
 	src/api/order.o src/api/api.o src/api/outbox.o src/api/outbox_emit.o src/api/outbox_ack.o src/api/inbox.o \
@@ -33,7 +33,7 @@ PG_CFLAGS = -Wall -Wextra -Wno-unused-parameter
 # specs, their expected output in test/expected; test/t the TAP tests.
 # The lists are in the order the suites run; test/lint.sh fails if a test
 # file is missing from them.
-REGRESS = jcs jcs_numbers encoding order cleanup writes api digest policy key_spellings redact task_lapses erasure retention headers tasks task_reconcile operator distribute outbox dead_letters inbox health stats owners operations grant hijack scripts rename tempschema security invalidation upgrade
+REGRESS = jcs jcs_numbers encoding order cleanup writes api digest policy key_spellings redact task_lapses erasure retention headers tasks task_reconcile trace_context operator distribute outbox dead_letters inbox health stats owners operations grant hijack scripts rename tempschema security invalidation upgrade
 REGRESS_OPTS = --load-extension=idem --load-extension=pgcrypto
 
 ISOLATION = claim-race-2 claim-race-3 in-flight-timeout policy-invalidation key-spelling-race repeatable-read mismatch-race expired-race expired-wait expired-archive-race key-deadlock cleanup-skip-locked savepoint bypass-writer claim-window api-begin-race api-handler-race api-expired-cleanup outbox-fetch-race outbox-commit-order outbox-lease-lapse outbox-ack-emit-race outbox-cross-keys outbox-nack-emit-race outbox-ack-share inbox-race stats-waits task-lease-race task-submit-race task-takeover task-uncertain-race refuse-cleanup-race

@@ -29,6 +29,7 @@
 #include "pending.h"
 #include "key.h"
 #include "binding.h"
+#include "trace.h"
 #include "keycheck.h"
 #include "keyxids.h"
 #include "notify.h"
@@ -86,6 +87,7 @@ _PG_init(void)
 {
 	idem_key_init();
 	idem_binding_init();
+	idem_trace_init();
 	idem_record_init();
 	idem_history_init();
 	idem_policy_init();

@@ -26,6 +26,7 @@ DECLARE
         'idempotency_record', 'task_uncertain_since timestamptz',
         'idempotency_record', 'task_reconcile_at timestamptz',
         'idempotency_record', 'task_reconciles integer',
+        'idempotency_record', 'task_trace_context text',
         'idem_policy', 'uncertain text',
         'idem_policy', 'reconcile_within interval'];
     shards text[] := '{}';
@@ -87,6 +88,10 @@ COMMENT ON COLUMN idem_internal.idempotency_record.task_reconcile_at IS
 -- from idem.sql: COMMENT ON COLUMN idem_internal.idempotency_record.task_reconciles IS
 COMMENT ON COLUMN idem_internal.idempotency_record.task_reconciles IS
     'idem: reconcile leases handed out for the task';
+-- end
+-- from idem.sql: COMMENT ON COLUMN idem_internal.idempotency_record.task_trace_context IS
+COMMENT ON COLUMN idem_internal.idempotency_record.task_trace_context IS
+    'idem: the W3C traceparent the task was submitted under (idem.trace_context); NULL: none, or finished';
 -- end
 
 -- from idem.sql: CREATE TABLE idem_internal.idem_task_attempt (
@@ -164,6 +169,16 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.idem_fail_unknown(bigint, bigint, jsonb) IS
     'idem: report an attempt whose outcome is unknown: with uncertain => ''reconcile'' the task is marked for reconciliation (PROCESSING), else as idem_fail''s retryable failure; IK004 if the token is stale';
 -- end
+-- from idem.sql: CREATE FUNCTION @extschema@.idem_task_trace_context(task_id bigint, token bigint)
+CREATE FUNCTION @extschema@.idem_task_trace_context(task_id bigint, token bigint)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_task_trace_context'
+LANGUAGE C VOLATILE;
+-- end
+-- from idem.sql: COMMENT ON FUNCTION @extschema@.idem_task_trace_context(bigint, bigint) IS
+COMMENT ON FUNCTION @extschema@.idem_task_trace_context(bigint, bigint) IS
+    'idem: the W3C traceparent the task was submitted under (idem.trace_context), or NULL; IK004 if the token is stale';
+-- end
 -- from idem.sql: CREATE FUNCTION @extschema@.idem_lease_reconcile(
 CREATE FUNCTION @extschema@.idem_lease_reconcile(
     operation text, worker text, lease interval DEFAULT '30 seconds',
@@ -185,6 +200,9 @@ REVOKE ALL ON FUNCTION @extschema@.idem_fail_unknown(bigint, bigint, jsonb) FROM
 -- end
 -- from idem.sql: REVOKE ALL ON FUNCTION @extschema@.idem_lease_reconcile(text, text, interval, integer, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_lease_reconcile(text, text, interval, integer, boolean) FROM PUBLIC;
+-- end
+-- from idem.sql: REVOKE ALL ON FUNCTION @extschema@.idem_task_trace_context(bigint, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_task_trace_context(bigint, bigint) FROM PUBLIC;
 -- end
 
 
@@ -667,7 +685,7 @@ BEGIN
         END IF;
     END LOOP;
     FOR f IN SELECT * FROM (VALUES
-        ('worker', '@extschema@.idem_lease(text, text, interval, integer, boolean)', 'idem_lease_reconcile and idem_fail_unknown'),
+        ('worker', '@extschema@.idem_lease(text, text, interval, integer, boolean)', 'idem_lease_reconcile, idem_fail_unknown and idem_task_trace_context'),
         ('monitor', '@extschema@.idem_cleanup_status()', 'the view idem_task_attempts and idem_task_attempt_entries')) AS v (kind, marker, what)
     LOOP
         SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)), ', ')
@@ -1095,6 +1113,7 @@ BEGIN ATOMIC
         ('worker', 'EXECUTE', '@extschema@.idem_fail(bigint, bigint, jsonb, boolean)'::pg_catalog.regprocedure, NULL),
         ('worker', 'EXECUTE', '@extschema@.idem_fail_unknown(bigint, bigint, jsonb)'::pg_catalog.regprocedure, NULL),
         ('worker', 'EXECUTE', '@extschema@.idem_lease_reconcile(text, text, interval, integer, boolean)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_task_trace_context(bigint, bigint)'::pg_catalog.regprocedure, NULL),
         ('publisher', 'EXECUTE', '@extschema@.idem_outbox_fetch(text, integer, interval)'::pg_catalog.regprocedure, NULL),
         ('publisher', 'EXECUTE', '@extschema@.idem_outbox_ack(bigint[])'::pg_catalog.regprocedure, NULL),
         ('publisher', 'EXECUTE', '@extschema@.idem_outbox_nack(bigint[], text, boolean, interval)'::pg_catalog.regprocedure, NULL),

@@ -221,6 +221,7 @@ CREATE TABLE idem_internal.idempotency_record (
     task_uncertain_since timestamptz,
     task_reconcile_at timestamptz,
     task_reconciles integer,
+    task_trace_context text,
     CONSTRAINT uk_idempotency_scope UNIQUE (owner_id, operation, idempotency_key),
     -- pg_catalog's operator by name: an = for varchar planted in the target
     -- schema would otherwise win over pg_catalog's text = text
@@ -810,6 +811,8 @@ COMMENT ON COLUMN idem_internal.idempotency_record.task_reconcile_at IS
     'idem: when idem_lease_reconcile may hand the marked task out next; NULL: not marked, or past reconcile_within (an operator''s)';
 COMMENT ON COLUMN idem_internal.idempotency_record.task_reconciles IS
     'idem: reconcile leases handed out for the task';
+COMMENT ON COLUMN idem_internal.idempotency_record.task_trace_context IS
+    'idem: the W3C traceparent the task was submitted under (idem.trace_context); NULL: none, or finished';
 
 -- ---------------------------------------------------------------------------
 -- Every ended attempt of a task: one row when its lease ends (idem_complete,
@@ -916,6 +919,15 @@ LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, bigint, jsonb, json) IS
     'idem: store the task''s result in the worker''s transaction (2xx/3xx SUCCEEDED, 4xx FAILED_FINAL); IK004 if the token is stale';
 
+-- The trace context the task was submitted under, for its lease's holder
+-- (the libraries' workers resume the submitter's trace from it).
+CREATE FUNCTION @extschema@.idem_task_trace_context(task_id bigint, token bigint)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_task_trace_context'
+LANGUAGE C VOLATILE;
+
+COMMENT ON FUNCTION @extschema@.idem_task_trace_context(bigint, bigint) IS
+    'idem: the W3C traceparent the task was submitted under (idem.trace_context), or NULL; IK004 if the token is stale';
 
 CREATE FUNCTION @extschema@.idem_fail(
     task_id bigint, token bigint, error jsonb, retryable boolean DEFAULT true)
@@ -960,6 +972,7 @@ REVOKE ALL ON FUNCTION @extschema@.idem_complete(bigint, bigint, integer, json, 
 REVOKE ALL ON FUNCTION @extschema@.idem_fail(bigint, bigint, jsonb, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_fail_unknown(bigint, bigint, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_lease_reconcile(text, text, interval, integer, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_task_trace_context(bigint, bigint) FROM PUBLIC;
 
 -- ===========================================================================
 -- Operators
@@ -2294,6 +2307,7 @@ BEGIN ATOMIC
         ('worker', 'EXECUTE', '@extschema@.idem_fail(bigint, bigint, jsonb, boolean)'::pg_catalog.regprocedure, NULL),
         ('worker', 'EXECUTE', '@extschema@.idem_fail_unknown(bigint, bigint, jsonb)'::pg_catalog.regprocedure, NULL),
         ('worker', 'EXECUTE', '@extschema@.idem_lease_reconcile(text, text, interval, integer, boolean)'::pg_catalog.regprocedure, NULL),
+        ('worker', 'EXECUTE', '@extschema@.idem_task_trace_context(bigint, bigint)'::pg_catalog.regprocedure, NULL),
         ('publisher', 'EXECUTE', '@extschema@.idem_outbox_fetch(text, integer, interval)'::pg_catalog.regprocedure, NULL),
         ('publisher', 'EXECUTE', '@extschema@.idem_outbox_ack(bigint[])'::pg_catalog.regprocedure, NULL),
         ('publisher', 'EXECUTE', '@extschema@.idem_outbox_nack(bigint[], text, boolean, interval)'::pg_catalog.regprocedure, NULL),

@@ -1304,6 +1304,33 @@ BEGIN
 END
 $$;
 
+-- headers with the caller's idem.trace_context as "traceparent", unless
+-- they carry one (the C edition checks the setting when it is set; this
+-- edition, a placeholder setting, checks it here: 22023).
+CREATE FUNCTION idem.idem_sql_traced_headers(headers jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    trace text := pg_catalog.current_setting('idem.trace_context', true);
+BEGIN
+    IF trace IS NULL OR trace OPERATOR(pg_catalog.=) '' THEN
+        RETURN headers;
+    END IF;
+    IF trace OPERATOR(pg_catalog.!~) '^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+       OR pg_catalog.left(trace, 2) OPERATOR(pg_catalog.=) 'ff'
+       OR pg_catalog.substr(trace, 4, 32) OPERATOR(pg_catalog.=) pg_catalog.repeat('0', 32)
+       OR pg_catalog.substr(trace, 37, 16) OPERATOR(pg_catalog.=) pg_catalog.repeat('0', 16) THEN
+        RAISE EXCEPTION 'invalid value for parameter "idem.trace_context": "%"', trace
+            USING ERRCODE = '22023',
+                  DETAIL = 'idem.trace_context is a W3C traceparent: 00-<32 lowercase hex digits>-<16 lowercase hex digits>-<2 hex digits>, the ids not all zeros.';
+    END IF;
+    RETURN pg_catalog.jsonb_build_object('traceparent', trace) OPERATOR(pg_catalog.||) COALESCE(headers, '{}');
+END
+$$;
+REVOKE ALL ON FUNCTION idem.idem_sql_traced_headers(jsonb) FROM PUBLIC;
+
 -- Emit a message with the caller's transaction.
 CREATE FUNCTION idem.idem_outbox_emit(
     topic text, payload jsonb, msg_key text DEFAULT NULL, headers jsonb DEFAULT NULL,
@@ -1339,6 +1366,7 @@ BEGIN
     IF owner IS NOT NULL THEN
         PERFORM idem.idem_sql_check_bound(owner, NULL);
     END IF;
+    headers := idem.idem_sql_traced_headers(headers);
     IF keyed AND pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
         RAISE EXCEPTION 'idem''s SQL edition emits keyed messages in READ COMMITTED transactions only'
             USING ERRCODE = '0A000',

@@ -51,6 +51,7 @@
 #include "notify.h"
 #include "pending.h"
 #include "binding.h"
+#include "trace.h"
 #include "stats.h"
 #include "rowwrite.h"
 #include "util.h"
@@ -380,6 +381,25 @@ keep(Datum d)
 	return copy;
 }
 
+/*
+ * The message's headers: the emit's, with the caller's idem.trace_context
+ * as "traceparent" unless they carry one; NULL for none.
+ */
+static void *
+emit_headers(FunctionCallInfo fcinfo)
+{
+	const char *trace = idem_trace_context();
+	Datum		headers;
+
+	if (trace == NULL)
+		return PG_ARGISNULL(3) ? NULL : keep(PG_GETARG_DATUM(3));
+	/* the setting's check admits hex digits and dashes only */
+	headers = DirectFunctionCall1(jsonb_in, CStringGetDatum(psprintf("{\"traceparent\": \"%s\"}", trace)));
+	if (!PG_ARGISNULL(3))
+		headers = DirectFunctionCall2(jsonb_concat, headers, PG_GETARG_DATUM(3));
+	return keep(headers);
+}
+
 /* idem_outbox_emit's arguments: 22004 for a NULL, 22023 for a bad one. */
 static void
 emit_args(FunctionCallInfo fcinfo)
@@ -462,7 +482,7 @@ idem_outbox_emit(PG_FUNCTION_ARGS)
 	m->topic = keep(PG_GETARG_DATUM(0));
 	m->msg_key = PG_ARGISNULL(2) ? NULL : keep(PG_GETARG_DATUM(2));
 	m->payload = keep(PG_GETARG_DATUM(1));
-	m->headers = PG_ARGISNULL(3) ? NULL : keep(PG_GETARG_DATUM(3));
+	m->headers = emit_headers(fcinfo);
 	/* whose it is, the owner given or else the owner of the transaction's unfinished claims */
 	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
 	{

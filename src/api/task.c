@@ -53,6 +53,7 @@
 #include "idem.h"
 #include "compat.h"
 #include "call.h"
+#include "trace.h"
 #include "citus.h"
 #include "pending.h"
 #include "claim.h"
@@ -298,6 +299,7 @@ submit_task(IdemCall *call, FunctionCallInfo fcinfo, IdemClaim *claim, IdemIdent
 	task.request = JsonbPGetDatum(call->request);
 	task.payload = PG_ARGISNULL(4) ? (Datum) 0 : PointerGetDatum(PG_GETARG_JSONB_P(4));
 	task.ttl = call->ttl;
+	task.trace_context = idem_trace_context();
 	idem_use_safe_search_path(identity);
 	task_id = idem_record_insert(&call->cat, &call->scope, &call->print, IDEM_STATUS_PROCESSING,
 								 &res, call->now, never, NULL, &task);

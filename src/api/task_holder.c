@@ -2,7 +2,7 @@
  *
  * task_holder.c
  *	  The calls of a lease's holder: idem_heartbeat, idem_complete,
- *	  idem_fail, idem_fail_unknown.
+ *	  idem_fail, idem_fail_unknown, idem_task_trace_context.
  *
  * Each locks the task's record and checks the fencing token under that
  * lock.  A stale token (the lease was taken over, or the task is finished)
@@ -14,7 +14,7 @@
  * marks the task of an operation that reconciles uncertain outcomes (its
  * holder does not know whether the provider acted), and is a retryable
  * failure for any other.  Each but idem_heartbeat ends the attempt, and
- * writes its row in idem_task_attempt.
+ * writes its row in idem_task_attempt; idem_task_trace_context only reads.
  *
  *-------------------------------------------------------------------------
  */
@@ -46,6 +46,7 @@ PG_FUNCTION_INFO_V1(idem_heartbeat);
 PG_FUNCTION_INFO_V1(idem_complete);
 PG_FUNCTION_INFO_V1(idem_fail);
 PG_FUNCTION_INFO_V1(idem_fail_unknown);
+PG_FUNCTION_INFO_V1(idem_task_trace_context);
 
 /* One call of the holder of a lease, on its task locked. */
 typedef struct HolderCall
@@ -161,6 +162,28 @@ idem_heartbeat(PG_FUNCTION_ARGS)
 	TR_SET(tr, REC_UPDATED, TimestampTzGetDatum(hc.now));
 	end_holder_call(&hc, NULL, 0, (Datum) 0);
 	PG_RETURN_TIMESTAMPTZ(expires);
+}
+
+/*
+ * SQL: idem_task_trace_context(task_id, token) returns the W3C traceparent
+ * the task was submitted under (idem.trace_context), or NULL; for the
+ * lease's holder only.
+ */
+Datum
+idem_task_trace_context(PG_FUNCTION_ARGS)
+{
+	HolderCall	hc = {0};
+	text	   *trace = NULL;
+
+	idem_check_not_null(fcinfo, 0, "task_id");
+	idem_check_not_null(fcinfo, 1, "token");
+	begin_holder_call(&hc, fcinfo, PG_GETARG_INT64(0), PG_GETARG_INT64(1));
+	if (!TR_ISNULL(&hc.rec, REC_TASK_TRACE))
+		trace = DatumGetTextPCopy(TR_VALUE(&hc.rec, REC_TASK_TRACE));
+	task_record_close(&hc.rec);
+	if (trace == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(trace);
 }
 
 /*

@@ -193,6 +193,7 @@ task_record_end(TaskRecord *tr, IdemStatus status, TimestampTz now, const char *
 	TR_CLEAR(tr, REC_TASK_SESSION);
 	TR_CLEAR(tr, REC_TASK_REQUEST);
 	TR_CLEAR(tr, REC_TASK_PAYLOAD);
+	TR_CLEAR(tr, REC_TASK_TRACE);
 	task_record_unmark(tr);
 }
 

@@ -515,6 +515,8 @@ idem_record_insert(const IdemCatalog *cat, const IdemScope *scope,
 		idem_row_set(&record, REC_TASK_DUE, TimestampTzGetDatum(now));
 		if (task->ttl)
 			idem_row_set(&record, REC_TASK_TTL, IntervalPGetDatum(task->ttl));
+		if (task->trace_context)
+			idem_row_set(&record, REC_TASK_TRACE, CStringGetTextDatum(task->trace_context));
 	}
 	idem_keyxids_note(&tag);
 	idem_rows_insert(&rows, 0, record.values, record.nulls);

@@ -88,6 +88,7 @@ typedef struct IdemTaskNew
 	Datum		request;		/* jsonb */
 	Datum		payload;		/* jsonb, or 0 for NULL */
 	const Interval *ttl;		/* of the finished record; NULL: the defaults */
+	const char *trace_context;	/* the submitter's W3C traceparent, or NULL */
 } IdemTaskNew;
 
 extern int	idem_ttl;

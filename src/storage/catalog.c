@@ -81,6 +81,7 @@ static const IdemColumnSpec record_columns[REC_NCOLS] = {
 	[REC_TASK_UNCERTAIN] = {"task_uncertain_since", TIMESTAMPTZOID, 0, false, true},
 	[REC_TASK_RECONCILE_AT] = {"task_reconcile_at", TIMESTAMPTZOID, 0, false, true},
 	[REC_TASK_RECONCILES] = {"task_reconciles", INT4OID, 0, false, true},
+	[REC_TASK_TRACE] = {"task_trace_context", TEXTOID, 0, false, true},
 };
 
 static const IdemTableSpec record_table = {

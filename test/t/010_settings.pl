@@ -46,6 +46,7 @@ my %settings = (
 	'idem.stats_track' => 'off',
 	'idem.audit_ttl' => '3d',
 	'idem.operator_audit_ttl' => '30d',
+	'idem.trace_context' => '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
 	'idem.reuse_after_expiry' => 'refuse',
 	'idem.fingerprint_keys_file' => $keys,
 );
@@ -158,6 +159,12 @@ is($node->safe_psql('postgres', q{
 	SELECT idem_task_cancel(task_id, 'settings test') FROM idem_submit(1, 'SHIP', 'settings-operator-0001', '{}');
 	SELECT expires_at - acted_at FROM idem_internal.idem_operator_audit WHERE reason = 'settings test'}),
 	"FAILED_FINAL\n30 days", 'idem.operator_audit_ttl: an audit row expires 30 days after its action');
+# idem.trace_context: an emit carries it as its message's traceparent
+is($node->safe_psql('postgres', q{
+	SELECT idem_outbox_emit('settings.trace', '{}') > 0;
+	SELECT headers->>'traceparent' FROM idem_internal.idem_outbox WHERE topic = 'settings.trace'}),
+	"t\n00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	'idem.trace_context: an emit copies it into the message\'s headers');
 # idem.reuse_after_expiry = refuse: an expired key in its audit period (its
 # record expired, or archived by the worker meanwhile) is IK007
 add_records($node, 'postgres', 'refused-expired-key', 1, '-1 second');

@@ -156,6 +156,7 @@ sub call_everything
 		},
 		h_worker => qq{
 			SELECT $h.idem_heartbeat(task_id, token) IS NOT NULL,
+			       $h.idem_task_trace_context(task_id, token) IS NULL,
 			       $h.idem_complete(task_id, token, 200, '{"shipped": true}') IS NOT NULL
 			  FROM $h.idem_lease('SHIP', 'w1', interval '1 minute');
 			SELECT $h.idem_fail(task_id, token, '{"why": "test"}', false) IS NOT NULL

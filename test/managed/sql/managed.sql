@@ -108,6 +108,25 @@ SELECT idem.idem_outbox_ack(ARRAY[:first_id]::bigint[]);
 SELECT msg_key, payload, attempt FROM idem.idem_outbox_fetch('orders', 10, interval '1 minute');
 \c - postgres
 SELECT msg_key, payload, ready FROM idem.idem_outbox ORDER BY commit_seq;
+\c - managed_app
+-- the caller's trace context: into the headers, the emit's own winning; 22023 when malformed
+BEGIN;
+SET LOCAL idem.trace_context = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+SELECT idem.idem_outbox_emit('traced', '{"n": 1}') > 0 AS emitted;
+SELECT idem.idem_outbox_emit('traced', '{"n": 2}', NULL,
+                             '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "a": 1}') > 0 AS emitted;
+SET LOCAL idem.trace_context = 'nonsense';
+SELECT idem.idem_outbox_emit('traced', '{"n": 3}');
+ROLLBACK;
+BEGIN;
+SET LOCAL idem.trace_context = '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01';
+SELECT idem.idem_outbox_emit('traced', '{"n": 1}') > 0 AS emitted;
+SELECT idem.idem_outbox_emit('traced', '{"n": 2}', NULL,
+                             '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "a": 1}') > 0 AS emitted;
+COMMIT;
+\c - postgres
+SELECT payload, headers FROM idem.idem_outbox WHERE topic = 'traced' ORDER BY message_id;
+DELETE FROM idem.idem_outbox WHERE topic = 'traced';
 
 -- the binding: session_user's owners, which SET ROLE does not change
 SET ROLE idem_owner;
