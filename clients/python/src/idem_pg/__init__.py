@@ -13,7 +13,10 @@ calls written once); ``errors`` (one exception per name of
 docs/errors.tsv); ``tasks`` (long-flow workers); ``http`` (the HTTP
 contract of clients/CONTRACT.md, one generator of steps driven by
 ``handle`` and ``handle_async``), ``wsgi``, ``asgi`` and ``django`` (its
-middlewares); ``fast`` (the optional Redis layer).
+middlewares); ``fast`` (the optional Redis layer); ``relay``, ``consumer``,
+``kafka`` and ``redrive`` (the outbox and the inbox through Redis Streams,
+RabbitMQ and Kafka); ``tracing`` (spans and the trace context, with
+opentelemetry-api).
 """
 from .core import (Claim, Outcome, RawJson, Submission, begin, claim, consume, emit, finish, finish_stored, run,
                    submit)

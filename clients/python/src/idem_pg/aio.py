@@ -18,7 +18,7 @@ import random
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, List, Mapping, Optional, Tuple, TypeVar
 
-from . import calls
+from . import calls, tracing
 from .calls import Json, Outcome, Submission, Ttl
 from .errors import NoClaim, SerializationFailure, sqlstate_of, translate
 from .schema import LOOKUP_SQL, PLACEHOLDER, cached, remember, statement
@@ -43,8 +43,12 @@ async def rows_of(conn: Any, sql: str, params: tuple) -> List[tuple]:
 
 
 async def perform(conn: Any, call: calls.Call) -> Any:
-    """Run one of idem's calls (calls.py) and read its rows."""
-    return call.read(await rows_of(conn, call.sql, call.params))
+    """Run one of idem's calls (calls.py) and read its rows (in a span of
+    its own when OpenTelemetry is installed)."""
+    if not tracing.enabled():
+        return call.read(await rows_of(conn, call.sql, call.params))
+    with tracing.call_span(call.sql, call.operation):
+        return call.read(await rows_of(conn, call.sql, call.params))
 
 
 async def app_grants(conn: Any) -> Tuple[bool, str]:

@@ -60,10 +60,12 @@ class Submission:
 
 
 class Call(NamedTuple):
-    """One statement of idem: its text, its parameters, and what its rows mean."""
+    """One statement of idem: its text, its parameters, what its rows mean,
+    and the operation it acts for (a span's attribute), if any."""
     sql: str
     params: tuple
     read: Callable[[List[tuple]], Any]
+    operation: Optional[str] = None
 
 
 def ttl_param(ttl: Ttl) -> Optional[str]:
@@ -129,6 +131,8 @@ FAIL_SQL = "SELECT @idem@.idem_fail(%%s%s, %%s%s, %%s%s, %%s%s)" % (_I8, _I8, _J
 LEASE_SQL = ("SELECT task_id, owner, key, request::pg_catalog.text, payload::pg_catalog.text, attempt, token,"
              " lease_expires_at FROM @idem@.idem_lease(%%s%s, %%s%s, %%s%s, %%s%s, %%s%s)" % (_T, _T, _IV, _I4, _B))
 FAIL_UNKNOWN_SQL = "SELECT @idem@.idem_fail_unknown(%%s%s, %%s%s, %%s%s)" % (_I8, _I8, _J)
+TASK_TRACE_SQL = "SELECT @idem@.idem_task_trace_context(%%s%s, %%s%s)" % (_I8, _I8)
+SET_TRACE_SQL = "SELECT pg_catalog.set_config('idem.trace_context', %%s%s, true)" % (_T,)
 LEASE_RECONCILE_SQL = ("SELECT task_id, owner, key, request::pg_catalog.text, payload::pg_catalog.text, attempt,"
                        " token, lease_expires_at, uncertain_since, attempts::pg_catalog.text"
                        " FROM @idem@.idem_lease_reconcile(%%s%s, %%s%s, %%s%s, %%s%s, %%s%s)" % (_T, _T, _IV, _I4, _B))
@@ -166,28 +170,28 @@ def app_grants() -> Call:
 
 
 def begin(owner: int, operation: str, key: str, request: Json, ttl: Ttl) -> Call:
-    return Call(BEGIN_SQL, (owner, operation, key, json_param(request), ttl_param(ttl)), outcome_of)
+    return Call(BEGIN_SQL, (owner, operation, key, json_param(request), ttl_param(ttl)), outcome_of, operation)
 
 
 def finish(owner: int, operation: str, key: str, http_status: int, body: Json, resource_id: Optional[int],
            headers: Optional[Mapping[str, str]]) -> Call:
     return Call(FINISH_SQL, (owner, operation, key, http_status, json_param(body), resource_id,
-                             headers_param(headers)), _nothing)
+                             headers_param(headers)), _nothing, operation)
 
 
 def finish_stored(owner: int, operation: str, key: str, http_status: int, body: Json, resource_id: Optional[int],
                   headers: Optional[Mapping[str, str]]) -> Call:
     return Call(FINISH_STORED_SQL, (owner, operation, key, http_status, json_param(body), resource_id,
-                                    headers_param(headers)), outcome_of)
+                                    headers_param(headers)), outcome_of, operation)
 
 
 def run(owner: int, operation: str, key: str, request: Json, handler: str, ttl: Ttl) -> Call:
-    return Call(RUN_SQL, (owner, operation, key, json_param(request), handler, ttl_param(ttl)), outcome_of)
+    return Call(RUN_SQL, (owner, operation, key, json_param(request), handler, ttl_param(ttl)), outcome_of, operation)
 
 
 def submit(owner: int, operation: str, key: str, request: Json, payload: Json, ttl: Ttl) -> Call:
     return Call(SUBMIT_SQL, (owner, operation, key, json_param(request), json_param(payload), ttl_param(ttl)),
-                _submission_of)
+                _submission_of, operation)
 
 
 def consume(consumer: str, message_id: str, ttl: Ttl, owner: Optional[int]) -> Call:
@@ -208,7 +212,7 @@ def emit(topic: str, payload: Json, key: Optional[str], headers: Optional[Mappin
 
 def lease(operation: str, worker: str, lease_for: Ttl, batch: int, bind_session: bool) -> Call:
     """idem_lease: its rows as they are (a Task each: tasks.Task.of)."""
-    return Call(LEASE_SQL, (operation, worker, ttl_param(lease_for), batch, bind_session), list)
+    return Call(LEASE_SQL, (operation, worker, ttl_param(lease_for), batch, bind_session), list, operation)
 
 
 def heartbeat(task_id: int, token: int, extend: Ttl) -> Call:
@@ -270,13 +274,23 @@ def inbox_redrive(consumer: str, message_ids: Optional[Sequence[str]], discard: 
                                     reason), _value)
 
 
+def task_trace_context(task_id: int, token: int) -> Call:
+    """idem 1.16: the traceparent the task was submitted under (None: none)."""
+    return Call(TASK_TRACE_SQL, (task_id, token), _value)
+
+
+def set_trace_context(traceparent: str) -> Call:
+    """SET LOCAL idem.trace_context (the transaction's emits and submits carry it)."""
+    return Call(SET_TRACE_SQL, (traceparent,), _nothing)
+
+
 def fail_unknown(task_id: int, token: int, error: Json) -> Call:
     return Call(FAIL_UNKNOWN_SQL, (task_id, token, json_param(error)), _value)
 
 
 def lease_reconcile(operation: str, worker: str, lease_for: Ttl, batch: int, bind_session: bool) -> Call:
     """idem_lease_reconcile: its rows as they are (tasks.ReconcileTask.of)."""
-    return Call(LEASE_RECONCILE_SQL, (operation, worker, ttl_param(lease_for), batch, bind_session), list)
+    return Call(LEASE_RECONCILE_SQL, (operation, worker, ttl_param(lease_for), batch, bind_session), list, operation)
 
 
 __all__ = ["Json", "Ttl", "RawJson", "Outcome", "Submission", "Call"]

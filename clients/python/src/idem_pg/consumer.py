@@ -57,6 +57,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import psycopg
 
+from . import tracing
+from .calls import SET_TRACE_SQL as _SET_TRACE
 from .core import consume, with_schema
 
 log = logging.getLogger("idem_pg.consumer")
@@ -227,29 +229,45 @@ class _Inbox:
             owner = self.owner_of(delivery) if self.owner_of else None
         except Exception as e:          # noqa: BLE001 - not JSON, or no owner: the message's failure
             raise _Failed() from e
-        try:
-            with conn.transaction():
-                verdict, blocked_by = conn.execute(with_schema(conn, _CHECK), (self.consumer, message_id, key, owner),
-                                                   prepare=False).fetchone()
-                if verdict != "apply":
-                    why = "behind the dead letter %s of its key" % blocked_by if blocked_by else "a dead letter"
-                    self.set_aside += verdict == "set_aside"
-                    return verdict, why
-                first = consume(conn, self.consumer, message_id, owner=owner, prepare=False)
-                if first:
-                    handler(conn, delivery)
-        except psycopg.OperationalError as e:
-            if conn.closed or conn.broken:
-                raise                   # the connection: reconnect, the message comes again
-            raise _Failed() from e
-        except Exception as e:          # noqa: BLE001 - the handler's (or its SQL's) failure
-            raise _Failed() from e
+        # the span resumes the emitter's trace (the relay's traceparent header, or the message's headers)
+        parent = tracing.parent_of(tracing.traceparent_of(fields, delivery.headers))
+        with tracing.span("idem.consume", "consumer", parent,
+                          {"idem.consumer": self.consumer, "messaging.destination.name": self.topic}) as current:
+            verdict, why, first = self._transaction(conn, delivery, message_id, key, owner, handler)
+            tracing.set_outcome(current, verdict if verdict != "apply" else ("applied" if first else "duplicate"))
+        if verdict != "apply":
+            return verdict, why
         if first:
             self.applied += 1
         else:
             self.duplicates += 1
         self.crash.committed()
         return ("applied" if first else "duplicate"), ""
+
+    def _transaction(self, conn: psycopg.Connection, delivery: Delivery, message_id: str, key: Optional[str],
+                     owner: Optional[int], handler: Handler) -> Tuple[str, str, bool]:
+        """The delivery's transaction: (verdict, why, first time)."""
+        try:
+            with conn.transaction():
+                trace = tracing.traceparent()
+                if trace is not None:   # the handler's emits and submits go on with this trace
+                    conn.execute(with_schema(conn, _SET_TRACE), (trace,), prepare=False)
+                verdict, blocked_by = conn.execute(with_schema(conn, _CHECK), (self.consumer, message_id, key, owner),
+                                                   prepare=False).fetchone()
+                if verdict != "apply":
+                    why = "behind the dead letter %s of its key" % blocked_by if blocked_by else "a dead letter"
+                    self.set_aside += verdict == "set_aside"
+                    return verdict, why, False
+                first = consume(conn, self.consumer, message_id, owner=owner, prepare=False)
+                if first:
+                    handler(conn, delivery)
+            return verdict, "", first
+        except psycopg.OperationalError as e:
+            if conn.closed or conn.broken:
+                raise                   # the connection: reconnect, the message comes again
+            raise _Failed() from e
+        except Exception as e:          # noqa: BLE001 - the handler's (or its SQL's) failure
+            raise _Failed() from e
 
     def close(self) -> None:
         if self.conn is not None:

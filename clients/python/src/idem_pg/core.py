@@ -11,7 +11,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Optional, Sequence, Tuple
 
-from . import calls
+from . import calls, tracing
 from .calls import Json, Outcome, RawJson, Submission, Ttl
 from .errors import IdemError, NoClaim, translate
 from .schema import LOOKUP_SQL, PLACEHOLDER, cached, remember, statement
@@ -54,8 +54,12 @@ def with_schema(db: Any, sql: str) -> str:
 
 
 def perform(db: Any, call: calls.Call, prepare: Optional[bool] = None) -> Any:
-    """Run one of idem's calls (calls.py) and read its rows."""
-    return call.read(rows_of(db, call.sql, call.params, prepare))
+    """Run one of idem's calls (calls.py) and read its rows (in a span of
+    its own when OpenTelemetry is installed)."""
+    if not tracing.enabled():
+        return call.read(rows_of(db, call.sql, call.params, prepare))
+    with tracing.call_span(call.sql, call.operation):
+        return call.read(rows_of(db, call.sql, call.params, prepare))
 
 
 def app_grants(db: Any) -> Tuple[bool, str]:

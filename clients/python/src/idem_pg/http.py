@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Dict, Generator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
-from . import calls, core
+from . import calls, core, tracing
 from .errors import (IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, Misconfigured, Forbidden, ReadOnly,
                      SerializationFailure, sqlstate_of, translate)
 
@@ -521,6 +521,9 @@ def _claim_and_run(p: Prepared, params: Dict[str, str], settings: Settings, db: 
     store its 2xx-4xx answer (a 5xx is discarded).  Returns the handler's
     answer, for its caller, and the answer as stored (redacted), for a copy
     kept elsewhere (the fast layer)."""
+    trace = tracing.traceparent()
+    if trace is not None:       # the transaction's emits and submits carry the request's trace
+        yield _Db(calls.set_trace_context(trace))
     outcome = yield _Db(calls.begin(p.owner, p.route.operation, p.key, p.request, settings.ttl))
     if outcome.replayed:
         return replay_of(outcome), outcome
@@ -576,7 +579,10 @@ def handle(exchange: Exchange, route: Route, params: Dict[str, str], read_body: 
             except Exception as e:  # noqa: BLE001 - thrown into the steps
                 error = e
 
-    return drive(_answer(exchange, route, params, settings), None)
+    with tracing.span("idem.request", attributes=_span_attributes(route)) as current:
+        answer = drive(_answer(exchange, route, params, settings), None)
+        _traced(current, answer)
+        return answer
 
 
 async def handle_async(exchange: Exchange, route: Route, params: Dict[str, str],
@@ -610,7 +616,31 @@ async def handle_async(exchange: Exchange, route: Route, params: Dict[str, str],
             except Exception as e:  # noqa: BLE001 - thrown into the steps
                 error = e
 
-    return await drive(_answer(exchange, route, params, settings), None)
+    with tracing.span("idem.request", attributes=_span_attributes(route)) as current:
+        answer = await drive(_answer(exchange, route, params, settings), None)
+        _traced(current, answer)
+        return answer
+
+
+def _span_attributes(route: Route) -> Dict[str, str]:
+    """A request span's attributes: the operation, when the route names one (never a key or an owner)."""
+    return {"idem.operation": route.operation} if isinstance(route.operation, str) else {}
+
+
+# the problems whose outcome is not "error": the key reused, or in flight after the wait
+_OUTCOME_OF_PROBLEM = {b'"urn:idem:error:key-reused"': "conflict", b'"urn:idem:error:in-flight"': "waited"}
+
+
+def _traced(current: Any, answer: Answer) -> None:
+    """The request's outcome on its span: executed, replayed, conflict, waited or error."""
+    if current is None:
+        return
+    if any(k.lower() == "idempotent-replayed" and v == "true" for k, v in answer.headers):
+        outcome = "replayed"
+    else:
+        outcome = next((o for slug, o in _OUTCOME_OF_PROBLEM.items() if slug in (answer.body or b"")[:200]),
+                       "executed" if answer.status < 500 else "error")
+    tracing.set_outcome(current, outcome, answer.status)
 
 
 _missing_grant_logged = False

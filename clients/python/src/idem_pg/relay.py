@@ -39,6 +39,7 @@ murmur2, delivery reports as the confirms; ``idem_pg.kafka``).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import select
@@ -85,7 +86,22 @@ class Message:
             out["key"] = self.key
         if self.headers is not None:
             out["headers"] = self.headers
+            # the emit's trace context (idem.trace_context) as the broker's own header
+            trace = _traceparent_in(self.headers)
+            if trace is not None:
+                out["traceparent"] = trace
         return out
+
+
+def _traceparent_in(headers: str) -> Optional[str]:
+    """The "traceparent" of a message's headers (jsonb text), if it has one."""
+    if '"traceparent"' not in headers:
+        return None
+    try:
+        value = json.loads(headers).get("traceparent")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 @dataclass

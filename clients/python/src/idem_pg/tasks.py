@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import select
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, List, Mapping, Optional
+from typing import Any, Iterator, List, Mapping, Optional
 
-from . import calls
+from . import calls, tracing
 from .calls import Json, Ttl, loads
 from .core import perform
 
@@ -75,6 +76,20 @@ class Task:
         """A failed attempt: 'FAILED_RETRYABLE' (due again after a backoff)
         or 'FAILED_FINAL'.  Raises StaleToken (IK004)."""
         return perform(db, calls.fail(self.task_id, self.token, error, retryable), self.prepare)
+
+    @contextmanager
+    def traced(self, db: Any) -> Iterator[Any]:
+        """A span (``idem.task``) for the work on this task, resuming the
+        trace it was submitted under (``idem_task_trace_context``, idem
+        1.16); the span, or None without OpenTelemetry.  Inside it
+        ``tracing.traceparent()`` is this span's, for a transaction's
+        ``idem.trace_context``."""
+        if not tracing.enabled():
+            yield None
+            return
+        parent = tracing.parent_of(perform(db, calls.task_trace_context(self.task_id, self.token), self.prepare))
+        with tracing.span("idem.task", "consumer", parent, {"idem.task.attempt": self.attempt}) as current:
+            yield current
 
     def fail_unknown(self, db: Any, error: Json) -> str:
         """An attempt whose outcome is unknown: 'PROCESSING' when the
