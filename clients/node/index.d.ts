@@ -127,6 +127,11 @@ export class Task {
   heartbeat(db: Queryable, extendSeconds?: number): Promise<Date>;
   complete(db: Queryable, status: number, body?: unknown, options?: { resourceId?: Int8; headers?: Record<string, string> }): Promise<void>;
   fail(db: Queryable, error: unknown, retryable?: boolean): Promise<'FAILED_RETRYABLE' | 'FAILED_FINAL'>;
+  /**
+   * idem 1.16: fn(span) in a span ('idem.task') resuming the trace the task was submitted under
+   * (idem_task_trace_context); fn(null) without @opentelemetry/api.
+   */
+  traced<T>(db: Queryable, fn: (span: unknown) => Promise<T> | T): Promise<T>;
   /** idem 1.16: the attempt's outcome is unknown. */
   failUnknown(db: Queryable, error: unknown): Promise<'PROCESSING' | 'FAILED_RETRYABLE' | 'FAILED_FINAL'>;
 }

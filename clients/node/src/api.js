@@ -8,13 +8,20 @@
 import { statement } from './schema.js';
 
 import { NoClaim, SerializationFailure, translate } from './errors.js';
+import * as tracing from './tracing.js';
 
-async function query(db, text, values) {
+async function plain(db, text, values) {
   try {
     return (await db.query(await statement(db, text), values)).rows;
   } catch (e) {
     throw translate(e);
   }
+}
+
+// One idem call (in a span of its own when OpenTelemetry is installed;
+// operation: its attribute, when the call acts for one).
+function query(db, text, values, operation) {
+  return tracing.enabled() ? tracing.callSpan(text, operation, () => plain(db, text, values)) : plain(db, text, values);
 }
 
 const json = (v) => (v === undefined || v === null ? null
@@ -48,7 +55,7 @@ export async function appGrants(db) {
 // idem_begin: claim the key for this transaction ({replayed: false}), or replay.
 export async function begin(db, { owner, operation, key, request, ttl: t }) {
   const [r] = await query(db, `SELECT ${OUTCOME} FROM @idem@.idem_begin($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.jsonb, $5::pg_catalog.interval)`,
-    [owner, operation, key, json(request), ttl(t)]);
+    [owner, operation, key, json(request), ttl(t)], operation);
   return outcome(r);
 }
 
@@ -57,7 +64,8 @@ const finishParams = ({ owner, operation, key, status, body, resourceId, headers
   status, json(body), resourceId ?? null, headers ? JSON.stringify(headers) : null];
 
 export async function finish(db, args) {
-  await query(db, 'SELECT @idem@.idem_finish($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.int4, $5::pg_catalog.json, $6::pg_catalog.int8, $7::pg_catalog.jsonb)', finishParams(args));
+  await query(db, 'SELECT @idem@.idem_finish($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.int4, $5::pg_catalog.json, $6::pg_catalog.int8, $7::pg_catalog.jsonb)', finishParams(args),
+    args.operation);
 }
 
 // idem_finish_stored (idem 1.13): finish, returning the answer as stored --
@@ -65,7 +73,7 @@ export async function finish(db, args) {
 // ({replayed: false}): what a copy kept elsewhere (the fast layer) keeps.
 export async function finishStored(db, args) {
   const [r] = await query(db, `SELECT ${OUTCOME} FROM @idem@.idem_finish_stored($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.int4, $5::pg_catalog.json, $6::pg_catalog.int8, $7::pg_catalog.jsonb)`,
-    finishParams(args));
+    finishParams(args), args.operation);
   return outcome(r);
 }
 
@@ -73,7 +81,7 @@ export async function finishStored(db, args) {
 export async function run(db, { owner, operation, key, request, handler, ttl: t }) {
   const [r] = await query(db,
     `SELECT ${OUTCOME} FROM @idem@.idem_run($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.jsonb, $5::pg_catalog.regprocedure, $6::pg_catalog.interval)`,
-    [owner, operation, key, json(request), handler, ttl(t)]);
+    [owner, operation, key, json(request), handler, ttl(t)], operation);
   return outcome(r);
 }
 
@@ -81,7 +89,7 @@ export async function run(db, { owner, operation, key, request, handler, ttl: t 
 export async function submit(db, { owner, operation, key, request, payload, ttl: t }) {
   const [r] = await query(db, 'SELECT replayed, status, http_status, body::pg_catalog.text AS body, headers, resource_id, task_id'
     + ' FROM @idem@.idem_submit($1::pg_catalog.int8, $2::pg_catalog.text, $3::pg_catalog.text, $4::pg_catalog.jsonb, $5::pg_catalog.jsonb, $6::pg_catalog.interval)',
-  [owner, operation, key, json(request), json(payload), ttl(t)]);
+  [owner, operation, key, json(request), json(payload), ttl(t)], operation);
   // reconciling: the task's outcome is being reconciled (idem 1.16); body is
   // then a problem (application/problem+json) to answer with its 202
   return { replayed: r.replayed, status: r.status, httpStatus: r.http_status, body: r.body,
@@ -152,7 +160,7 @@ export class TaskWorker {
   async lease(db, batch = 1) {
     const rows = await query(db, 'SELECT task_id, owner, key, request, payload, attempt, token, lease_expires_at'
       + ' FROM @idem@.idem_lease($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.interval, $4::pg_catalog.int4, $5::pg_catalog.bool)',
-    [this.operation, this.worker, ttl(this.leaseSeconds), batch, this.bindSession]);
+    [this.operation, this.worker, ttl(this.leaseSeconds), batch, this.bindSession], this.operation);
     return rows.map((r) => new Task(r));
   }
 
@@ -162,7 +170,7 @@ export class TaskWorker {
     const rows = await query(db, 'SELECT task_id, owner, key, request, payload, attempt, token, lease_expires_at,'
       + ' uncertain_since, attempts'
       + ' FROM @idem@.idem_lease_reconcile($1::pg_catalog.text, $2::pg_catalog.text, $3::pg_catalog.interval, $4::pg_catalog.int4, $5::pg_catalog.bool)',
-    [this.operation, this.worker, ttl(this.leaseSeconds), batch, this.bindSession]);
+    [this.operation, this.worker, ttl(this.leaseSeconds), batch, this.bindSession], this.operation);
     return rows.map((r) => new ReconcileTask(r));
   }
 }
@@ -189,6 +197,17 @@ export class Task {
     const [r] = await query(db, 'SELECT @idem@.idem_fail($1::pg_catalog.int8, $2::pg_catalog.int8, $3::pg_catalog.jsonb, $4::pg_catalog.bool) AS status',
       [this.taskId, this.token, json(error), retryable]);
     return r.status;
+  }
+
+  // fn(span) in a span ('idem.task') resuming the trace the task was
+  // submitted under (idem_task_trace_context, idem 1.16); fn(null) without
+  // OpenTelemetry.  Inside it, traceparent() is this span's.
+  async traced(db, fn) {
+    if (!tracing.enabled()) return fn(null);
+    const [r] = await query(db, 'SELECT @idem@.idem_task_trace_context($1::pg_catalog.int8, $2::pg_catalog.int8) AS trace',
+      [this.taskId, this.token]);
+    return tracing.inSpan('idem.task', { kind: 'consumer', parent: tracing.parentOf(r.trace),
+      attributes: { 'idem.task.attempt': this.attempt } }, fn);
   }
 
   // The attempt's outcome is unknown (a provider's timeout): 'PROCESSING'

@@ -28,6 +28,7 @@
 import { createHash } from 'node:crypto';
 import { consume } from './api.js';
 import { statement } from './schema.js';
+import * as tracing from './tracing.js';
 
 const RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 // new entries of a stream, read only while the reader holds its lease: a
@@ -187,9 +188,32 @@ export class Inbox {
     } catch (e) {
       throw fail(e);
     }
+    // the span resumes the emitter's trace (the relay's traceparent header, or the message's headers)
+    const parent = tracing.parentOf(fields.traceparent ?? (delivery.headers && delivery.headers.traceparent));
+    const r = await tracing.inSpan('idem.consume', { kind: 'consumer', parent,
+      attributes: { 'idem.consumer': this.consumer, 'messaging.destination.name': this.topic } }, async (span) => {
+      const done = await this.transaction(delivery, owner, handler, fail);
+      tracing.setOutcome(span, done.outcome);
+      return done;
+    });
+    if (r.outcome !== 'applied' && r.outcome !== 'duplicate') return r;
+    if (r.outcome === 'applied') this.applied += 1; else this.duplicates += 1;
+    this.committed += 1;
+    if (this.crashAt && this.committed === this.crashAt) {
+      console.error(`idem-pg/consumer: IDEM_PG_CONSUMER_CRASH_BEFORE_ACK=${this.crashAt}: exiting after the commit, before the ack`);
+      process.exit(70);
+    }
+    return r;
+  }
+
+  // The delivery's transaction: { outcome: 'applied' | 'duplicate' | 'dead' | 'set_aside', why }.
+  async transaction(delivery, owner, handler, fail) {
     let first;
     await this.pg.query('BEGIN');
     try {
+      const trace = tracing.traceparent();
+      // the handler's emits and submits go on with this trace
+      if (trace !== null) await this.pg.query(tracing.SET_TRACE, [trace]);
       const { rows: [c] } = await this.pg.query(await statement(this.pg, CHECK), [this.consumer, delivery.messageId, delivery.key,
         owner == null ? null : String(owner)]);
       if (c.verdict !== 'apply') {
@@ -203,12 +227,6 @@ export class Inbox {
       await this.pg.query('ROLLBACK').catch(() => {});
       if (connectionLost(e)) throw e;
       throw fail(e);
-    }
-    if (first) this.applied += 1; else this.duplicates += 1;
-    this.committed += 1;
-    if (this.crashAt && this.committed === this.crashAt) {
-      console.error(`idem-pg/consumer: IDEM_PG_CONSUMER_CRASH_BEFORE_ACK=${this.crashAt}: exiting after the commit, before the ack`);
-      process.exit(70);
     }
     return { outcome: first ? 'applied' : 'duplicate' };
   }

@@ -10,6 +10,7 @@
 //
 // The handler's answer is buffered and sent once the transaction committed.
 import { appGrants, begin, finishStored, RawJson } from './api.js';
+import * as tracing from './tracing.js';
 import { Forbidden, IdemError, InFlight, InvalidRequest, KeyExpired, KeyReused, Misconfigured, ReadOnly,
   SerializationFailure, translate } from './errors.js';
 
@@ -323,6 +324,9 @@ async function execute(settings, route, p, req, res, next) {
     await client.query('BEGIN');
     const scope = { owner: p.owner, operation: route.operation, key: p.key, request: p.request,
       ttl: settings.ttlSeconds };
+    const trace = tracing.traceparent();
+    // the transaction's emits and submits carry the request's trace
+    if (trace !== null) await client.query(tracing.SET_TRACE, [trace]);
     const o = await begin(client, scope);
     if (o.replayed) {
       await client.query('COMMIT');
@@ -381,13 +385,33 @@ class Discard extends Error {
   constructor(answer) { super('discarded'); this.answer = answer; }
 }
 
-async function handle(settings, declared, req, res, next) {
+// the problems whose outcome is not "error": the key reused, or in flight after the wait
+const OUTCOME_OF_PROBLEM = [['"urn:idem:error:key-reused"', 'conflict'], ['"urn:idem:error:in-flight"', 'waited']];
+
+// The answer, with the request's outcome on its span: executed, replayed, conflict, waited or error.
+function respond(span, res, answer) {
+  if (span) {
+    const replayed = answer.headers.some(([k, v]) => k.toLowerCase() === 'idempotent-replayed' && v === 'true');
+    const head = Buffer.isBuffer(answer.body) ? answer.body.subarray(0, 200).toString('latin1') : String(answer.body ?? '').slice(0, 200);
+    const problem = OUTCOME_OF_PROBLEM.find(([slug]) => head.includes(slug));
+    tracing.setOutcome(span, replayed ? 'replayed' : problem ? problem[1] : answer.status < 500 ? 'executed' : 'error', answer.status);
+  }
+  return send(res, answer);
+}
+
+function handle(settings, declared, req, res, next) {
+  if (!tracing.enabled()) return handleIn(null, settings, declared, req, res, next);
+  return tracing.inSpan('idem.request', {}, (span) => handleIn(span, settings, declared, req, res, next));
+}
+
+async function handleIn(span, settings, declared, req, res, next) {
   let p = null;
   try {
     // the operation: a name, or a function of the request (null: not idempotent)
     const operation = typeof declared.operation === 'function' ? await declared.operation(req) : declared.operation;
     if (operation === null || operation === undefined) return next();
     const route = { ...declared, operation };
+    if (span) span.setAttribute('idem.operation', operation);
     const key = parseKey(req.headers['idempotency-key']);
     if (key === null) {
       if (route.keyRequired !== false) throw new Problem(400, 'key-missing', 'this request needs an Idempotency-Key header');
@@ -406,16 +430,16 @@ async function handle(settings, declared, req, res, next) {
     p = { key, owner, body, request: requestOf(route, body, req.params ?? {}), route };
     if (settings.fast) {
       const hit = await settings.fast.before(p, settings);
-      if (hit) return send(res, hit);
+      if (hit) return respond(span, res, hit);
     }
     const { answer, outcome } = await execute(settings, route, p, req, res, next);
     if (settings.fast) await settings.fast.after(p, answer, outcome, settings);
-    return send(res, answer);
+    return respond(span, res, answer);
   } catch (e) {
-    if (e instanceof Discard) return send(res, e.answer);
+    if (e instanceof Discard) return respond(span, res, e.answer);
     const answer = problemOf(e, settings).answer(settings);
     if (e instanceof Problem && e.status === 413) answer.headers.push(['connection', 'close']);
-    return send(res, answer);
+    return respond(span, res, answer);
   } finally {
     if (settings.fast && p) await settings.fast.release(p);
   }
