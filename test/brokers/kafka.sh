@@ -24,7 +24,7 @@ start_clients_server
 "$PG_BINDIR/createdb" idem_brokers
 "$PG_BINDIR/psql" -X -q -d idem_brokers -c "CREATE EXTENSION idem"
 guard_idem_calls idem_brokers postgres
-IDEM_WHEEL_EXTRAS=kafka build_python_client confluent-kafka==2.16.2 || exit 0	# the kafka extra, pinned
+IDEM_WHEEL_EXTRAS=kafka,otel build_python_client confluent-kafka==2.16.2 "opentelemetry-sdk>=1.20,<2" || exit 0
 if build_node_client && (cd "$NODE_APP" && npm install --no-audit --no-fund --silent kafkajs@2.2.4 >>"$IDEM_TMP/npm.log" 2>&1); then
 	export NODE_APP
 else
@@ -58,3 +58,5 @@ url=kafka://127.0.0.1:$KAFKA_PORT
 	echo "not ok - kafka: the malformed entries' checks ran to their end"
 "$PY" "$here/kafka_checks.py" kafka "$url" ||
 	echo "not ok - kafka: its own checks ran to their end"
+"$PY" "$here/traces.py" kafka "$url" --header-only ||
+	echo "not ok - kafka: the traces' checks ran to their end"

@@ -18,9 +18,13 @@ start_clients_server
 "$PG_BINDIR/createdb" idem_brokers
 "$PG_BINDIR/psql" -X -q -d idem_brokers -c "CREATE EXTENSION idem"
 guard_idem_calls idem_brokers postgres
-build_python_client || exit 0		# the wheel's rabbitmq and redis extras: pika, redis
+# the wheel's rabbitmq, redis and otel extras (pika, redis, opentelemetry-api), and the SDK for traces.py
+IDEM_WHEEL_EXTRAS=otel build_python_client "opentelemetry-sdk>=1.20,<2" || exit 0
 # the Node library too, with amqplib: one of the two consumers is Node's
-if build_node_client && (cd "$NODE_APP" && npm install --no-audit --no-fund --silent amqplib@^0.10.4 >>"$IDEM_TMP/npm.log" 2>&1); then
+# (and OpenTelemetry's API, SDK and async context for traces.mjs)
+if build_node_client && (cd "$NODE_APP" && npm install --no-audit --no-fund --silent amqplib@^0.10.4 \
+	@opentelemetry/api@^1.9.0 @opentelemetry/sdk-trace-base@^2.0.0 @opentelemetry/context-async-hooks@^2.0.0 \
+	>>"$IDEM_TMP/npm.log" 2>&1); then
 	export NODE_APP
 else
 	echo "not ok - node: amqplib installs"
@@ -59,6 +63,13 @@ log "Redis Streams on 127.0.0.1:$redis_port"
 	echo "not ok - redis: the dead-letter checks ran to their end"
 "$PY" "$here/fuzz_entries.py" redis "redis://127.0.0.1:$redis_port/0" ||
 	echo "not ok - redis: the malformed entries' checks ran to their end"
+"$PY" "$here/traces.py" redis "redis://127.0.0.1:$redis_port/0" ||
+	echo "not ok - redis: the traces' checks ran to their end"
+if [ -n "${NODE_APP:-}" ]; then
+	cp "$here/traces.mjs" "$NODE_APP/traces.mjs"
+	(cd "$NODE_APP" && node traces.mjs "redis://127.0.0.1:$redis_port/0") ||
+		echo "not ok - redis: the Node traces' checks ran to their end"
+fi
 redis_stop
 
 # ---- RabbitMQ: its own node name, ports, data directory and cookie ----
@@ -72,6 +83,8 @@ if rabbit_start; then
 		echo "not ok - rabbitmq: the dead-letter checks ran to their end"
 	"$PY" "$here/fuzz_entries.py" rabbitmq "amqp://guest:guest@127.0.0.1:$RABBIT_PORT/%2F" ||
 		echo "not ok - rabbitmq: the malformed entries' checks ran to their end"
+	"$PY" "$here/traces.py" rabbitmq "amqp://guest:guest@127.0.0.1:$RABBIT_PORT/%2F" --header-only ||
+		echo "not ok - rabbitmq: the traces' checks ran to their end"
 else
 	echo "not ok - rabbitmq: the broker starts"
 	tail -n 30 "$RABBIT_DIR/log/server.out" >&2
