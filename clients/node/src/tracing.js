@@ -52,10 +52,12 @@ export async function inSpan(name, { kind = 'internal', parent, attributes = {} 
     });
 }
 
-// The span of one idem call, named after its function.
+// The span of one idem call, named after its function; none for a
+// statement that calls no function of idem's (the grants' check).
 export function callSpan(text, operation, fn) {
   const m = CALL.exec(text);
-  const name = m ? m[1] : 'idem';
+  if (!m) return fn(null);
+  const name = m[1];
   const attributes = { 'db.system': 'postgresql', 'idem.call': name };
   if (typeof operation === 'string') attributes['idem.operation'] = operation;
   return inSpan(name, { kind: 'client', attributes }, fn);

@@ -251,7 +251,7 @@ class _Inbox:
             with conn.transaction():
                 trace = tracing.traceparent()
                 if trace is not None:   # the handler's emits and submits go on with this trace
-                    conn.execute(with_schema(conn, _SET_TRACE), (trace,), prepare=False)
+                    conn.execute(_SET_TRACE, (trace,), prepare=False)
                 verdict, blocked_by = conn.execute(with_schema(conn, _CHECK), (self.consumer, message_id, key, owner),
                                                    prepare=False).fetchone()
                 if verdict != "apply":

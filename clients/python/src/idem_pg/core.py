@@ -56,8 +56,6 @@ def with_schema(db: Any, sql: str) -> str:
 def perform(db: Any, call: calls.Call, prepare: Optional[bool] = None) -> Any:
     """Run one of idem's calls (calls.py) and read its rows (in a span of
     its own when OpenTelemetry is installed)."""
-    if not tracing.enabled():
-        return call.read(rows_of(db, call.sql, call.params, prepare))
     with tracing.call_span(call.sql, call.operation):
         return call.read(rows_of(db, call.sql, call.params, prepare))
 

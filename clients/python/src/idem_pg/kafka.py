@@ -99,6 +99,11 @@ def permanent(error: Any) -> bool:
     return error.name() in _PERMANENT and not error.retriable()
 
 
+def _refusal(error: Any) -> str:
+    """The reason a message Kafka refused for good is nacked with."""
+    return "Kafka refused the message: %s (%s)" % (error.name(), error.str())
+
+
 def ensure_topic(conf: Dict[str, str], name: str, partitions: int, timeout: float = 30.0) -> Optional[int]:
     """The topic's partition count, creating it with ``partitions`` when it
     does not exist (the broker's replication factor); None for a name Kafka
@@ -148,7 +153,7 @@ class KafkaBroker:
             elif err.fatal():
                 self.fatal = err.str()
             elif permanent(err):
-                out.refused[message_id] = "Kafka refused the message: %s (%s)" % (err.name(), err.str())
+                out.refused[message_id] = _refusal(err)
         for m in messages:
             fields = m.fields()
             headers = [(k, v.encode("utf-8")) for k, v in fields.items() if k not in ("payload", "key")]
@@ -162,8 +167,7 @@ class KafkaBroker:
                     self.producer.poll(0.1)
                 except KafkaException as e:     # refused before sending (too large, an invalid topic)
                     if permanent(e.args[0]):
-                        out.refused[m.message_id] = "Kafka refused the message: %s (%s)" % (
-                            e.args[0].name(), e.args[0].str())
+                        out.refused[m.message_id] = _refusal(e.args[0])
                     break
         self.producer.flush(self.timeout)
         if self.fatal is not None:

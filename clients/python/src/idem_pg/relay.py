@@ -408,6 +408,9 @@ class Relay:
         self._next_trim = time.monotonic() + trim_interval
         self._health: Optional[bool] = None     # may the role read idem_health()?
         self.failures = 0                       # broker failures in a row (the back-off)
+        # the test hook IDEM_PG_RELAY_PAUSE_BEFORE_ACK: the confirmed batch to stop at (0: none)
+        self._pause_at = int(os.environ.get("IDEM_PG_RELAY_PAUSE_BEFORE_ACK") or 0)
+        self._confirmed_batches = 0
         self.backoff_max = backoff_max
 
     def stop(self, *_: Any) -> None:
@@ -464,7 +467,8 @@ class Relay:
         if not messages:
             return 0
         out = broker.publish(messages)
-        if out.confirmed and self._pause_hook():
+        self._confirmed_batches += bool(out.confirmed)
+        if out.confirmed and self._confirmed_batches == self._pause_at:
             log.warning("idem_pg.relay: IDEM_PG_RELAY_PAUSE_BEFORE_ACK: %d messages confirmed by the broker,"
                         " paused before the outbox's ack", len(out.confirmed))
             while True:
@@ -485,11 +489,6 @@ class Relay:
         self.published += len(out.confirmed)
         self._window["confirmed"] += len(out.confirmed)
         return len(out.confirmed)
-
-    def _pause_hook(self) -> bool:
-        """IDEM_PG_RELAY_PAUSE_BEFORE_ACK=N: True at the N-th confirmed batch."""
-        self._confirmed_batches = getattr(self, "_confirmed_batches", 0) + 1
-        return self._confirmed_batches == int(os.environ.get("IDEM_PG_RELAY_PAUSE_BEFORE_ACK") or 0)
 
     def back_off(self) -> None:
         """Sleep before trying again: 0.5 s, doubling to backoff_max while failures last."""

@@ -16,7 +16,7 @@ The spans go wherever the application's OpenTelemetry SDK sends them.
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Iterator, Mapping, Optional
 
 try:
@@ -80,9 +80,13 @@ def span(name: str, kind: str = "internal", parent: Any = None,
 
 
 def call_span(sql: str, operation: Optional[str] = None) -> Any:
-    """The span of one idem call: named after its function."""
-    m = _CALL_NAME.search(sql)
-    name = m.group(1) if m else "idem"
+    """The span of one idem call, named after its function; a context that
+    does nothing without OpenTelemetry, or for a statement that calls no
+    function of idem's (the grants' check, the trace context's set_config)."""
+    m = _CALL_NAME.search(sql) if _trace is not None else None
+    if m is None:
+        return nullcontext()
+    name = m.group(1)
     attributes = {"db.system": "postgresql", "idem.call": name}
     if operation is not None:
         attributes["idem.operation"] = operation
